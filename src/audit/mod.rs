@@ -1,0 +1,1 @@
+//! The exactly-once, hash-chained audit log (CONTRACT §5).

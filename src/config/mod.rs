@@ -1,0 +1,472 @@
+//! The typed configuration: embedded defaults, then a TOML file, then the `VOXGATE_<SECTION>__<KEY>`
+//! environment overlay, then validation. `voxgate check-config` runs exactly this path.
+//!
+//! Every field has a default so that `cargo run` with no file and no environment starts a working
+//! proxy (simulated model, local backends). Secrets are [`Secret`]s: their `Debug` hides the value
+//! and they are never serialised back out.
+
+mod env;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use env::{EnvSource, ProcessEnv};
+pub use validate::validate;
+
+/// A secret string (API key, password, token). Debug and Display print a placeholder.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The secret value. Call only where it is used (a header, a signature), never to log.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Why a configuration was refused: the dotted key and the reason, both safe to print.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid configuration: {key}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { key: key.into(), reason: reason.into() }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub upstream: UpstreamConfig,
+    pub auth: AuthConfig,
+    pub audit: AuditConfig,
+    pub redis: RedisConfig,
+    pub telemetry: TelemetryConfig,
+    /// Read separately (see [`Config::from_table`]) so errors name `tools.<name>.<key>`.
+    #[serde(skip)]
+    pub tools: ToolsConfig,
+    pub backends: BackendsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Client-facing HTTP + WebSocket address; port 0 picks a free port (logged as `listening on`).
+    pub listen: SocketAddr,
+    /// Browser `Origin` allow-list; empty accepts any origin.
+    pub allowed_origins: Vec<String>,
+    /// Largest client frame accepted; larger ones get an `error` event and are dropped.
+    pub max_frame_bytes: usize,
+    /// Sessions this process holds at once; more get HTTP 503 before the upgrade.
+    pub max_sessions: usize,
+    /// Sessions one user (`sub`) may hold at once; more get HTTP 429 before the upgrade.
+    pub max_sessions_per_user: usize,
+    /// How long running tool calls may take to finish once a drain starts.
+    pub drain_timeout_ms: u64,
+    /// A client that has not read its frames for this long is closed with 1008.
+    pub client_send_timeout_ms: u64,
+    /// A session with no frame in either direction for this long is closed (0 = never).
+    pub idle_timeout_ms: u64,
+    /// voxgate pings the client this often so dead peers are noticed (0 = never).
+    pub ping_interval_ms: u64,
+    /// Accept `auth.mode = "none"` on a non-loopback address (a loud warning is still logged).
+    pub allow_unauthenticated_public: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            allowed_origins: Vec::new(),
+            max_frame_bytes: 32 * 1024 * 1024,
+            max_sessions: 10_000,
+            max_sessions_per_user: 20,
+            drain_timeout_ms: 10_000,
+            client_send_timeout_ms: 5_000,
+            idle_timeout_ms: 0,
+            ping_interval_ms: 20_000,
+            allow_unauthenticated_public: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamKind {
+    Openai,
+    Azure,
+    Simulated,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    #[default]
+    Ga,
+    Beta,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `openai`, `azure` or `simulated`; unset = `openai` when an API key is set, else `simulated`.
+    pub kind: Option<UpstreamKind>,
+    pub url: String,
+    pub api_key: Option<Secret>,
+    pub model: String,
+    pub protocol: UpstreamProtocol,
+    /// Azure preview form only: `api-version` query parameter (with `deployment`).
+    pub api_version: Option<String>,
+    /// Azure preview form only: the deployment name.
+    pub deployment: Option<String>,
+    pub connect_timeout_ms: u64,
+    /// Largest frame accepted from the upstream.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            kind: None,
+            url: "wss://api.openai.com/v1/realtime".into(),
+            api_key: None,
+            model: "gpt-realtime".into(),
+            protocol: UpstreamProtocol::Ga,
+            api_version: None,
+            deployment: None,
+            connect_timeout_ms: 10_000,
+            max_frame_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// The effective kind once defaults are resolved.
+    pub fn effective_kind(&self) -> UpstreamKind {
+        match self.kind {
+            Some(kind) => kind,
+            None if self.api_key.is_some() => UpstreamKind::Openai,
+            None => UpstreamKind::Simulated,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthMode {
+    #[default]
+    None,
+    Jwt,
+    Ticket,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    pub mode: AuthMode,
+    /// HS256 shared secret.
+    pub jwt_secret: Option<Secret>,
+    /// RS256/ES256 public key (PEM text).
+    pub jwt_public_key_pem: Option<String>,
+    pub jwt_issuer: Option<String>,
+    pub jwt_audience: Option<String>,
+    /// Bearer token for `/admin/*` and `POST /v1/sessions`; unset = those endpoints are off.
+    pub admin_token: Option<Secret>,
+    /// Longest ticket lifetime `POST /v1/sessions` grants.
+    pub max_ticket_ttl_s: u64,
+    /// Roles given to every session when `mode = "none"`.
+    pub anonymous_roles: Vec<String>,
+    /// Key for the keyed hash of `sub` in logs and audit; unset = derived per process (not stable
+    /// across restarts — set it in production).
+    pub user_hash_key: Option<Secret>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::None,
+            jwt_secret: None,
+            jwt_public_key_pem: None,
+            jwt_issuer: None,
+            jwt_audience: None,
+            admin_token: None,
+            max_ticket_ttl_s: 300,
+            anonymous_roles: vec!["clinician".into()],
+            user_hash_key: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    pub path: PathBuf,
+    /// Rotate the file when it grows past this many bytes (0 = never).
+    pub rotate_bytes: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::from("./voxgate-audit.jsonl"), rotate_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    pub url: Option<Secret>,
+    /// When Redis is unreachable, refuse rate-limited calls instead of falling back to the local
+    /// limiter.
+    pub rate_limit_fail_closed: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+pub enum OtlpProtocol {
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: OtlpProtocol,
+    pub log_format: LogFormat,
+    /// `tracing` filter directive, overridden by `RUST_LOG`.
+    pub log_level: String,
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::HttpProtobuf,
+            log_format: LogFormat::Text,
+            log_level: "info".into(),
+            service_name: "voxgate".into(),
+        }
+    }
+}
+
+/// `[tools]`: global tool settings plus one optional `[tools.<name>]` table per tool.
+#[derive(Debug, Clone)]
+pub struct ToolsConfig {
+    /// How long a parked call waits for the user's decision before it is declined as expired.
+    pub confirmation_timeout_ms: u64,
+    pub per_tool: BTreeMap<String, ToolOverride>,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self { confirmation_timeout_ms: 60_000, per_tool: BTreeMap::new() }
+    }
+}
+
+/// Per-tool policy overrides; unset fields keep the tool's defaults from `TOOLS.md`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolOverride {
+    pub enabled: Option<bool>,
+    pub rate_limit_per_minute: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    pub requires_confirmation: Option<bool>,
+    /// Roles allowed to call the tool; empty = every authenticated user.
+    pub roles: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendsConfig {
+    pub calendar: CalendarBackendConfig,
+    pub files: FilesBackendConfig,
+    pub pubmed: PubmedBackendConfig,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CalendarKind {
+    #[default]
+    Local,
+    Caldav,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CalendarBackendConfig {
+    pub kind: CalendarKind,
+    /// `local`: the iCalendar file.
+    pub path: PathBuf,
+    /// `caldav`: the calendar collection URL.
+    pub url: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// Time zone used to read and write local times (IANA name).
+    pub timezone: String,
+}
+
+impl Default for CalendarBackendConfig {
+    fn default() -> Self {
+        Self {
+            kind: CalendarKind::Local,
+            path: PathBuf::from("./data/calendar.ics"),
+            url: None,
+            username: None,
+            password: None,
+            timezone: "UTC".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FilesKind {
+    #[default]
+    Local,
+    Webdav,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesBackendConfig {
+    pub kind: FilesKind,
+    pub root: PathBuf,
+    pub url: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+}
+
+impl Default for FilesBackendConfig {
+    fn default() -> Self {
+        Self {
+            kind: FilesKind::Local,
+            root: PathBuf::from("./data/files"),
+            url: None,
+            username: None,
+            password: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PubmedBackendConfig {
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    pub email: Option<String>,
+    pub tool: String,
+    /// Requests per second across every session of this process; unset = NCBI's 3/s, 10/s with a key.
+    pub requests_per_second: Option<u32>,
+}
+
+impl Default for PubmedBackendConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "https://eutils.ncbi.nlm.nih.gov/entrez/eutils".into(),
+            api_key: None,
+            email: None,
+            tool: "voxgate".into(),
+            requests_per_second: None,
+        }
+    }
+}
+
+impl Config {
+    /// Load from an optional TOML file and an environment source, then validate.
+    pub fn load(path: Option<&Path>, env: &dyn EnvSource) -> Result<Config, ConfigError> {
+        let mut table = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new("--config", format!("cannot read {}: {e}", path.display()))
+                })?;
+                toml::from_str::<toml::Table>(&text)
+                    .map_err(|e| ConfigError::new("--config", format!("not valid TOML: {}", e.message())))?
+            }
+            None => toml::Table::new(),
+        };
+        env::overlay(&mut table, env)?;
+        let mut config = Self::from_table(table)?;
+        if config.upstream.api_key.is_none() {
+            if let Some(key) = env.get("OPENAI_API_KEY").filter(|k| !k.is_empty()) {
+                config.upstream.api_key = Some(Secret::new(key));
+            }
+        }
+        validate(&config)?;
+        Ok(config)
+    }
+
+    /// Deserialise a TOML table, naming the dotted key of the first problem.
+    pub fn from_table(mut table: toml::Table) -> Result<Config, ConfigError> {
+        let tools = table.remove("tools");
+        let mut config: Config = deserialize_at("", toml::Value::Table(table))?;
+        match tools {
+            None => {}
+            Some(toml::Value::Table(tools)) => {
+                for (name, value) in tools {
+                    if name == "confirmation_timeout_ms" {
+                        config.tools.confirmation_timeout_ms = deserialize_at("tools.", toml::Value::Table(
+                            toml::Table::from_iter([(name, value)]),
+                        ))
+                        .map(|t: ConfirmationOnly| t.confirmation_timeout_ms)?;
+                    } else {
+                        let over = deserialize_at(&format!("tools.{name}."), value)?;
+                        config.tools.per_tool.insert(name, over);
+                    }
+                }
+            }
+            Some(_) => return Err(ConfigError::new("tools", "must be a table")),
+        }
+        Ok(config)
+    }
+}
+
+#[derive(Deserialize)]
+struct ConfirmationOnly {
+    confirmation_timeout_ms: u64,
+}
+
+/// Deserialise with `serde_path_to_error`, prefixing the failing path so the key is complete.
+fn deserialize_at<T: serde::de::DeserializeOwned>(prefix: &str, value: toml::Value) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        let key = match (prefix, path.as_str()) {
+            ("", ".") => "config".to_string(),
+            (prefix, ".") => prefix.trim_end_matches('.').to_string(),
+            (prefix, path) => format!("{prefix}{path}"),
+        };
+        ConfigError::new(key, err.into_inner().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! Config loading: defaults, file, environment overlay and every validation path.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn load_toml(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    Config::load(Some(file.path()), &env(vars))
+}
+
+#[test]
+fn defaults_run_the_simulated_model_on_loopback() {
+    let config = Config::load(None, &env(&[])).unwrap();
+    assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.upstream.effective_kind(), UpstreamKind::Simulated);
+    assert_eq!(config.server.max_frame_bytes, 32 * 1024 * 1024);
+    assert_eq!(config.auth.mode, AuthMode::None);
+    assert_eq!(config.tools.confirmation_timeout_ms, 60_000);
+    assert_eq!(config.audit.path, PathBuf::from("./voxgate-audit.jsonl"));
+}
+
+#[test]
+fn openai_api_key_selects_openai_and_is_hidden() {
+    let config = Config::load(None, &env(&[("OPENAI_API_KEY", "sk-test-123")])).unwrap();
+    assert_eq!(config.upstream.effective_kind(), UpstreamKind::Openai);
+    assert_eq!(config.upstream.api_key.as_ref().unwrap().expose(), "sk-test-123");
+    assert!(!format!("{config:?}").contains("sk-test-123"));
+}
+
+#[test]
+fn file_then_env_overlay() {
+    let config = load_toml(
+        "[server]\nlisten = \"127.0.0.1:9000\"\n[tools.search_pubmed]\nrate_limit_per_minute = 5\n",
+        &[("VOXGATE_SERVER__LISTEN", "127.0.0.1:9001"), ("VOXGATE_TOOLS__CONFIRMATION_TIMEOUT_MS", "5000")],
+    )
+    .unwrap();
+    assert_eq!(config.server.listen.port(), 9001);
+    assert_eq!(config.tools.confirmation_timeout_ms, 5000);
+    assert_eq!(config.tools.per_tool["search_pubmed"].rate_limit_per_minute, Some(5));
+}
+
+fn key_of(text: &str, vars: &[(&str, &str)]) -> String {
+    load_toml(text, vars).unwrap_err().key
+}
+
+#[test]
+fn every_validation_error_names_its_key() {
+    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        ("[server]\nlisten = \"nope\"", &[], "server.listen"),
+        ("[server]\nlisten = 5", &[], "server.listen"),
+        ("[server]\nlisen = \"127.0.0.1:1\"", &[], "server.lisen"),
+        ("[server]\nmax_frame_bytes = 10", &[], "server.max_frame_bytes"),
+        ("[server]\nmax_sessions = 0", &[], "server.max_sessions"),
+        ("[server]\nmax_sessions_per_user = 0", &[], "server.max_sessions_per_user"),
+        ("[server]\nclient_send_timeout_ms = 0", &[], "server.client_send_timeout_ms"),
+        ("[server]\nallowed_origins = [\"not an origin\"]", &[], "server.allowed_origins[0]"),
+        ("[upstream]\nkind = \"bogus\"", &[], "upstream.kind"),
+        ("[upstream]\nkind = \"openai\"", &[], "upstream.api_key"),
+        ("[upstream]\nkind = \"openai\"\napi_key = \"k\"\nurl = \"http://x\"", &[], "upstream.url"),
+        ("[upstream]\nkind = \"azure\"\napi_key = \"k\"\nurl = \"wss://x\"\ndeployment = \"d\"", &[], "upstream.deployment"),
+        ("[upstream]\nconnect_timeout_ms = 0", &[], "upstream.connect_timeout_ms"),
+        ("[upstream]\nprotocol = \"v2\"", &[], "upstream.protocol"),
+        ("[auth]\nmode = \"jwt\"", &[], "auth.mode"),
+        ("[auth]\nmode = \"ticket\"\njwt_secret = \"0123456789abcdef0123456789abcdef\"", &[], "auth.admin_token"),
+        ("[auth]\nmode = \"jwt\"\njwt_secret = \"short\"", &[], "auth.jwt_secret"),
+        ("[auth]\nadmin_token = \"short\"", &[], "auth.admin_token"),
+        ("[auth]\njwt_secret = \"0123456789abcdef0123456789abcdef\"\njwt_public_key_pem = \"x\"", &[], "auth.jwt_public_key_pem"),
+        ("[server]\nlisten = \"0.0.0.0:8080\"", &[], "auth.mode"),
+        ("[audit]\npath = \"\"", &[], "audit.path"),
+        ("[redis]\nurl = \"http://x\"", &[], "redis.url"),
+        ("[telemetry]\notlp_endpoint = \"nope\"", &[], "telemetry.otlp_endpoint"),
+        ("[telemetry]\notlp_protocol = \"udp\"", &[], "telemetry.otlp_protocol"),
+        ("[tools]\nconfirmation_timeout_ms = 5", &[], "tools.confirmation_timeout_ms"),
+        ("[tools.no_such_tool]\nenabled = true", &[], "tools.no_such_tool"),
+        ("[tools.search_pubmed]\ntimeout_ms = 0", &[], "tools.search_pubmed.timeout_ms"),
+        ("[tools.search_pubmed]\nrate_limit_per_minute = 0", &[], "tools.search_pubmed.rate_limit_per_minute"),
+        ("[tools.search_pubmed]\nbogus = 1", &[], "tools.search_pubmed.bogus"),
+        ("[tools.create_calendar_event]\nrequires_confirmation = false", &[], "tools.create_calendar_event.requires_confirmation"),
+        ("[backends.calendar]\nkind = \"caldav\"", &[], "backends.calendar.url"),
+        ("[backends.calendar]\ntimezone = \"Mars/Olympus\"", &[], "backends.calendar.timezone"),
+        ("[backends.pubmed]\nbase_url = \"ftp://x\"", &[], "backends.pubmed.base_url"),
+        ("", &[("VOXGATE_SERVER__MAX_SESSIONS", "many")], "server.max_sessions"),
+    ];
+    for (text, vars, key) in cases {
+        assert_eq!(&key_of(text, vars), key, "config {text:?} {vars:?}");
+    }
+}
+
+#[test]
+fn public_listen_with_auth_none_needs_the_explicit_switch() {
+    let config = load_toml(
+        "[server]\nlisten = \"0.0.0.0:8080\"\nallow_unauthenticated_public = true\n",
+        &[],
+    )
+    .unwrap();
+    assert!(config.server.allow_unauthenticated_public);
+}
+
+#[test]
+fn unreadable_file_and_bad_toml_are_refused() {
+    let err = Config::load(Some(Path::new("/nonexistent/voxgate.toml")), &env(&[])).unwrap_err();
+    assert_eq!(err.key, "--config");
+    assert_eq!(load_toml("[server", &[]).unwrap_err().key, "--config");
+}

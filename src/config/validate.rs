@@ -1,0 +1,163 @@
+//! Cross-field checks run after parsing. Every error names the dotted key and the reason.
+
+use super::{AuthMode, CalendarKind, Config, ConfigError, UpstreamKind};
+use crate::tools::KNOWN_TOOLS;
+
+/// Reject a configuration that cannot work, before anything starts serving.
+pub fn validate(config: &Config) -> Result<(), ConfigError> {
+    let server = &config.server;
+    if server.max_frame_bytes < 1024 || server.max_frame_bytes > 256 * 1024 * 1024 {
+        return Err(ConfigError::new("server.max_frame_bytes", "must be between 1 KiB and 256 MiB"));
+    }
+    if server.max_sessions == 0 {
+        return Err(ConfigError::new("server.max_sessions", "must be at least 1"));
+    }
+    if server.max_sessions_per_user == 0 {
+        return Err(ConfigError::new("server.max_sessions_per_user", "must be at least 1"));
+    }
+    if server.client_send_timeout_ms == 0 {
+        return Err(ConfigError::new("server.client_send_timeout_ms", "must be at least 1"));
+    }
+    for (i, origin) in server.allowed_origins.iter().enumerate() {
+        let ok = origin == "null" || url::Url::parse(origin).is_ok_and(|u| u.host().is_some());
+        if !ok {
+            return Err(ConfigError::new(
+                format!("server.allowed_origins[{i}]"),
+                "must be an origin such as https://app.example.org",
+            ));
+        }
+    }
+
+    let upstream = &config.upstream;
+    let kind = upstream.effective_kind();
+    if kind != UpstreamKind::Simulated {
+        let parsed = url::Url::parse(&upstream.url)
+            .map_err(|e| ConfigError::new("upstream.url", format!("not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "ws" | "wss") {
+            return Err(ConfigError::new("upstream.url", "scheme must be ws:// or wss://"));
+        }
+        if upstream.api_key.is_none() {
+            return Err(ConfigError::new(
+                "upstream.api_key",
+                format!("required for upstream.kind = \"{}\" (or set OPENAI_API_KEY)", kind_name(kind)),
+            ));
+        }
+        if upstream.deployment.is_some() != upstream.api_version.is_some() {
+            return Err(ConfigError::new(
+                "upstream.deployment",
+                "the Azure preview form needs both upstream.deployment and upstream.api_version",
+            ));
+        }
+    }
+    if upstream.model.is_empty() && upstream.deployment.is_none() {
+        return Err(ConfigError::new("upstream.model", "must not be empty"));
+    }
+    if upstream.connect_timeout_ms == 0 {
+        return Err(ConfigError::new("upstream.connect_timeout_ms", "must be at least 1"));
+    }
+
+    let auth = &config.auth;
+    if auth.mode != AuthMode::None
+        && auth.jwt_secret.is_none()
+        && auth.jwt_public_key_pem.is_none()
+        && auth.admin_token.is_none()
+    {
+        return Err(ConfigError::new(
+            "auth.mode",
+            "needs auth.jwt_secret, auth.jwt_public_key_pem or (for tickets) auth.admin_token",
+        ));
+    }
+    if auth.mode == AuthMode::Ticket && auth.admin_token.is_none() {
+        return Err(ConfigError::new("auth.admin_token", "required for auth.mode = \"ticket\""));
+    }
+    if auth.jwt_secret.is_some() && auth.jwt_public_key_pem.is_some() {
+        return Err(ConfigError::new(
+            "auth.jwt_public_key_pem",
+            "set either auth.jwt_secret or auth.jwt_public_key_pem, not both",
+        ));
+    }
+    if let Some(secret) = &auth.jwt_secret {
+        if secret.expose().len() < 32 {
+            return Err(ConfigError::new("auth.jwt_secret", "must be at least 32 bytes"));
+        }
+    }
+    if let Some(token) = &auth.admin_token {
+        if token.expose().len() < 16 {
+            return Err(ConfigError::new("auth.admin_token", "must be at least 16 characters"));
+        }
+    }
+    if auth.mode == AuthMode::None
+        && !server.listen.ip().is_loopback()
+        && !server.allow_unauthenticated_public
+    {
+        return Err(ConfigError::new(
+            "auth.mode",
+            "\"none\" on a non-loopback address needs server.allow_unauthenticated_public = true",
+        ));
+    }
+
+    if config.audit.path.as_os_str().is_empty() {
+        return Err(ConfigError::new("audit.path", "must not be empty"));
+    }
+    if let Some(url) = &config.redis.url {
+        let ok = url::Url::parse(url.expose())
+            .is_ok_and(|u| matches!(u.scheme(), "redis" | "rediss" | "redis+unix" | "unix"));
+        if !ok {
+            return Err(ConfigError::new("redis.url", "must be a redis:// or rediss:// URL"));
+        }
+    }
+    if let Some(endpoint) = &config.telemetry.otlp_endpoint {
+        let ok = url::Url::parse(endpoint).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+        if !ok {
+            return Err(ConfigError::new("telemetry.otlp_endpoint", "must be an http(s) URL"));
+        }
+    }
+
+    if config.tools.confirmation_timeout_ms < 1_000 {
+        return Err(ConfigError::new("tools.confirmation_timeout_ms", "must be at least 1000"));
+    }
+    for (name, over) in &config.tools.per_tool {
+        if !KNOWN_TOOLS.contains(&name.as_str()) {
+            return Err(ConfigError::new(
+                format!("tools.{name}"),
+                format!("unknown tool; known tools: {}", KNOWN_TOOLS.join(", ")),
+            ));
+        }
+        if over.timeout_ms == Some(0) {
+            return Err(ConfigError::new(format!("tools.{name}.timeout_ms"), "must be at least 1"));
+        }
+        if over.rate_limit_per_minute == Some(0) {
+            return Err(ConfigError::new(
+                format!("tools.{name}.rate_limit_per_minute"),
+                "must be at least 1 (disable the tool with enabled = false)",
+            ));
+        }
+        if over.requires_confirmation == Some(false) && crate::tools::changes_data(name) {
+            return Err(ConfigError::new(
+                format!("tools.{name}.requires_confirmation"),
+                "cannot be turned off for a tool that changes data",
+            ));
+        }
+    }
+
+    let calendar = &config.backends.calendar;
+    if calendar.kind == CalendarKind::Caldav && calendar.url.is_none() {
+        return Err(ConfigError::new("backends.calendar.url", "required for kind = \"caldav\""));
+    }
+    if calendar.timezone.parse::<chrono_tz::Tz>().is_err() {
+        return Err(ConfigError::new("backends.calendar.timezone", "not an IANA time zone name"));
+    }
+    let pubmed = url::Url::parse(&config.backends.pubmed.base_url);
+    if !pubmed.is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+        return Err(ConfigError::new("backends.pubmed.base_url", "must be an http(s) URL"));
+    }
+    Ok(())
+}
+
+fn kind_name(kind: UpstreamKind) -> &'static str {
+    match kind {
+        UpstreamKind::Openai => "openai",
+        UpstreamKind::Azure => "azure",
+        UpstreamKind::Simulated => "simulated",
+    }
+}

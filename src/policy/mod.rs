@@ -1,0 +1,16 @@
+//! Who may do what: the authenticated [`Principal`], role permissions, PHI rules, rate limits and
+//! which calls need the user's confirmation.
+
+/// An authenticated user of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The subject (user id). Never logged raw: logs and audit carry a keyed hash.
+    pub sub: String,
+    pub roles: Vec<String>,
+}
+
+impl Principal {
+    pub fn new(sub: impl Into<String>, roles: Vec<String>) -> Self {
+        Self { sub: sub.into(), roles }
+    }
+}

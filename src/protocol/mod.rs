@@ -1,0 +1,1 @@
+//! Frame classification: pass through untouched, or inspect (peek at `type` only).

@@ -1,0 +1,1 @@
+//! The client-facing HTTP and WebSocket endpoints.

@@ -1,0 +1,1 @@
+//! The per-session bridge task and its tool-call state machine.

@@ -1,0 +1,1 @@
+//! The process-wide drain signal.

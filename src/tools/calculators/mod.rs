@@ -1,0 +1,1 @@
+//! `calculate_medical_score`: the medical calculators of CALCULATORS.md.

@@ -1,0 +1,195 @@
+//! Server-owned tools: the [`Tool`] trait every tool implements, the policy each one declares
+//! ([`ToolSpec`]), what a call returns ([`ToolOutput`]) and how it fails ([`ToolError`]).
+//!
+//! A tool never touches a socket: the session runs it in its own task under its timeout, with owned
+//! arguments (already validated against [`ToolSpec::parameters`]) and a [`CallContext`]. One file or
+//! folder per tool family; [`registry`] turns the enabled ones into the session's catalogue.
+
+pub mod calculators;
+pub mod calendar;
+pub mod registry;
+pub mod schema;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::policy::Principal;
+
+/// Every tool name voxgate knows, enabled or not (config keys `tools.<name>` are checked against it).
+pub const KNOWN_TOOLS: &[&str] = &[
+    "get_calendar_events",
+    "create_calendar_event",
+    "search_nextcloud_files",
+    "retrieve_nextcloud_file",
+    "search_openevidence",
+    "search_pubmed",
+    "calculate_medical_score",
+    "search_medical_guidelines",
+    "generate_differential_diagnosis",
+    "web_search_medical",
+];
+
+/// Tools that change data: confirmation can never be turned off for them.
+pub fn changes_data(name: &str) -> bool {
+    matches!(name, "create_calendar_event")
+}
+
+/// The default timeout of a tool call (TOOLS.md).
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Calendar,
+    File,
+    Medical,
+    Calculation,
+    Search,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+}
+
+/// What a tool declares about itself. Config may tighten the policy parts (see `registry`).
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    /// Shown to the model: what the tool does and when to use it.
+    pub description: String,
+    /// JSON Schema (draft 2020-12) of the arguments: every string, number and list bounded,
+    /// `additionalProperties: false`. Sent to the model and compiled once for validation.
+    pub parameters: Value,
+    pub category: Category,
+    /// The tool reads or returns patient data: its arguments are never written to the audit log and
+    /// its results taint the session for outbound PHI screening.
+    pub phi: bool,
+    pub risk: Risk,
+    pub requires_confirmation: bool,
+    /// The tool sends text to a third party; its outbound text is screened for PHI.
+    pub third_party: bool,
+    pub rate_limit_per_minute: u32,
+    pub timeout: Duration,
+}
+
+/// Who is calling, from which session: everything a tool may know about the call besides its
+/// arguments.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    pub session_id: String,
+    pub call_id: String,
+    pub principal: Principal,
+}
+
+/// A citation shown to the user with the tool's result.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct Citation {
+    pub title: String,
+    pub url: String,
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pmid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doi: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_level: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+}
+
+/// A successful call: the result object for the model and citations for the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub result: Value,
+    pub citations: Vec<Citation>,
+}
+
+impl ToolOutput {
+    pub fn new(result: Value) -> Self {
+        Self { result, citations: Vec::new() }
+    }
+}
+
+/// Why a call failed. `Display` and [`ToolError::public_message`] never carry argument values,
+/// backend bodies, hostnames, file paths or keys: they reach the model and the client.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ToolError {
+    #[error("no such tool")]
+    UnknownTool,
+    /// The message names the field and what was expected, never the value given.
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("permission denied")]
+    PermissionDenied,
+    #[error("rate limited")]
+    RateLimited { retry_after_s: u64 },
+    #[error("blocked: the request looked like it contained patient-identifying details")]
+    PhiBlocked,
+    #[error("the tool did not finish in time")]
+    Timeout,
+    /// The message is public: say what failed in general terms ("the calendar is unreachable").
+    #[error("backend error: {0}")]
+    Backend(String),
+    #[error("internal error")]
+    Internal,
+}
+
+impl ToolError {
+    /// The CONTRACT §4 error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::UnknownTool => "unknown_tool",
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::PermissionDenied => "permission_denied",
+            ToolError::RateLimited { .. } => "rate_limited",
+            ToolError::PhiBlocked => "phi_blocked",
+            ToolError::Timeout => "timeout",
+            ToolError::Backend(_) => "backend_error",
+            ToolError::Internal => "internal_error",
+        }
+    }
+
+    /// A message the model can act on and the user may see.
+    pub fn public_message(&self) -> String {
+        match self {
+            ToolError::UnknownTool => "This tool does not exist in this session.".into(),
+            ToolError::InvalidArguments(msg) => format!("Invalid arguments: {msg}"),
+            ToolError::PermissionDenied => "The user is not allowed to use this tool.".into(),
+            ToolError::RateLimited { retry_after_s } => {
+                format!("Too many calls to this tool; try again in {retry_after_s} seconds.")
+            }
+            ToolError::PhiBlocked => "The request was blocked because it appears to contain \
+                patient-identifying details; ask again without names, dates of birth or other \
+                identifiers."
+                .into(),
+            ToolError::Timeout => "The tool did not finish in time.".into(),
+            ToolError::Backend(msg) => msg.clone(),
+            ToolError::Internal => "The tool failed unexpectedly.".into(),
+        }
+    }
+}
+
+/// A server-owned tool.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> &ToolSpec;
+
+    /// The sentence shown to the user when the call needs confirmation, from validated arguments.
+    fn confirmation_prompt(&self, _args: &Value) -> String {
+        format!("I'd like to use the tool {}. Should I proceed?", self.spec().name)
+    }
+
+    /// The text this call would send to a third party, for PHI screening; `None` when nothing leaves.
+    fn outbound_text(&self, _args: &Value) -> Option<String> {
+        None
+    }
+
+    /// Run the call. Arguments have been validated against the spec's schema.
+    async fn call(&self, args: Value, ctx: CallContext) -> Result<ToolOutput, ToolError>;
+}

@@ -1,0 +1,1 @@
+//! The enabled tools with compiled schemas and effective policy.

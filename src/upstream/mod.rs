@@ -1,0 +1,1 @@
+//! Connecting to the realtime server, or the simulated model.
