@@ -1,1 +1,66 @@
-//! The process-wide drain signal.
+//! The process-wide drain: a root [`CancellationToken`] every session's token descends from, a
+//! [`TaskTracker`] that knows when the last session has ended (axum's upgraded sockets are detached
+//! tasks its own graceful shutdown does not wait for), and the "draining" flag `/readyz` reports.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[derive(Clone, Default)]
+pub struct Shutdown {
+    token: CancellationToken,
+    tracker: TaskTracker,
+    draining: Arc<AtomicBool>,
+}
+
+impl Shutdown {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The root token; sessions take `child_token()`s.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Sessions are spawned here so the drain can wait for them.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Stop admitting sessions and tell every open one to close.
+    pub fn begin(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+        self.tracker.close();
+        self.token.cancel();
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -6,6 +6,7 @@
 //! and they are never serialised back out.
 
 mod env;
+mod summary;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use env::{EnvSource, ProcessEnv};
+pub use summary::summary;
 pub use validate::validate;
 
 /// A secret string (API key, password, token). Debug and Display print a placeholder.

@@ -109,3 +109,18 @@ fn unreadable_file_and_bad_toml_are_refused() {
     assert_eq!(err.key, "--config");
     assert_eq!(load_toml("[server", &[]).unwrap_err().key, "--config");
 }
+
+#[test]
+fn summary_never_prints_secrets() {
+    let config = load_toml(
+        "[upstream]\napi_key = \"sk-live-SECRET1\"\n[auth]\nadmin_token = \"admin-SECRET2-0123456789\"\n",
+        &[("VOXGATE_REDIS__URL", "redis://:SECRET3@127.0.0.1:6379")],
+    )
+    .unwrap();
+    let text = summary(&config);
+    assert!(text.contains("upstream.api_key = (set)"), "{text}");
+    assert!(text.contains("redis.url = (set)"), "{text}");
+    for secret in ["SECRET1", "SECRET2", "SECRET3"] {
+        assert!(!text.contains(secret), "{text}");
+    }
+}

@@ -1,6 +1,10 @@
 //! Who may do what: the authenticated [`Principal`], role permissions, PHI rules, rate limits and
 //! which calls need the user's confirmation.
 
+pub mod auth;
+pub mod phi;
+pub mod rate_limit;
+
 /// An authenticated user of a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {

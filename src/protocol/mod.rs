@@ -1,1 +1,119 @@
-//! Frame classification: pass through untouched, or inspect (peek at `type` only).
+//! Reading frames without owning them: voxgate classifies every frame by peeking at its top-level
+//! `type`, and parses further only the few events it acts on. Everything else — audio above all —
+//! is forwarded as the very same bytes.
+//!
+//! - [`client`]: the client events voxgate reads (`session.update`, `conversation.item.create`,
+//!   `voxgate.tool_call.confirm`).
+//! - [`server`]: the upstream events voxgate reads (response lifecycle, speech, function-call items).
+//! - [`voxgate`]: the `voxgate.*` events voxgate emits and the standard `error` event.
+
+pub mod client;
+pub mod server;
+pub mod voxgate;
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+/// Why a frame could not be classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("the frame is not valid JSON")]
+    NotJson,
+    #[error("the frame has no string `type` field")]
+    MissingType,
+}
+
+impl FrameError {
+    /// The `voxgate_*` code sent in the client's `error` event.
+    pub fn code(self) -> &'static str {
+        match self {
+            FrameError::NotJson => "voxgate_invalid_json",
+            FrameError::MissingType => "voxgate_missing_type",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TypeOnly<'a> {
+    #[serde(borrow, rename = "type", default)]
+    kind: Option<StrOrOther<'a>>,
+    #[serde(borrow, default)]
+    event_id: Option<StrOrOther<'a>>,
+}
+
+/// A field that should be a string; anything else is kept apart instead of failing the frame.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StrOrOther<'a> {
+    Str(#[serde(borrow)] Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
+}
+
+impl<'a> StrOrOther<'a> {
+    fn into_str(self) -> Option<Cow<'a, str>> {
+        match self {
+            StrOrOther::Str(s) => Some(s),
+            StrOrOther::Other(_) => None,
+        }
+    }
+}
+
+/// The `type` (and `event_id`, when present) of a frame, validating that the whole frame is JSON.
+/// Other fields are skipped without being built into values.
+pub fn peek_checked(bytes: &[u8]) -> Result<(Cow<'_, str>, Option<Cow<'_, str>>), FrameError> {
+    let peek: TypeOnly<'_> = serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)?;
+    let event_id = peek.event_id.and_then(StrOrOther::into_str);
+    match peek.kind.and_then(StrOrOther::into_str) {
+        Some(kind) if !kind.is_empty() => Ok((kind, event_id)),
+        _ => Err(FrameError::MissingType),
+    }
+}
+
+/// The `type` of a frame from a trusted peer, as cheaply as possible: realtime servers put `type`
+/// first, so the common case reads a few dozen bytes and never scans the (large) audio payload.
+/// Falls back to a full parse for any other layout.
+pub fn peek_type(bytes: &[u8]) -> Result<Cow<'_, str>, FrameError> {
+    const PREFIX: &[u8] = b"{\"type\":\"";
+    if let Some(rest) = bytes.strip_prefix(PREFIX) {
+        // Event type names never contain escapes; a quote ends the value.
+        if let Some(end) = rest.iter().take(128).position(|&b| b == b'"' || b == b'\\') {
+            if rest[end] == b'"' {
+                if let Ok(kind) = std::str::from_utf8(&rest[..end]) {
+                    return Ok(Cow::Borrowed(kind));
+                }
+            }
+        }
+    }
+    peek_checked(bytes).map(|(kind, _)| kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_path_reads_only_the_prefix() {
+        let frame = br#"{"type":"response.output_audio.delta","delta":"AAAA"#; // truncated on purpose
+        assert_eq!(peek_type(frame).unwrap(), "response.output_audio.delta");
+    }
+
+    #[test]
+    fn other_layouts_fall_back_to_a_real_parse() {
+        let frame = br#"{"event_id":"e1","item":{"type":"message"},"type":"conversation.item.create"}"#;
+        assert_eq!(peek_type(frame).unwrap(), "conversation.item.create");
+        let spaced = br#"{ "type" : "session.update" }"#;
+        assert_eq!(peek_type(spaced).unwrap(), "session.update");
+    }
+
+    #[test]
+    fn checked_peek_rejects_broken_frames() {
+        assert_eq!(peek_checked(b"not json").unwrap_err(), FrameError::NotJson);
+        assert_eq!(peek_checked(br#"{"type":"x","audio":"AAA"#).unwrap_err(), FrameError::NotJson);
+        assert_eq!(peek_checked(br#"{"audio":"AAA"}"#).unwrap_err(), FrameError::MissingType);
+        assert_eq!(peek_checked(br#"{"type":5}"#).unwrap_err(), FrameError::MissingType);
+        assert_eq!(peek_checked(b"[1,2]").unwrap_err(), FrameError::MissingType);
+        let (kind, id) = peek_checked(br#"{"type":"a.b","event_id":"c1","x":[1,{"type":"z"}]}"#).unwrap();
+        assert_eq!((kind.as_ref(), id.as_deref()), ("a.b", Some("c1")));
+    }
+}

@@ -1,1 +1,1 @@
-//! The client-facing HTTP and WebSocket endpoints.
+//! The client-facing HTTP and WebSocket endpoints (being wired).

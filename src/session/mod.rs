@@ -1,1 +1,129 @@
-//! The per-session bridge task and its tool-call state machine.
+//! A session: one task that owns everything about one browser ⇄ model conversation.
+//!
+//! [`run`] bridges a client WebSocket and an upstream connection. It forwards every frame it has no
+//! business with as the same bytes, and owns the server tools: it injects their definitions, hides
+//! their calls from the client, runs them through the [`calls`] state machine, and answers the
+//! model. Its state lives in one task with no locks; shared things arrive in [`SessionDeps`].
+//!
+//! - [`calls`]: the sans-I/O tool-call state machine.
+//! - [`turns`]: when voxgate may send `response.create`.
+//! - [`outbox`]: one writer task per socket behind a bounded channel.
+//! - [`live`]: the registry of live sessions, for admission and the admin API.
+
+mod bridge;
+pub mod calls;
+mod client_frames;
+pub mod live;
+pub mod outbox;
+mod runner;
+pub mod turns;
+mod upstream_frames;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Sink, Stream};
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::AuditHandle;
+use crate::config::{Config, UpstreamProtocol};
+use crate::policy::Principal;
+use crate::policy::rate_limit::RateLimiter;
+use crate::telemetry::metrics::Metrics;
+use crate::tools::registry::ToolRegistry;
+use crate::upstream::UpstreamConn;
+
+/// Session settings taken from the config once.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    pub confirmation_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub client_send_timeout: Duration,
+    pub max_frame_bytes: usize,
+    pub idle_timeout: Option<Duration>,
+    pub ping_interval: Option<Duration>,
+    pub protocol: UpstreamProtocol,
+}
+
+impl SessionSettings {
+    pub fn from_config(config: &Config) -> Self {
+        let nonzero = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
+        Self {
+            confirmation_timeout: Duration::from_millis(config.tools.confirmation_timeout_ms),
+            drain_timeout: Duration::from_millis(config.server.drain_timeout_ms),
+            client_send_timeout: Duration::from_millis(config.server.client_send_timeout_ms),
+            max_frame_bytes: config.server.max_frame_bytes,
+            idle_timeout: nonzero(config.server.idle_timeout_ms),
+            ping_interval: nonzero(config.server.ping_interval_ms),
+            protocol: config.upstream.protocol,
+        }
+    }
+}
+
+/// What every session shares, passed explicitly (cheap clones).
+#[derive(Clone)]
+pub struct SessionDeps {
+    pub registry: Arc<ToolRegistry>,
+    pub audit: AuditHandle,
+    pub metrics: Metrics,
+    pub limiter: Arc<dyn RateLimiter>,
+    pub settings: Arc<SessionSettings>,
+    /// The process-wide drain token (a session's own token is a child of it).
+    pub drain: CancellationToken,
+}
+
+/// Who and what this session is.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub id: String,
+    pub principal: Principal,
+    /// Keyed hash of `principal.sub`: what logs and audit carry.
+    pub user: String,
+    /// The client asked for `voxgate.*` events (and so can confirm calls).
+    pub wants_events: bool,
+    pub model: String,
+}
+
+/// How a session ended (the `outcome` label of `voxgate_sessions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOutcome {
+    ClientClosed,
+    UpstreamClosed,
+    ClientError,
+    UpstreamError,
+    SlowClient,
+    IdleTimeout,
+    Drained,
+    Killed,
+}
+
+impl SessionOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionOutcome::ClientClosed => "client_closed",
+            SessionOutcome::UpstreamClosed => "upstream_closed",
+            SessionOutcome::ClientError => "client_error",
+            SessionOutcome::UpstreamError => "upstream_error",
+            SessionOutcome::SlowClient => "slow_client",
+            SessionOutcome::IdleTimeout => "idle_timeout",
+            SessionOutcome::Drained => "drained",
+            SessionOutcome::Killed => "killed",
+        }
+    }
+}
+
+/// Run a session to its end. `cancel` is this session's token: cancelled by the process drain or by
+/// an administrator.
+pub async fn run<C>(
+    info: SessionInfo,
+    client: C,
+    upstream: UpstreamConn,
+    deps: SessionDeps,
+    cancel: CancellationToken,
+) -> SessionOutcome
+where
+    C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
+{
+    bridge::Bridge::run(info, client, upstream, deps, cancel).await
+}

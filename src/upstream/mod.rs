@@ -1,1 +1,104 @@
-//! Connecting to the realtime server, or the simulated model.
+//! The upstream side of a session: a WebSocket to an OpenAI Realtime-compatible server, or to the
+//! built-in simulated model. Either way the session sees the same thing, a [`UpstreamConn`].
+//!
+//! - [`openai`]: URL, headers and GA/beta/Azure differences of real servers.
+//! - [`simulated`]: the in-process model used when no API key is configured.
+
+pub mod openai;
+pub mod simulated;
+
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::{Sink, Stream, StreamExt};
+use tokio_tungstenite::tungstenite::{self, Message, protocol::WebSocketConfig};
+
+use crate::config::{UpstreamConfig, UpstreamKind};
+
+pub type UpstreamSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
+pub type UpstreamStream = Pin<Box<dyn Stream<Item = Result<Message, tungstenite::Error>> + Send>>;
+
+/// An open upstream WebSocket, split.
+pub struct UpstreamConn {
+    pub sink: UpstreamSink,
+    pub stream: UpstreamStream,
+    /// How long the connection took.
+    pub connect_time: Duration,
+}
+
+/// Why the upstream could not be reached. `Display` is public text: it never holds the key, the
+/// upstream's body or its address.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("the realtime service refused the connection (HTTP {status})")]
+    Refused { status: u16 },
+    #[error("the realtime service did not answer in time")]
+    Timeout,
+    #[error("the realtime service could not be reached")]
+    Unreachable(#[source] tungstenite::Error),
+    #[error("the upstream configuration is not usable")]
+    BadRequest(String),
+}
+
+impl UpstreamError {
+    /// A short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            UpstreamError::Refused { status } if *status == 401 || *status == 403 => "unauthorized",
+            UpstreamError::Refused { status } if *status == 404 => "not_found",
+            UpstreamError::Refused { status } if *status == 429 => "rate_limited",
+            UpstreamError::Refused { status } if *status >= 500 => "server_error",
+            UpstreamError::Refused { .. } => "refused",
+            UpstreamError::Timeout => "timeout",
+            UpstreamError::Unreachable(_) => "unreachable",
+            UpstreamError::BadRequest(_) => "bad_request",
+        }
+    }
+}
+
+/// WebSocket settings for upstream sockets: large frames allowed (`session.updated` and
+/// `conversation.item.retrieved` can be big) but small write buffers, so idle sessions stay cheap.
+pub fn ws_config(max_frame_bytes: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(16 * 1024)
+        .write_buffer_size(0)
+        .max_write_buffer_size(max_frame_bytes.saturating_mul(2))
+        .max_message_size(Some(max_frame_bytes))
+        .max_frame_size(Some(max_frame_bytes))
+}
+
+/// Open the upstream for one session. `model` is the client's `model` query parameter, if any.
+pub async fn connect(config: &UpstreamConfig, model: Option<&str>) -> Result<UpstreamConn, UpstreamError> {
+    let started = Instant::now();
+    let timeout = Duration::from_millis(config.connect_timeout_ms);
+    let model = model.filter(|m| !m.is_empty()).unwrap_or(&config.model);
+    match config.effective_kind() {
+        UpstreamKind::Simulated => {
+            let options = simulated::SimulatedOptions { model: model.to_string(), ..Default::default() };
+            let socket = tokio::time::timeout(timeout, simulated::connect(options))
+                .await
+                .map_err(|_| UpstreamError::Timeout)?
+                .map_err(UpstreamError::Unreachable)?;
+            let (sink, stream) = socket.split();
+            Ok(UpstreamConn { sink: Box::pin(sink), stream: Box::pin(stream), connect_time: started.elapsed() })
+        }
+        UpstreamKind::Openai | UpstreamKind::Azure => {
+            let request = openai::build_request(config, model)?;
+            let connecting = tokio_tungstenite::connect_async_with_config(
+                request,
+                Some(ws_config(config.max_frame_bytes)),
+                true,
+            );
+            let (socket, _response) = match tokio::time::timeout(timeout, connecting).await {
+                Err(_) => return Err(UpstreamError::Timeout),
+                Ok(Err(tungstenite::Error::Http(response))) => {
+                    return Err(UpstreamError::Refused { status: response.status().as_u16() });
+                }
+                Ok(Err(err)) => return Err(UpstreamError::Unreachable(err)),
+                Ok(Ok(ok)) => ok,
+            };
+            let (sink, stream) = socket.split();
+            Ok(UpstreamConn { sink: Box::pin(sink), stream: Box::pin(stream), connect_time: started.elapsed() })
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The effective settings as `check-config` prints them: every secret shown only as set or unset.
+
+use std::fmt::Write;
+
+use super::{Config, Secret};
+
+fn secret(value: &Option<Secret>) -> &'static str {
+    if value.is_some() { "(set)" } else { "(unset)" }
+}
+
+/// One `key = value` line per setting worth checking.
+pub fn summary(config: &Config) -> String {
+    let mut out = String::new();
+    let s = &config.server;
+    let u = &config.upstream;
+    let a = &config.auth;
+    let lines: Vec<(&str, String)> = vec![
+        ("server.listen", s.listen.to_string()),
+        ("server.allowed_origins", format!("{:?}", s.allowed_origins)),
+        ("server.max_frame_bytes", s.max_frame_bytes.to_string()),
+        ("server.max_sessions", s.max_sessions.to_string()),
+        ("server.max_sessions_per_user", s.max_sessions_per_user.to_string()),
+        ("server.drain_timeout_ms", s.drain_timeout_ms.to_string()),
+        ("upstream.kind", format!("{:?}", u.effective_kind()).to_lowercase()),
+        ("upstream.url", u.url.clone()),
+        ("upstream.api_key", secret(&u.api_key).into()),
+        ("upstream.model", u.model.clone()),
+        ("upstream.protocol", format!("{:?}", u.protocol).to_lowercase()),
+        ("auth.mode", format!("{:?}", a.mode).to_lowercase()),
+        ("auth.jwt_secret", secret(&a.jwt_secret).into()),
+        ("auth.jwt_public_key_pem", if a.jwt_public_key_pem.is_some() { "(set)" } else { "(unset)" }.into()),
+        ("auth.admin_token", secret(&a.admin_token).into()),
+        ("auth.user_hash_key", secret(&a.user_hash_key).into()),
+        ("audit.path", config.audit.path.display().to_string()),
+        ("redis.url", secret(&config.redis.url).into()),
+        ("telemetry.otlp_endpoint", config.telemetry.otlp_endpoint.clone().unwrap_or_else(|| "(unset)".into())),
+        ("tools.confirmation_timeout_ms", config.tools.confirmation_timeout_ms.to_string()),
+        ("backends.calendar.kind", format!("{:?}", config.backends.calendar.kind).to_lowercase()),
+        ("backends.calendar.password", secret(&config.backends.calendar.password).into()),
+        ("backends.files.password", secret(&config.backends.files.password).into()),
+        ("backends.pubmed.api_key", secret(&config.backends.pubmed.api_key).into()),
+    ];
+    for (key, value) in lines {
+        let _ = writeln!(out, "{key} = {value}");
+    }
+    for (name, over) in &config.tools.per_tool {
+        let _ = writeln!(out, "tools.{name} = {over:?}");
+    }
+    out
+}

@@ -1,0 +1,141 @@
+//! Authenticating a session before the WebSocket upgrade: the token comes from
+//! `Authorization: Bearer`, or from a `voxgate-token.` / `openai-insecure-api-key.` subprotocol
+//! (browsers cannot set headers). A token is a JWT (HS256 secret, or RS256/ES256 public key; `exp`,
+//! `nbf`, optional `iss`/`aud`) or, in `ticket` mode, a single-use ticket.
+
+use http::HeaderMap;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use super::Principal;
+use crate::config::{AuthConfig, AuthMode};
+
+/// Subprotocol prefixes that carry a token.
+pub const TOKEN_PROTOCOL_PREFIXES: &[&str] = &["voxgate-token.", "openai-insecure-api-key."];
+
+/// Why a session was not authenticated. `Display` is public and never holds the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("a token is required")]
+    Missing,
+    #[error("the token is not valid")]
+    Invalid,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the ticket has already been used or is unknown")]
+    TicketUsed,
+    #[error("authentication is temporarily unavailable")]
+    Unavailable,
+}
+
+/// The subprotocols a client offered, in order.
+pub fn offered_protocols(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// The token a client presented, from the header or a subprotocol.
+pub fn presented_token(headers: &HeaderMap, protocols: &[String]) -> Option<String> {
+    let bearer = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(|t| t.trim().to_string());
+    bearer.or_else(|| {
+        protocols.iter().find_map(|p| {
+            TOKEN_PROTOCOL_PREFIXES.iter().find_map(|prefix| p.strip_prefix(prefix)).map(str::to_string)
+        })
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(default)]
+    roles: Vec<String>,
+}
+
+/// Verifies JWTs with the configured key.
+pub struct JwtVerifier {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl JwtVerifier {
+    /// `None` when no JWT key is configured.
+    pub fn from_config(config: &AuthConfig) -> Result<Option<Self>, String> {
+        let (key, alg) = if let Some(secret) = &config.jwt_secret {
+            (DecodingKey::from_secret(secret.expose().as_bytes()), Algorithm::HS256)
+        } else if let Some(pem) = &config.jwt_public_key_pem {
+            let pem = pem.as_bytes();
+            match DecodingKey::from_rsa_pem(pem) {
+                Ok(key) => (key, Algorithm::RS256),
+                Err(_) => match DecodingKey::from_ec_pem(pem) {
+                    Ok(key) => (key, Algorithm::ES256),
+                    Err(_) => return Err("auth.jwt_public_key_pem is neither an RSA nor an EC public key".into()),
+                },
+            }
+        } else {
+            return Ok(None);
+        };
+        let mut validation = Validation::new(alg);
+        validation.validate_nbf = true;
+        validation.leeway = 5;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        if let Some(issuer) = &config.jwt_issuer {
+            validation.set_issuer(&[issuer]);
+        }
+        match &config.jwt_audience {
+            Some(audience) => validation.set_audience(&[audience]),
+            None => validation.validate_aud = false,
+        }
+        Ok(Some(Self { key, validation }))
+    }
+
+    pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        match jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation) {
+            Ok(data) if !data.claims.sub.is_empty() => Ok(Principal::new(data.claims.sub, data.claims.roles)),
+            Ok(_) => Err(AuthError::Invalid),
+            Err(err) => match err.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => Err(AuthError::Expired),
+                _ => Err(AuthError::Invalid),
+            },
+        }
+    }
+}
+
+/// The anonymous principal of `auth.mode = "none"`.
+pub fn anonymous(config: &AuthConfig) -> Principal {
+    Principal::new("anonymous", config.anonymous_roles.clone())
+}
+
+/// Does this mode accept JWTs?
+pub fn accepts_jwt(mode: AuthMode) -> bool {
+    matches!(mode, AuthMode::Jwt | AuthMode::Ticket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn token_from_header_or_subprotocol() {
+        let mut headers = HeaderMap::new();
+        headers.insert("sec-websocket-protocol", HeaderValue::from_static("realtime, voxgate-token.abc"));
+        let protocols = offered_protocols(&headers);
+        assert_eq!(protocols, vec!["realtime", "voxgate-token.abc"]);
+        assert_eq!(presented_token(&headers, &protocols).as_deref(), Some("abc"));
+        headers.insert("authorization", HeaderValue::from_static("Bearer xyz"));
+        assert_eq!(presented_token(&headers, &protocols).as_deref(), Some("xyz"));
+        let openai = vec!["realtime".to_string(), "openai-insecure-api-key.k1".to_string()];
+        assert_eq!(presented_token(&HeaderMap::new(), &openai).as_deref(), Some("k1"));
+        assert_eq!(presented_token(&HeaderMap::new(), &[]), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! The events voxgate itself sends: `voxgate.*` activity events for clients that asked for them,
+//! the standard realtime `error` event, and the frames voxgate sends the model.
+//!
+//! Every event voxgate originates carries an `event_id` starting with [`EVENT_ID_PREFIX`], so an
+//! upstream `error` answering one of them is recognised as voxgate's own business.
+
+use serde_json::{Value, json};
+
+use crate::tools::Citation;
+
+/// Prefix of the `event_id` of every event voxgate creates.
+pub const EVENT_ID_PREFIX: &str = "voxgate_";
+
+/// A fresh event id for an event voxgate sends.
+pub fn event_id() -> String {
+    format!("{EVENT_ID_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Client error codes voxgate emits in the standard `error` event.
+pub mod codes {
+    pub const INVALID_JSON: &str = "voxgate_invalid_json";
+    pub const MISSING_TYPE: &str = "voxgate_missing_type";
+    pub const FRAME_TOO_LARGE: &str = "voxgate_frame_too_large";
+    pub const BINARY_FRAME: &str = "voxgate_binary_frame";
+    pub const UNKNOWN_EVENT: &str = "voxgate_unknown_event";
+    pub const INVALID_EVENT: &str = "voxgate_invalid_event";
+    pub const NOT_AWAITING_CONFIRMATION: &str = "voxgate_not_awaiting_confirmation";
+    pub const EVENTS_NOT_ENABLED: &str = "voxgate_events_not_enabled";
+    pub const SERVER_TOOL_NAME: &str = "voxgate_server_tool_name";
+    pub const SERVER_CALL: &str = "voxgate_server_call";
+    pub const UPSTREAM_UNAVAILABLE: &str = "voxgate_upstream_unavailable";
+    pub const SLOW_CLIENT: &str = "voxgate_slow_client";
+}
+
+/// The standard realtime `error` event (CONTRACT §4).
+pub fn error_event(code: &str, message: &str, client_event_id: Option<&str>) -> String {
+    json!({
+        "type": "error",
+        "event_id": event_id(),
+        "error": {
+            "type": "invalid_request_error",
+            "code": code,
+            "message": message,
+            "param": null,
+            "event_id": client_event_id,
+        }
+    })
+    .to_string()
+}
+
+/// One server tool as listed in `voxgate.session.ready`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToolSummary {
+    pub name: &'static str,
+    pub category: crate::tools::Category,
+    pub requires_confirmation: bool,
+}
+
+pub fn session_ready(session_id: &str, tools: &[ToolSummary]) -> String {
+    json!({"type": "voxgate.session.ready", "session_id": session_id, "tools": tools}).to_string()
+}
+
+pub fn session_closing(reason: &str) -> String {
+    json!({"type": "voxgate.session.closing", "reason": reason}).to_string()
+}
+
+pub fn confirmation_requested(
+    call_id: &str,
+    name: &str,
+    arguments: &Value,
+    prompt: &str,
+    expires_at_ms: u64,
+) -> String {
+    json!({
+        "type": "voxgate.tool_call.confirmation_requested",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "prompt": prompt,
+        "expires_at_ms": expires_at_ms,
+    })
+    .to_string()
+}
+
+pub fn started(call_id: &str, name: &str) -> String {
+    json!({"type": "voxgate.tool_call.started", "call_id": call_id, "name": name}).to_string()
+}
+
+pub fn completed(call_id: &str, name: &str, duration_ms: u64, citations: &[Citation]) -> String {
+    json!({
+        "type": "voxgate.tool_call.completed",
+        "call_id": call_id,
+        "name": name,
+        "duration_ms": duration_ms,
+        "citations": citations,
+    })
+    .to_string()
+}
+
+pub fn failed(call_id: &str, name: &str, code: &str, message: &str) -> String {
+    json!({
+        "type": "voxgate.tool_call.failed",
+        "call_id": call_id,
+        "name": name,
+        "error": {"code": code, "message": message},
+    })
+    .to_string()
+}
+
+pub fn declined(call_id: &str, name: &str, reason: &str) -> String {
+    json!({"type": "voxgate.tool_call.declined", "call_id": call_id, "name": name, "reason": reason})
+        .to_string()
+}
+
+/// The `function_call_output` item voxgate adds for a server call.
+pub fn function_call_output(call_id: &str, output: &str) -> String {
+    json!({
+        "type": "conversation.item.create",
+        "event_id": event_id(),
+        "item": {"type": "function_call_output", "call_id": call_id, "output": output},
+    })
+    .to_string()
+}
+
+/// The `output` of a failed or declined call, as the model sees it.
+pub fn error_output(code: &str, message: &str) -> String {
+    json!({"error": {"code": code, "message": message}}).to_string()
+}
+
+/// A `response.create` asking the model to answer with the new outputs in context.
+pub fn response_create(event_id: &str) -> String {
+    json!({"type": "response.create", "event_id": event_id}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_event_has_the_standard_shape() {
+        let v: Value = serde_json::from_str(&error_event("voxgate_x", "bad", Some("c1"))).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "voxgate_x");
+        assert_eq!(v["error"]["event_id"], "c1");
+        assert!(v["event_id"].as_str().unwrap().starts_with(EVENT_ID_PREFIX));
+    }
+}

@@ -1,0 +1,27 @@
+//! Liveness, readiness and the Prometheus scrape.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+
+use super::state::AppState;
+
+pub async fn healthz() -> impl IntoResponse {
+    (StatusCode::OK, "ok\n")
+}
+
+/// 503 while draining: load balancers stop sending new sessions before the process goes away.
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.shutdown.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::telemetry::metrics::CONTENT_TYPE)],
+        state.deps.metrics.render(),
+    )
+}

@@ -1,0 +1,197 @@
+//! `GET /v1/realtime`: everything decided before the upgrade (origin, token, subprotocol, session
+//! caps — refusals are HTTP errors, never a socket that closes at once), then the upgrade itself,
+//! the upstream connection, and the session task.
+//!
+//! The upgrade is done here rather than with axum's `WebSocketUpgrade` so the client socket is a
+//! plain tokio-tungstenite stream: the same frame type as the upstream's, so frames pass from one
+//! to the other without conversion or copy.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use futures::SinkExt;
+use tracing::Instrument;
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::config::AuthMode;
+use crate::policy::auth::{self, AuthError};
+use crate::protocol::voxgate::{self as events, codes};
+use crate::session::live::AdmitError;
+use crate::session::{self, SessionInfo};
+use crate::upstream;
+
+/// The subprotocol that asks for `voxgate.*` events.
+pub const EVENTS_PROTOCOL: &str = "voxgate.v1";
+
+pub async fn realtime(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+    mut request: Request,
+) -> Result<Response, ApiError> {
+    let headers = request.headers().clone();
+    if state.shutdown.is_draining() {
+        return Err(ApiError::unavailable("draining", "the server is shutting down"));
+    }
+    let key = websocket_key(&headers)?;
+    check_origin(&state, &headers)?;
+
+    let protocols = auth::offered_protocols(&headers);
+    let token = auth::presented_token(&headers, &protocols);
+    let principal = state.authenticate(token.as_deref()).await.map_err(|err| {
+        state.deps.metrics.http_rejection("unauthorized");
+        ApiError::unauthorized(err.to_string())
+    })?;
+    let wants_events = protocols.iter().any(|p| p == EVENTS_PROTOCOL)
+        || query.get("voxgate_events").is_some_and(|v| v == "1" || v == "true");
+    let selected = if protocols.iter().any(|p| p == "realtime") {
+        Some("realtime")
+    } else if wants_events {
+        Some(EVENTS_PROTOCOL)
+    } else {
+        None
+    };
+    let model = query.get("model").filter(|m| !m.is_empty() && m.len() <= 128).cloned();
+
+    let id = format!("vgs_{}", uuid::Uuid::new_v4().simple());
+    let user = state.hasher.hash(&principal.sub);
+    let cancel = state.shutdown.token().child_token();
+    // In `none` mode every session is the same anonymous user; only the process cap applies.
+    let cap_key = if state.config.auth.mode == AuthMode::None { id.clone() } else { user.clone() };
+    let model_name = model.clone().unwrap_or_else(|| state.config.upstream.model.clone());
+    let admission = state.live.admit(&id, &cap_key, &model_name, cancel.clone()).map_err(|err| {
+        let (status, code) = match err {
+            AdmitError::Full => (StatusCode::SERVICE_UNAVAILABLE, "too_many_sessions"),
+            AdmitError::UserLimit => (StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions"),
+        };
+        state.deps.metrics.http_rejection(code);
+        ApiError::new(status, code, err.to_string())
+    })?;
+
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let info = SessionInfo { id, principal, user, wants_events, model: model_name };
+    let task_state = state.clone();
+    state.shutdown.tracker().spawn(async move {
+        let _admission = admission;
+        let upgraded = match on_upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(err) => {
+                tracing::debug!(error = %err, "client upgrade failed");
+                return;
+            }
+        };
+        let config = client_ws_config(task_state.config.server.max_frame_bytes);
+        let client = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+        serve_session(task_state, info, client, model, cancel).await;
+    });
+
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let out = response.headers_mut();
+    out.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    out.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    let accept = HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
+        .map_err(|_| ApiError::bad_request("bad_handshake", "invalid Sec-WebSocket-Key"))?;
+    out.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    // Never echo a token-bearing subprotocol.
+    if let Some(protocol) = selected {
+        out.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
+    }
+    Ok(response)
+}
+
+/// Connect the upstream, then run the session; an upstream that refuses is reported to the client.
+async fn serve_session<S>(
+    state: AppState,
+    info: SessionInfo,
+    mut client: WebSocketStream<S>,
+    model: Option<String>,
+    cancel: tokio_util::sync::CancellationToken,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let metrics = state.deps.metrics.clone();
+    let started = Instant::now();
+    let span = crate::telemetry::upstream_connect_span(state.upstream_kind_name());
+    let connect = upstream::connect(&state.config.upstream, model.as_deref()).instrument(span);
+    let upstream = match connect.await {
+        Ok(upstream) => {
+            metrics.upstream_connected(started.elapsed());
+            upstream
+        }
+        Err(err) => {
+            metrics.upstream_connect_failed(err.reason());
+            tracing::warn!(session.id = %info.id, reason = err.reason(), "upstream connection failed");
+            let message = format!("{err}. Try again later.");
+            let _ = client.send(Message::text(events::error_event(codes::UPSTREAM_UNAVAILABLE, &message, None))).await;
+            let frame = CloseFrame { code: CloseCode::Again, reason: "realtime service unavailable".into() };
+            let _ = client.close(Some(frame)).await;
+            metrics.session_ended("upstream_error");
+            return;
+        }
+    };
+    metrics.session_started();
+    let outcome = session::run(info, client, upstream, state.deps.clone(), cancel).await;
+    metrics.session_ended(outcome.as_str());
+}
+
+/// Client sockets: frames up to twice `server.max_frame_bytes` are read whole so that an oversize
+/// one can be refused with an `error` event while the session goes on; small buffers keep idle
+/// sessions cheap.
+fn client_ws_config(max_frame_bytes: usize) -> WebSocketConfig {
+    let hard_limit = max_frame_bytes.saturating_mul(2);
+    WebSocketConfig::default()
+        .read_buffer_size(8 * 1024)
+        .write_buffer_size(0)
+        .max_write_buffer_size(64 * 1024 * 1024)
+        .max_message_size(Some(hard_limit))
+        .max_frame_size(Some(hard_limit))
+}
+
+fn websocket_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    let has_token = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+            v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token))
+        })
+    };
+    if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
+        return Err(ApiError::new(StatusCode::UPGRADE_REQUIRED, "upgrade_required", "this endpoint needs a WebSocket upgrade"));
+    }
+    if headers.get(header::SEC_WEBSOCKET_VERSION).and_then(|v| v.to_str().ok()) != Some("13") {
+        return Err(ApiError::bad_request("bad_handshake", "Sec-WebSocket-Version must be 13"));
+    }
+    headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::bad_request("bad_handshake", "Sec-WebSocket-Key is missing"))
+}
+
+fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let allowed = &state.config.server.allowed_origins;
+    if allowed.is_empty() {
+        return Ok(());
+    }
+    // Non-browser clients send no Origin; the allow-list is about browsers.
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return Ok(()) };
+    if allowed.iter().any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(origin)) {
+        Ok(())
+    } else {
+        state.deps.metrics.http_rejection("bad_origin");
+        Err(ApiError::forbidden("origin_not_allowed", "this origin may not open sessions"))
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> Self {
+        ApiError::unauthorized(err.to_string())
+    }
+}

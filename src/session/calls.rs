@@ -1,0 +1,392 @@
+//! The tool-call state machine of one session, without I/O.
+//!
+//! ```text
+//! accepted ─► validated ─► policy ─┬─────────────────────────────► running ─► completed | failed
+//!     │           │           │    └► awaiting_confirmation ─┬► approved ─┘
+//!     └───────────┴───────────┴─► failed                      └► declined | expired ─► declined
+//! ```
+//! Every transition returns [`Action`]s for the session loop to perform. A call's terminal
+//! transition emits its one `call_finished` audit record and nothing else; only when that record
+//! is flushed ([`CallTable::on_audited`]) do the model's `function_call_output` and the client's
+//! terminal event go out. So each call is audited exactly once, before its result reaches anyone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation};
+use crate::policy::Principal;
+use crate::policy::phi::args_sha256;
+use crate::protocol::voxgate as events;
+use crate::tools::registry::{RegisteredTool, ToolRegistry};
+use crate::tools::{ToolError, ToolOutput};
+
+/// What the session loop must do next.
+#[derive(Debug)]
+pub enum Action {
+    /// Send a `voxgate.*` event to the client (dropped if the client did not ask for them).
+    Client(String),
+    /// Append an audit record; when `gates` names a call, its result waits for the flush.
+    Audit { record: AuditRecord, gates: Option<String> },
+    /// Run the tool in its own task.
+    Spawn { call_id: String, tool: Arc<RegisteredTool>, args: Value },
+    /// Decline the call as expired unless decided within `after`.
+    Expire { call_id: String, after: Duration },
+    /// Send the model the call's `function_call_output`.
+    Output { call_id: String, output: String },
+    /// A PHI tool returned this result: its strings taint the session for outbound screening.
+    Taint(Value),
+}
+
+/// Why a call was declined (CONTRACT §4 `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclineReason {
+    UserDeclined,
+    Expired,
+    SessionClosed,
+    ClientCannotConfirm,
+}
+
+impl DeclineReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeclineReason::UserDeclined => "user_declined",
+            DeclineReason::Expired => "expired",
+            DeclineReason::SessionClosed => "session_closed",
+            DeclineReason::ClientCannotConfirm => "client_cannot_confirm",
+        }
+    }
+
+    /// The error code the model receives.
+    fn model_code(self) -> &'static str {
+        match self {
+            DeclineReason::UserDeclined => "user_declined",
+            DeclineReason::Expired => "confirmation_expired",
+            DeclineReason::SessionClosed => "session_closed",
+            DeclineReason::ClientCannotConfirm => "client_cannot_confirm",
+        }
+    }
+
+    fn model_message(self) -> &'static str {
+        match self {
+            DeclineReason::UserDeclined => "The user declined this action. Do not retry it unless the user asks again.",
+            DeclineReason::Expired => "The user did not confirm this action in time; it was not carried out.",
+            DeclineReason::SessionClosed => "The session ended before the user confirmed; it was not carried out.",
+            DeclineReason::ClientCannotConfirm => "This action needs the user's confirmation, which this client cannot give; it was not carried out.",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Completed { output: ToolOutput },
+    Failed(ToolError),
+    Declined(DeclineReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitingConfirmation,
+    Running,
+    /// The terminal audit record is being flushed.
+    Finishing,
+    Done,
+}
+
+#[derive(Debug)]
+struct Call {
+    name: String,
+    state: State,
+    accepted_at: Instant,
+    phi: bool,
+    args_sha256: String,
+    /// Arguments as written to the audit log: only for tools that handle no PHI.
+    audit_arguments: Option<Value>,
+    /// Validated arguments, kept while the call waits for confirmation.
+    args: Option<Value>,
+    tool: Option<Arc<RegisteredTool>>,
+    confirmation: Confirmation,
+    outcome: Option<Outcome>,
+}
+
+/// Why a confirmation from the client was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no call with this id is awaiting confirmation")]
+pub struct NotAwaitingConfirmation;
+
+/// Every call of one session, keyed by `call_id`.
+pub struct CallTable {
+    session_id: String,
+    principal: Principal,
+    /// The keyed hash of `principal.sub`, as audit records carry it.
+    user: String,
+    client_can_confirm: bool,
+    confirmation_timeout: Duration,
+    registry: Arc<ToolRegistry>,
+    calls: HashMap<String, Call>,
+}
+
+impl CallTable {
+    pub fn new(
+        session_id: String,
+        principal: Principal,
+        user: String,
+        client_can_confirm: bool,
+        confirmation_timeout: Duration,
+        registry: Arc<ToolRegistry>,
+    ) -> Self {
+        Self {
+            session_id,
+            principal,
+            user,
+            client_can_confirm,
+            confirmation_timeout,
+            registry,
+            calls: HashMap::new(),
+        }
+    }
+
+    /// Is this call id one voxgate owns (known to the table)?
+    pub fn owns(&self, call_id: &str) -> bool {
+        self.calls.contains_key(call_id)
+    }
+
+    /// Calls not yet finished (parked, running, or waiting for their audit flush).
+    pub fn unfinished(&self) -> usize {
+        self.calls.values().filter(|c| c.state != State::Done).count()
+    }
+
+    /// Calls still running.
+    pub fn running(&self) -> usize {
+        self.calls.values().filter(|c| c.state == State::Running).count()
+    }
+
+    /// The model finished a call's arguments: accept it and take it as far as it can go now.
+    /// A repeated call id is ignored (the same call is announced by several events).
+    pub fn accept(&mut self, call_id: &str, name: &str, raw_args: &str, now: Instant, now_ms: u64) -> Vec<Action> {
+        if self.calls.contains_key(call_id) {
+            return Vec::new();
+        }
+        let tool = self.registry.get(name).cloned();
+        // A call to an unknown tool is treated as PHI-bearing: we cannot know what it holds.
+        let phi = tool.as_ref().is_none_or(|t| t.spec().phi);
+        let parsed: Result<Value, _> = serde_json::from_str(raw_args);
+        let call = Call {
+            name: name.to_string(),
+            state: State::Running,
+            accepted_at: now,
+            phi,
+            args_sha256: args_sha256(raw_args),
+            audit_arguments: if phi { None } else { parsed.as_ref().ok().cloned() },
+            args: None,
+            tool: tool.clone(),
+            confirmation: Confirmation::NotRequired,
+            outcome: None,
+        };
+        let started = self.record(AuditEvent::CallStarted, call_id, &call);
+        self.calls.insert(call_id.to_string(), call);
+        let mut actions = vec![Action::Audit { record: started, gates: None }];
+
+        let checked = match (tool, parsed) {
+            (None, _) => Err(ToolError::UnknownTool),
+            (Some(tool), _) if !tool.permits(&self.principal) => Err(ToolError::PermissionDenied),
+            (Some(_), Err(_)) => Err(ToolError::InvalidArguments("the arguments are not valid JSON".into())),
+            (Some(tool), Ok(args)) => tool.validate(&args).map(|()| (tool, args)),
+        };
+        let (tool, args) = match checked {
+            Ok(ok) => ok,
+            Err(err) => {
+                actions.extend(self.finish(call_id, Outcome::Failed(err)));
+                return actions;
+            }
+        };
+        if !tool.policy.requires_confirmation {
+            actions.extend(self.run(call_id, tool, args));
+            return actions;
+        }
+        if !self.client_can_confirm {
+            self.set_confirmation(call_id, Confirmation::ClientCannotConfirm);
+            actions.extend(self.finish(call_id, Outcome::Declined(DeclineReason::ClientCannotConfirm)));
+            return actions;
+        }
+        let prompt = tool.tool.confirmation_prompt(&args);
+        let expires_at_ms = now_ms + self.confirmation_timeout.as_millis() as u64;
+        actions.push(Action::Client(events::confirmation_requested(call_id, name, &args, &prompt, expires_at_ms)));
+        actions.push(Action::Expire { call_id: call_id.to_string(), after: self.confirmation_timeout });
+        if let Some(call) = self.calls.get_mut(call_id) {
+            call.state = State::AwaitingConfirmation;
+            call.args = Some(args);
+        }
+        actions
+    }
+
+    /// The client decided on a parked call.
+    pub fn on_confirm(&mut self, call_id: &str, approved: bool) -> Result<Vec<Action>, NotAwaitingConfirmation> {
+        let call = self.calls.get_mut(call_id).ok_or(NotAwaitingConfirmation)?;
+        if call.state != State::AwaitingConfirmation {
+            return Err(NotAwaitingConfirmation);
+        }
+        if !approved {
+            call.confirmation = Confirmation::Declined;
+            return Ok(self.finish(call_id, Outcome::Declined(DeclineReason::UserDeclined)));
+        }
+        call.confirmation = Confirmation::Approved;
+        match (call.tool.clone(), call.args.take()) {
+            (Some(tool), Some(args)) => Ok(self.run(call_id, tool, args)),
+            _ => Ok(self.finish(call_id, Outcome::Failed(ToolError::Internal))),
+        }
+    }
+
+    /// A parked call's confirmation window closed.
+    pub fn on_expired(&mut self, call_id: &str) -> Vec<Action> {
+        match self.calls.get_mut(call_id) {
+            Some(call) if call.state == State::AwaitingConfirmation => {
+                call.confirmation = Confirmation::Expired;
+                self.finish(call_id, Outcome::Declined(DeclineReason::Expired))
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A tool task ended.
+    pub fn on_tool_finished(&mut self, call_id: &str, result: Result<ToolOutput, ToolError>) -> Vec<Action> {
+        match self.calls.get(call_id) {
+            Some(call) if call.state == State::Running => {}
+            _ => return Vec::new(),
+        }
+        let outcome = match result {
+            Ok(output) => Outcome::Completed { output },
+            Err(err) => Outcome::Failed(err),
+        };
+        self.finish(call_id, outcome)
+    }
+
+    /// The call's terminal record is on disk: tell the model and the client.
+    pub fn on_audited(&mut self, call_id: &str) -> Vec<Action> {
+        let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
+        if call.state != State::Finishing {
+            return Vec::new();
+        }
+        call.state = State::Done;
+        let duration_ms = call.accepted_at.elapsed().as_millis() as u64;
+        let name = call.name.clone();
+        // The result has been delivered once it leaves here; free the memory it holds.
+        call.args = None;
+        let mut actions = Vec::with_capacity(3);
+        match call.outcome.take() {
+            Some(Outcome::Completed { output }) => {
+                let text = serde_json::to_string(&output.result).unwrap_or_else(|_| "{}".into());
+                if call.phi {
+                    actions.push(Action::Taint(output.result));
+                }
+                actions.push(Action::Output { call_id: call_id.to_string(), output: text });
+                actions.push(Action::Client(events::completed(call_id, &name, duration_ms, &output.citations)));
+            }
+            Some(Outcome::Failed(err)) => {
+                let message = err.public_message();
+                actions.push(Action::Output {
+                    call_id: call_id.to_string(),
+                    output: events::error_output(err.code(), &message),
+                });
+                actions.push(Action::Client(events::failed(call_id, &name, err.code(), &message)));
+            }
+            Some(Outcome::Declined(reason)) => {
+                actions.push(Action::Output {
+                    call_id: call_id.to_string(),
+                    output: events::error_output(reason.model_code(), reason.model_message()),
+                });
+                actions.push(Action::Client(events::declined(call_id, &name, reason.as_str())));
+            }
+            None => {}
+        }
+        actions
+    }
+
+    /// The session is closing: every parked call is declined; running calls may still finish.
+    pub fn close_parked(&mut self) -> Vec<Action> {
+        let parked: Vec<String> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.state == State::AwaitingConfirmation)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut actions = Vec::new();
+        for call_id in parked {
+            self.set_confirmation(&call_id, Confirmation::SessionClosed);
+            actions.extend(self.finish(&call_id, Outcome::Declined(DeclineReason::SessionClosed)));
+        }
+        actions
+    }
+
+    /// The drain deadline passed: calls still running fail as timed out.
+    pub fn abandon_running(&mut self) -> Vec<Action> {
+        let running: Vec<String> =
+            self.calls.iter().filter(|(_, c)| c.state == State::Running).map(|(id, _)| id.clone()).collect();
+        let mut actions = Vec::new();
+        for call_id in running {
+            actions.extend(self.finish(&call_id, Outcome::Failed(ToolError::Timeout)));
+        }
+        actions
+    }
+
+    fn run(&mut self, call_id: &str, tool: Arc<RegisteredTool>, args: Value) -> Vec<Action> {
+        if let Some(call) = self.calls.get_mut(call_id) {
+            call.state = State::Running;
+        }
+        vec![
+            Action::Client(events::started(call_id, tool.name())),
+            Action::Spawn { call_id: call_id.to_string(), tool, args },
+        ]
+    }
+
+    fn set_confirmation(&mut self, call_id: &str, confirmation: Confirmation) {
+        if let Some(call) = self.calls.get_mut(call_id) {
+            call.confirmation = confirmation;
+        }
+    }
+
+    /// The one terminal transition: record the outcome and emit the `call_finished` record.
+    fn finish(&mut self, call_id: &str, outcome: Outcome) -> Vec<Action> {
+        let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
+        if matches!(call.state, State::Finishing | State::Done) {
+            return Vec::new();
+        }
+        call.state = State::Finishing;
+        call.outcome = Some(outcome);
+        let Some(call) = self.calls.get(call_id) else { return Vec::new() };
+        let record = self.record(AuditEvent::CallFinished, call_id, call);
+        vec![Action::Audit { record, gates: Some(call_id.to_string()) }]
+    }
+
+    fn record(&self, event: AuditEvent, call_id: &str, call: &Call) -> AuditRecord {
+        let finished = event == AuditEvent::CallFinished;
+        let (status, error_code) = match &call.outcome {
+            Some(Outcome::Completed { .. }) => (AuditStatus::Completed, None),
+            Some(Outcome::Failed(err)) => (AuditStatus::Failed, Some(err.code().to_string())),
+            Some(Outcome::Declined(DeclineReason::Expired)) => (AuditStatus::Expired, None),
+            Some(Outcome::Declined(_)) => (AuditStatus::Declined, None),
+            None => (AuditStatus::Failed, None),
+        };
+        AuditRecord {
+            event,
+            session_id: self.session_id.clone(),
+            call_id: call_id.to_string(),
+            tool: call.name.clone(),
+            user: self.user.clone(),
+            roles: self.principal.roles.clone(),
+            status: finished.then_some(status),
+            error_code: if finished { error_code } else { None },
+            confirmation: finished.then_some(call.confirmation),
+            duration_ms: finished.then(|| call.accepted_at.elapsed().as_millis() as u64),
+            phi: call.phi,
+            args_sha256: call.args_sha256.clone(),
+            arguments: if call.phi { None } else { call.audit_arguments.clone() },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,226 @@
+//! Frames from the upstream. Audio and every event voxgate has no business with go to the client as
+//! the same bytes, classified by peeking at `type` only. voxgate reads the response lifecycle and
+//! user speech (to sequence `response.create`), injects the server tools on `session.created`, and
+//! takes every server-owned function call out of the client's stream and into the call table.
+
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use super::SessionOutcome;
+use super::bridge::{Bridge, close_frame};
+use super::client_frames::sendable;
+use crate::config::UpstreamProtocol;
+use crate::protocol::server::{self as events_in, Item};
+use crate::protocol::voxgate::{self as events, ToolSummary};
+use crate::protocol::peek_type;
+
+impl Bridge {
+    /// Handle one upstream frame; false when the upstream side has ended.
+    pub(super) async fn handle_upstream_frame(&mut self, frame: Option<Result<Message, tungstenite::Error>>) -> bool {
+        let message = match frame {
+            None => return false,
+            Some(Err(err)) => {
+                tracing::warn!(parent: &self.span, error = %err, "upstream socket failed");
+                let close = close_frame(tungstenite::protocol::frame::coding::CloseCode::Error, "the realtime service connection failed");
+                self.begin_close_with(SessionOutcome::UpstreamError, Some(close), None).await;
+                return false;
+            }
+            Some(Ok(message)) => message,
+        };
+        self.frames.from_upstream.inc();
+        match message {
+            Message::Text(text) => {
+                let inspect = match peek_type(text.as_bytes()) {
+                    Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
+                    // Not ours to judge: the client gets what the server sent.
+                    Err(_) => None,
+                };
+                match inspect {
+                    None => self.send_client(Message::Text(text)).await,
+                    Some(kind) => self.handle_upstream_event(&kind, text).await,
+                }
+            }
+            Message::Binary(bytes) => self.send_client(Message::Binary(bytes)).await,
+            Message::Close(frame) => {
+                let client_close = frame.map(|f| close_frame(sendable(f.code), &f.reason));
+                self.begin_close_with(SessionOutcome::UpstreamClosed, client_close, None).await;
+                return false;
+            }
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+        }
+        true
+    }
+
+    async fn handle_upstream_event(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
+        match kind {
+            "session.created" => {
+                self.send_client(Message::Text(text)).await;
+                self.inject_tools().await;
+            }
+            "response.created" => {
+                self.gate.on_response_created();
+                self.send_client(Message::Text(text)).await;
+            }
+            "response.done" => self.handle_response_done(text).await,
+            "input_audio_buffer.speech_started" => {
+                self.gate.on_speech_started();
+                self.send_client(Message::Text(text)).await;
+            }
+            "input_audio_buffer.speech_stopped" => {
+                self.gate.on_speech_stopped(Instant::now());
+                self.send_client(Message::Text(text)).await;
+            }
+            "error" => self.handle_upstream_error(text).await,
+            "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
+                self.handle_arguments(kind, text).await;
+            }
+            _ => self.handle_item_event(kind, text).await,
+        }
+    }
+
+    /// Put the server tools this user may call into the upstream session, and tell the client.
+    async fn inject_tools(&mut self) {
+        let summaries: Vec<ToolSummary> = self
+            .deps
+            .registry
+            .allowed_for(&self.info.principal)
+            .map(|t| ToolSummary {
+                name: t.name(),
+                category: t.spec().category,
+                requires_confirmation: t.policy.requires_confirmation,
+            })
+            .collect();
+        if !self.injected {
+            self.injected = true;
+            // Only the tools list: every other session setting stays the client's.
+            let mut session = json!({ "tools": self.allowed_tool_definitions() });
+            if self.deps.settings.protocol == UpstreamProtocol::Ga {
+                session["type"] = json!("realtime");
+            }
+            let update = json!({"type": "session.update", "event_id": events::event_id(), "session": session});
+            self.send_upstream(Message::text(update.to_string())).await;
+        }
+        let ready = events::session_ready(&self.info.id, &summaries);
+        self.send_client_event(ready).await;
+    }
+
+    async fn handle_response_done(&mut self, text: tungstenite::Utf8Bytes) {
+        self.gate.on_response_done();
+        let parsed = events_in::rewrite_response_done(text.as_bytes(), |call_id, name| {
+            self.owned_calls.contains_key(call_id) || self.calls.owns(call_id) || self.is_owned_name(name)
+        });
+        let done = match parsed {
+            Ok(done) => done,
+            Err(_) => {
+                self.send_client(Message::Text(text)).await;
+                return;
+            }
+        };
+        // Servers that announce calls only here (no argument events) are handled the same way.
+        for call in &done.calls {
+            let owned = self.owned_calls.contains_key(&call.call_id) || self.is_owned_name(&call.name);
+            if owned && call.completed && !self.calls.owns(&call.call_id) {
+                self.owned_calls.insert(call.call_id.clone(), call.name.clone());
+                self.accept_call(&call.call_id.clone(), &call.name.clone(), &call.arguments.clone()).await;
+            }
+        }
+        match done.rewritten {
+            Some(frame) => self.send_client(Message::text(frame)).await,
+            None => self.send_client(Message::Text(text)).await,
+        }
+    }
+
+    async fn handle_upstream_error(&mut self, text: tungstenite::Utf8Bytes) {
+        if let Ok(error) = events_in::parse_error(text.as_bytes()) {
+            let ours = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX));
+            if ours {
+                let code = error.error.code.as_deref().unwrap_or_default();
+                let event_id = error.error.event_id.as_deref().unwrap_or_default();
+                tracing::debug!(parent: &self.span, code, "upstream refused an event voxgate sent");
+                if code == "conversation_already_has_active_response" && self.gate.on_request_refused(event_id) {
+                    // voxgate's own race with server VAD: retried after the active response.
+                    return;
+                }
+            }
+        }
+        self.send_client(Message::Text(text)).await;
+    }
+
+    /// `response.function_call_arguments.delta/.done`: hidden when the call is server-owned; the
+    /// `.done` of an owned call is where it is accepted.
+    async fn handle_arguments(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
+        let Ok(event) = events_in::parse_arguments(text.as_bytes()) else {
+            self.send_client(Message::Text(text)).await;
+            return;
+        };
+        let call_id = event
+            .call_id
+            .as_deref()
+            .map(str::to_string)
+            .or_else(|| event.item_id.as_deref().and_then(|i| self.owned_items.get(i).cloned()));
+        let known_name = call_id.as_deref().and_then(|c| self.owned_calls.get(c).cloned());
+        let name = known_name.clone().or_else(|| event.name.as_deref().map(str::to_string));
+        let owned = known_name.is_some() || name.as_deref().is_some_and(|n| self.is_owned_name(n));
+        if !owned {
+            self.send_client(Message::Text(text)).await;
+            return;
+        }
+        if kind == "response.function_call_arguments.done" {
+            if let (Some(call_id), Some(name)) = (call_id, name) {
+                let arguments = event.arguments.as_deref().unwrap_or("{}").to_string();
+                self.owned_calls.insert(call_id.clone(), name.clone());
+                self.accept_call(&call_id, &name, &arguments).await;
+            }
+        }
+    }
+
+    /// Item-bearing events: hide those that carry a server-owned call or its output.
+    async fn handle_item_event(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
+        let hide = match events_in::parse_item(text.as_bytes()) {
+            Ok(Some(item)) => self.track_item(kind, &item),
+            _ => false,
+        };
+        if !hide {
+            self.send_client(Message::Text(text)).await;
+        }
+    }
+
+    /// Record a function-call item if it is server-owned; true when the event must be hidden.
+    fn track_item(&mut self, _kind: &str, item: &Item<'_>) -> bool {
+        let call_id = item.call_id.as_deref();
+        if item.is_function_call_output() {
+            return call_id.is_some_and(|c| self.owned_calls.contains_key(c));
+        }
+        if !item.is_function_call() {
+            return false;
+        }
+        let name = item.name.as_deref().unwrap_or_default();
+        let already = call_id.is_some_and(|c| self.owned_calls.contains_key(c))
+            || item.id.as_deref().is_some_and(|i| self.owned_items.contains_key(i));
+        if !already && !self.is_owned_name(name) {
+            return false;
+        }
+        if let Some(call_id) = call_id {
+            self.owned_calls.entry(call_id.to_string()).or_insert_with(|| name.to_string());
+            if let Some(item_id) = item.id.as_deref() {
+                self.owned_items.insert(item_id.to_string(), call_id.to_string());
+            }
+        }
+        true
+    }
+
+    /// Is a call to this tool voxgate's to answer? Server tools, and tools nobody declared.
+    fn is_owned_name(&self, name: &str) -> bool {
+        self.deps.registry.is_server_tool_name(name) || !self.client_tools.contains(name)
+    }
+
+    async fn accept_call(&mut self, call_id: &str, name: &str, arguments: &str) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        let actions = self.calls.accept(call_id, name, arguments, Instant::now(), now_ms);
+        self.perform(actions).await;
+    }
+}

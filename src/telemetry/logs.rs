@@ -1,0 +1,50 @@
+//! The log layer: text or JSON lines on stdout, filtered by `RUST_LOG` or `telemetry.log_level`.
+//!
+//! The filter applies to logs only, so `RUST_LOG=warn` quietens the console without turning off
+//! trace export. What the lines may contain is the callers' rule: ids, codes, durations, no PHI.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::{EnvFilter, Layer};
+
+use super::TelemetryError;
+use super::traces::BoxedLayer;
+use crate::config::{LogFormat, TelemetryConfig};
+
+/// The environment variable that overrides `telemetry.log_level`.
+const LOG_ENV: &str = "RUST_LOG";
+
+/// The fmt layer for `config.log_format`, behind the effective filter.
+pub(crate) fn layer(config: &TelemetryConfig) -> Result<BoxedLayer, TelemetryError> {
+    let filter = filter(config)?;
+    let layer = match config.log_format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            // Colour codes only for a person at a terminal, never into a collected log file.
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            // Event fields at the top level, the innermost span under "span" and the whole chain
+            // under "spans", so a tool line carries its session.id: what log shippers index
+            // without extra parsing.
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_filter(filter)
+            .boxed(),
+    };
+    Ok(layer)
+}
+
+/// `RUST_LOG` when set and non-empty, else `telemetry.log_level`; a bad directive is an error that
+/// names where it came from.
+fn filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
+    let from_env = std::env::var(LOG_ENV).ok().filter(|value| !value.trim().is_empty());
+    let (source, directives) = match from_env {
+        Some(value) => (LOG_ENV, value),
+        None => ("telemetry.log_level", config.log_level.clone()),
+    };
+    EnvFilter::try_new(&directives)
+        .map_err(|err| TelemetryError::LogFilter { source_key: source, reason: err.to_string() })
+}

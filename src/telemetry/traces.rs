@@ -1,0 +1,125 @@
+//! The OTLP span pipeline: exporter (http/protobuf or gRPC), batch processor on the tokio runtime,
+//! tracer provider with `service.name`, and the `tracing-opentelemetry` layer that feeds it.
+//!
+//! Only spans named `voxgate.*` are exported, and never events: the attributes that can reach a
+//! collector are exactly the fields declared in [`super::spans`], which hold no PHI.
+
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::runtime::Tokio;
+use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracerProvider};
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::{Layer, Registry};
+
+use super::TelemetryError;
+use crate::config::{OtlpProtocol, TelemetryConfig};
+
+/// Prefix of every span name that may leave the process.
+pub(crate) const EXPORTED_SPAN_PREFIX: &str = "voxgate.";
+
+/// One export request (HTTP or gRPC) may take this long before it is abandoned.
+const EXPORT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// A whole batch export, retries included, is bounded by this.
+const BATCH_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a finished span may wait in the queue before it is sent.
+const SCHEDULED_DELAY: Duration = Duration::from_secs(1);
+/// Spans buffered while the collector is slow or down; beyond this they are dropped (counted by
+/// the SDK and logged once), so a dead collector costs memory only up to this bound.
+const MAX_QUEUE_SIZE: usize = 8192;
+
+pub(crate) type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync + 'static>;
+
+/// Builds the tracer provider for `endpoint` and the layer that turns `voxgate.*` spans into OTel
+/// spans. Needs a tokio runtime: the batch processor and the gRPC channel are spawned on it.
+pub(crate) fn pipeline(
+    config: &TelemetryConfig,
+    endpoint: &str,
+) -> Result<(BoxedLayer, SdkTracerProvider), TelemetryError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(TelemetryError::NoRuntime);
+    }
+    let exporter = exporter(config.otlp_protocol, endpoint)?;
+    let batch_config = BatchConfigBuilder::default()
+        .with_max_queue_size(MAX_QUEUE_SIZE)
+        .with_scheduled_delay(SCHEDULED_DELAY)
+        .with_max_export_timeout(BATCH_EXPORT_TIMEOUT)
+        .build();
+    // The async-runtime processor: `on_end` is a non-blocking `try_send` into a bounded channel and
+    // the export runs in its own tokio task, so a session never waits on the collector.
+    let processor = BatchSpanProcessor::builder(exporter, Tokio).with_batch_config(batch_config).build();
+    let resource = Resource::builder().with_service_name(config.service_name.clone()).build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource)
+        .build();
+    let tracer = provider.tracer("voxgate");
+
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        // Source locations and thread names would all point at telemetry/spans.rs and tokio
+        // workers: noise in Jaeger, so left out.
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_filter(filter_fn(|meta| {
+            meta.is_span() && meta.name().starts_with(EXPORTED_SPAN_PREFIX)
+        }))
+        .boxed();
+    Ok((layer, provider))
+}
+
+fn exporter(protocol: OtlpProtocol, endpoint: &str) -> Result<SpanExporter, TelemetryError> {
+    let endpoint = endpoint.trim_end_matches('/');
+    let built = match protocol {
+        // An endpoint given in code is used verbatim (only the env var gets the signal path), so
+        // the OTLP/HTTP path is appended here, as CONTRACT §1 describes.
+        OtlpProtocol::HttpProtobuf => SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(format!("{endpoint}/v1/traces"))
+            .with_timeout(EXPORT_REQUEST_TIMEOUT)
+            .build(),
+        OtlpProtocol::Grpc => SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint.to_owned())
+            .with_timeout(EXPORT_REQUEST_TIMEOUT)
+            .build(),
+    };
+    built.map_err(|err| TelemetryError::Exporter(err.to_string()))
+}
+
+/// Flushes and shuts the provider down on a plain thread, waiting at most `limit`.
+///
+/// The SDK's flush and shutdown block until the batch task answers, so they must not run on a
+/// runtime worker (a current-thread runtime would deadlock); a detached thread rather than
+/// `spawn_blocking` so that an unreachable collector cannot hold up the runtime's own shutdown.
+pub(crate) async fn shutdown_provider(provider: SdkTracerProvider, limit: Duration) -> bool {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new().name("voxgate-otel-shutdown".into()).spawn(move || {
+        if let Err(err) = provider.force_flush() {
+            tracing::debug!(error = %err, "trace flush failed");
+        }
+        let result = provider.shutdown_with_timeout(limit);
+        let _ = done_tx.send(result);
+    });
+    if spawned.is_err() {
+        tracing::warn!("could not start the trace shutdown thread; unsent spans are lost");
+        return false;
+    }
+    match tokio::time::timeout(limit, done_rx).await {
+        Ok(Ok(Ok(()))) => true,
+        Ok(Ok(Err(err))) => {
+            tracing::warn!(error = %err, "trace exporter shutdown failed; unsent spans are lost");
+            false
+        }
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!(limit_ms = limit.as_millis() as u64, "trace flush timed out; unsent spans are lost");
+            false
+        }
+    }
+}

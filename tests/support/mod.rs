@@ -1,0 +1,347 @@
+//! Integration-test harness: the real server on 127.0.0.1:0 ([`TestProxy`]), a scriptable fake
+//! realtime upstream ([`FakeUpstream`]) that also replays `proto-fixtures/` transcripts, and a
+//! WebSocket test client ([`Client`]).
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A voxgate server running in this test process.
+pub struct TestProxy {
+    pub server: voxgate::server::RunningServer,
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestProxy {
+    /// Start with the given TOML (merged over test defaults: port 0, files in a temp dir).
+    pub async fn start(extra_toml: &str) -> TestProxy {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = format!(
+            "{extra_toml}\n[audit]\npath = \"{audit}\"\n[backends.calendar]\npath = \"{cal}\"\n",
+            audit = dir.path().join("audit.jsonl").display(),
+            cal = dir.path().join("calendar.ics").display(),
+        );
+        let mut table: toml::Table = toml::from_str(&toml).unwrap();
+        let server = table.entry("server").or_insert(toml::Value::Table(Default::default()));
+        server.as_table_mut().unwrap().entry("listen").or_insert("127.0.0.1:0".into());
+        let config = voxgate::config::Config::from_table(table).unwrap();
+        voxgate::config::validate(&config).unwrap();
+        let server = voxgate::server::start(config).await.unwrap();
+        let addr = server.local_addr();
+        TestProxy { server, addr, dir }
+    }
+
+    /// Start against a fake upstream.
+    pub async fn with_upstream(fake: &FakeUpstream, extra_toml: &str) -> TestProxy {
+        let toml = format!(
+            "[upstream]\nkind = \"openai\"\nurl = \"ws://{}/v1/realtime\"\napi_key = \"sk-test-upstream-key\"\n{extra_toml}",
+            fake.addr
+        );
+        Self::start(&toml).await
+    }
+
+    pub fn url(&self, query: &str) -> String {
+        format!("ws://{}/v1/realtime{query}", self.addr)
+    }
+
+    pub fn audit_path(&self) -> PathBuf {
+        self.dir.path().join("audit.jsonl")
+    }
+
+    pub fn calendar_path(&self) -> PathBuf {
+        self.dir.path().join("calendar.ics")
+    }
+
+    /// Audit records written so far.
+    pub fn audit_records(&self) -> Vec<Value> {
+        read_jsonl(&self.audit_path())
+    }
+
+    /// A client asking for voxgate events.
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.url(""), &["realtime", "voxgate.v1"]).await
+    }
+
+    pub async fn http_get(&self, path: &str) -> (u16, String) {
+        let response = reqwest::get(format!("http://{}{path}", self.addr)).await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    }
+
+    pub async fn stop(self) {
+        self.server.shutdown().await.unwrap();
+    }
+}
+
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A WebSocket client of voxgate.
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub protocol: Option<String>,
+}
+
+impl Client {
+    pub async fn connect(url: &str, protocols: &[&str]) -> Client {
+        Self::try_connect(url, protocols, &[]).await.unwrap()
+    }
+
+    pub async fn try_connect(
+        url: &str,
+        protocols: &[&str],
+        headers: &[(&str, &str)],
+    ) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
+        let mut request = url.into_client_request().unwrap();
+        if !protocols.is_empty() {
+            request.headers_mut().insert("sec-websocket-protocol", protocols.join(", ").parse().unwrap());
+        }
+        for (name, value) in headers {
+            request.headers_mut().insert(*name, value.parse().unwrap());
+        }
+        let (ws, response) = tokio_tungstenite::connect_async(request).await?;
+        let protocol = response
+            .headers()
+            .get("sec-websocket-protocol")
+            .map(|v| v.to_str().unwrap().to_string());
+        Ok(Client { ws, protocol })
+    }
+
+    pub async fn send_json(&mut self, value: Value) {
+        self.ws.send(Message::text(value.to_string())).await.unwrap();
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::text(text.to_string())).await.unwrap();
+    }
+
+    /// The next text frame (raw).
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.ws.next()).await.expect("timed out").expect("closed").unwrap();
+            match message {
+                Message::Text(t) => return t.to_string(),
+                Message::Close(frame) => panic!("closed: {frame:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    pub async fn next_json(&mut self) -> Value {
+        serde_json::from_str(&self.next_text().await).unwrap()
+    }
+
+    /// Skip frames until one of this type arrives; returns it and the types skipped.
+    pub async fn until(&mut self, kind: &str) -> Value {
+        loop {
+            let event = self.next_json().await;
+            if event["type"] == kind {
+                return event;
+            }
+        }
+    }
+
+    /// Collect frames until one of this type arrives (inclusive).
+    pub async fn collect_until(&mut self, kind: &str) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let event = self.next_json().await;
+            let done = event["type"] == kind;
+            seen.push(event);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    /// Wait for the close frame; returns (code, reason).
+    pub async fn closed(&mut self) -> (u16, String) {
+        loop {
+            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("timed out") {
+                Some(Ok(Message::Close(Some(frame)))) => return (frame.code.into(), frame.reason.to_string()),
+                Some(Ok(Message::Close(None))) | None => return (1005, String::new()),
+                Some(Ok(_)) => {}
+                Some(Err(_)) => return (1006, String::new()),
+            }
+        }
+    }
+}
+
+/// One connection the fake upstream accepted.
+pub struct FakeConn {
+    pub uri: String,
+    pub headers: Vec<(String, String)>,
+    pub ws: WebSocketStream<TcpStream>,
+}
+
+impl FakeConn {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub async fn send_json(&mut self, value: &Value) {
+        self.ws.send(Message::text(value.to_string())).await.unwrap();
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::text(text.to_string())).await.unwrap();
+    }
+
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.ws.next()).await.expect("fake: timed out").expect("fake: closed").unwrap();
+            match message {
+                Message::Text(t) => return t.to_string(),
+                Message::Close(frame) => panic!("fake: closed: {frame:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    pub async fn next_json(&mut self) -> Value {
+        serde_json::from_str(&self.next_text().await).unwrap()
+    }
+
+    pub async fn until(&mut self, kind: &str) -> Value {
+        loop {
+            let event = self.next_json().await;
+            if event["type"] == kind {
+                return event;
+            }
+        }
+    }
+
+    /// Send `session.created` and take voxgate's tool injection.
+    pub async fn open_session(&mut self) -> Value {
+        self.send_json(&json!({"type": "session.created", "event_id": "event_1",
+            "session": {"type": "realtime", "object": "realtime.session", "id": "sess_1", "model": "gpt-realtime", "tools": []}}))
+            .await;
+        self.until("session.update").await
+    }
+
+    pub async fn closed(&mut self) -> (u16, String) {
+        loop {
+            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("fake: timed out") {
+                Some(Ok(Message::Close(Some(frame)))) => return (frame.code.into(), frame.reason.to_string()),
+                Some(Ok(Message::Close(None))) | None => return (1005, String::new()),
+                Some(Ok(_)) => {}
+                Some(Err(_)) => return (1006, String::new()),
+            }
+        }
+    }
+}
+
+/// How the fake upstream answers the upgrade.
+#[derive(Clone, Copy, Debug)]
+pub enum FakeMode {
+    Accept,
+    /// Answer the upgrade with this HTTP status and a body voxgate must never show.
+    Refuse(u16),
+    /// Accept TCP and never answer.
+    Hang,
+}
+
+/// A fake realtime server on 127.0.0.1:0.
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    conns: mpsc::Receiver<FakeConn>,
+}
+
+impl FakeUpstream {
+    pub async fn start() -> FakeUpstream {
+        Self::start_with(FakeMode::Accept).await
+    }
+
+    pub async fn start_with(mode: FakeMode) -> FakeUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, conns) = mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move { serve_fake(stream, mode, tx).await });
+            }
+        });
+        FakeUpstream { addr, conns }
+    }
+
+    /// The next session voxgate opens.
+    pub async fn accept(&mut self) -> FakeConn {
+        tokio::time::timeout(WAIT, self.conns.recv()).await.expect("no upstream connection").unwrap()
+    }
+}
+
+async fn serve_fake(stream: TcpStream, mode: FakeMode, tx: mpsc::Sender<FakeConn>) {
+    match mode {
+        FakeMode::Hang => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(stream);
+        }
+        FakeMode::Refuse(status) => {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await;
+            let body = "{\"error\":\"SECRET-UPSTREAM-BODY internal.host.example\"}";
+            let response = format!(
+                "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        }
+        FakeMode::Accept => {
+            let mut uri = String::new();
+            let mut headers = Vec::new();
+            let callback = |req: &Request, resp: Response| {
+                uri = req.uri().to_string();
+                headers = req
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+                    .collect();
+                Ok(resp)
+            };
+            let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+                .max_message_size(Some(256 << 20))
+                .max_frame_size(Some(256 << 20));
+            if let Ok(ws) = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await {
+                let _ = tx.send(FakeConn { uri, headers, ws }).await;
+            }
+        }
+    }
+}
+
+/// One frame of a `proto-fixtures/` transcript.
+#[derive(Debug, Clone)]
+pub struct TranscriptFrame {
+    pub dir: String,
+    pub event: Value,
+}
+
+/// Load a transcript from `proto-fixtures/`.
+pub fn transcript(name: &str) -> Vec<TranscriptFrame> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto-fixtures").join(name);
+    read_jsonl(&path)
+        .into_iter()
+        .map(|record| TranscriptFrame { dir: record["dir"].as_str().unwrap().to_string(), event: record["event"].clone() })
+        .collect()
+}
