@@ -44,15 +44,20 @@ async fn start_receiver(dir: &Path) -> Receiver {
         .expect("start otlp_receiver.py");
     let stdout = child.stdout.take().expect("receiver stdout");
     let mut first = String::new();
-    tokio::time::timeout(Duration::from_secs(20), BufReader::new(stdout).read_line(&mut first))
-        .await
-        .expect("receiver printed no PORT line within 20 s")
-        .expect("read receiver stdout");
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        BufReader::new(stdout).read_line(&mut first),
+    )
+    .await
+    .expect("receiver printed no PORT line within 20 s")
+    .expect("read receiver stdout");
     let port = first
         .trim()
         .strip_prefix("PORT ")
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first receiver line {first:?} (is opentelemetry-proto installed?)"));
+        .unwrap_or_else(|| {
+            panic!("unexpected first receiver line {first:?} (is opentelemetry-proto installed?)")
+        });
     Receiver { child, port, out }
 }
 
@@ -68,7 +73,10 @@ fn config(endpoint: String, protocol: OtlpProtocol) -> TelemetryConfig {
 
 fn received(path: &Path) -> (String, Vec<Value>) {
     let text = std::fs::read_to_string(path).expect("read receiver output");
-    let lines = text.lines().map(|l| serde_json::from_str(l).expect("receiver line is JSON")).collect();
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("receiver line is JSON"))
+        .collect();
     (text, lines)
 }
 
@@ -77,7 +85,11 @@ fn one_span<'a>(lines: &'a [Value], name: &str, attr: (&str, &str)) -> &'a Value
         .iter()
         .filter(|l| l["kind"] == "span" && l["name"] == name && l["attributes"][attr.0] == attr.1)
         .collect();
-    assert_eq!(found.len(), 1, "expected one {name} span with {attr:?}, got {found:?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {name} span with {attr:?}, got {found:?}"
+    );
     found[0]
 }
 
@@ -86,7 +98,8 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     let dir = tempfile::tempdir().expect("tempdir");
     let mut receiver = start_receiver(dir.path()).await;
     let endpoint = format!("http://127.0.0.1:{}", receiver.port);
-    let guard = telemetry::init(&config(endpoint.clone(), OtlpProtocol::HttpProtobuf)).expect("init");
+    let guard =
+        telemetry::init(&config(endpoint.clone(), OtlpProtocol::HttpProtobuf)).expect("init");
     assert!(guard.exporting());
     // try_init semantics: a second install is an error, not a panic.
     assert!(matches!(
@@ -118,12 +131,24 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
         .expect("tool backend request")
         .status();
     assert!(status.is_success());
-    telemetry::record_tool_outcome(&tool, "completed", "approved", None, Some(started.elapsed()));
+    telemetry::record_tool_outcome(
+        &tool,
+        "completed",
+        "approved",
+        None,
+        Some(started.elapsed()),
+    );
     drop(tool);
 
     // A model-invented tool name and an id carrying text: recorded as `other` / `redacted`.
     let failed = telemetry::tool_span(&session, "Jane Roe lookup", "call Jane Roe");
-    telemetry::record_tool_outcome(&failed, "failed", "not_required", Some("unknown_tool"), None);
+    telemetry::record_tool_outcome(
+        &failed,
+        "failed",
+        "not_required",
+        Some("unknown_tool"),
+        None,
+    );
     drop(failed);
 
     telemetry::record_session_outcome(&session, "client_closed", Duration::from_secs(3));
@@ -138,29 +163,57 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     let spans: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "span").collect();
     for span in &spans {
         assert_eq!(span["resource"]["service.name"], "voxgate", "{span}");
-        assert!(span["name"].as_str().is_some_and(|n| n.starts_with("voxgate.")), "exported {span}");
-        assert_eq!(span["events"], serde_json::json!([]), "span events exported: {span}");
+        assert!(
+            span["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("voxgate.")),
+            "exported {span}"
+        );
+        assert_eq!(
+            span["events"],
+            serde_json::json!([]),
+            "span events exported: {span}"
+        );
     }
     for word in PHI {
-        assert!(!raw.contains(word), "PHI {word:?} reached the collector:\n{raw}");
+        assert!(
+            !raw.contains(word),
+            "PHI {word:?} reached the collector:\n{raw}"
+        );
     }
-    let otlp_posts = lines.iter().filter(|l| l["kind"] == "request" && l["path"] == "/v1/traces");
+    let otlp_posts = lines
+        .iter()
+        .filter(|l| l["kind"] == "request" && l["path"] == "/v1/traces");
     assert!(otlp_posts.clone().count() >= 1);
-    assert!(otlp_posts.clone().all(|l| l["headers"]["content-type"] == "application/x-protobuf"));
+    assert!(
+        otlp_posts
+            .clone()
+            .all(|l| l["headers"]["content-type"] == "application/x-protobuf")
+    );
 
     let session = one_span(&lines, "voxgate.session", ("model", "gpt-realtime"));
     assert_eq!(session["parent_span_id"], "");
-    assert_eq!(session["attributes"]["session.id"], "3f2b8c1e-0d4a-4c55-9a7e-2b1f0e9d8c7b");
+    assert_eq!(
+        session["attributes"]["session.id"],
+        "3f2b8c1e-0d4a-4c55-9a7e-2b1f0e9d8c7b"
+    );
     assert_eq!(session["attributes"]["outcome"], "client_closed");
     let trace_id = session["trace_id"].as_str().expect("trace id");
 
-    let connect = one_span(&lines, "voxgate.upstream_connect", ("upstream.kind", "simulated"));
+    let connect = one_span(
+        &lines,
+        "voxgate.upstream_connect",
+        ("upstream.kind", "simulated"),
+    );
     assert_eq!(connect["parent_span_id"], session["span_id"]);
     assert_eq!(connect["attributes"]["outcome"], "connected");
 
     let tool = one_span(&lines, "voxgate.tool_call", ("tool", "get_calendar_events"));
     assert_eq!(tool["trace_id"], trace_id);
-    assert_eq!(tool["parent_span_id"], session["span_id"], "tool span is not the session's child");
+    assert_eq!(
+        tool["parent_span_id"], session["span_id"],
+        "tool span is not the session's child"
+    );
     assert_eq!(tool["attributes"]["call.id"], "call_cal_1");
     assert_eq!(tool["attributes"]["status"], "completed");
     assert_eq!(tool["attributes"]["confirmation"], "approved");
@@ -178,7 +231,10 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
         .iter()
         .find(|l| l["kind"] == "request" && l["path"] == "/backend/calendar")
         .expect("the backend request was recorded");
-    let expected = format!("00-{trace_id}-{}-01", tool["span_id"].as_str().unwrap_or_default());
+    let expected = format!(
+        "00-{trace_id}-{}-01",
+        tool["span_id"].as_str().unwrap_or_default()
+    );
     assert_eq!(backend_call["headers"]["traceparent"], expected.as_str());
 
     receiver.child.kill().await.expect("stop receiver");
@@ -187,7 +243,10 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_collector_never_blocks_spans_or_shutdown() {
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
     for protocol in [OtlpProtocol::HttpProtobuf, OtlpProtocol::Grpc] {
         let (dispatch, guard) =
             telemetry::build(&config(format!("http://127.0.0.1:{port}"), protocol)).expect("build");
@@ -204,9 +263,15 @@ async fn a_dead_collector_never_blocks_spans_or_shutdown() {
         // Give the batch task time to try (and fail) an export while sessions keep going.
         tokio::time::sleep(Duration::from_millis(1_200)).await;
         let session = telemetry::session_span("after-failure", "gpt-realtime");
-        assert!(!telemetry::trace_headers(&session).is_empty(), "spans still get trace context");
+        assert!(
+            !telemetry::trace_headers(&session).is_empty(),
+            "spans still get trace context"
+        );
         drop(session);
-        assert!(t.elapsed() < Duration::from_secs(5), "{protocol:?}: span creation was held up");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{protocol:?}: span creation was held up"
+        );
 
         let limit = Duration::from_secs(2);
         let t = Instant::now();

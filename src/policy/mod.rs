@@ -4,6 +4,8 @@
 pub mod auth;
 pub mod phi;
 pub mod rate_limit;
+pub mod shared_limit;
+pub mod tickets;
 
 /// An authenticated user of a session.
 #[derive(Debug, Clone, PartialEq, Eq)]

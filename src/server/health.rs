@@ -21,7 +21,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, crate::telemetry::metrics::CONTENT_TYPE)],
+        [(header::CONTENT_TYPE, crate::telemetry::METRICS_CONTENT_TYPE)],
         state.deps.metrics.render(),
     )
 }

@@ -120,14 +120,17 @@ async fn serve_session<S>(
 {
     let metrics = state.deps.metrics.clone();
     let started = Instant::now();
-    let span = crate::telemetry::upstream_connect_span(state.upstream_kind_name());
-    let connect = upstream::connect(&state.config.upstream, model.as_deref()).instrument(span);
+    let session_span = crate::telemetry::session_span(&info.id, &info.model);
+    let span = session_span.in_scope(|| crate::telemetry::upstream_connect_span(state.upstream_kind_name()));
+    let connect = upstream::connect(&state.config.upstream, model.as_deref()).instrument(span.clone());
     let upstream = match connect.await {
         Ok(upstream) => {
+            crate::telemetry::record_upstream_connect(&span, "connected");
             metrics.upstream_connected(started.elapsed());
             upstream
         }
         Err(err) => {
+            crate::telemetry::record_upstream_connect(&span, err.reason());
             metrics.upstream_connect_failed(err.reason());
             tracing::warn!(session.id = %info.id, reason = err.reason(), "upstream connection failed");
             let message = format!("{err}. Try again later.");
@@ -135,11 +138,12 @@ async fn serve_session<S>(
             let frame = CloseFrame { code: CloseCode::Again, reason: "realtime service unavailable".into() };
             let _ = client.close(Some(frame)).await;
             metrics.session_ended("upstream_error");
+            crate::telemetry::record_session_outcome(&session_span, "upstream_error", started.elapsed());
             return;
         }
     };
-    metrics.session_started();
-    let outcome = session::run(info, client, upstream, state.deps.clone(), cancel).await;
+    let _active = metrics.session_started();
+    let outcome = session::run(info, session_span, client, upstream, state.deps.clone(), cancel).await;
     metrics.session_ended(outcome.as_str());
 }
 

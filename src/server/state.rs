@@ -6,6 +6,7 @@ use super::error::ApiError;
 use crate::config::{AuthMode, Config, UpstreamKind};
 use crate::policy::Principal;
 use crate::policy::auth::{self, AuthError, JwtVerifier};
+use crate::policy::tickets::Tickets;
 use crate::policy::phi::UserHasher;
 use crate::session::SessionDeps;
 use crate::session::live::LiveSessions;
@@ -19,6 +20,8 @@ pub struct AppState {
     pub shutdown: Shutdown,
     pub hasher: UserHasher,
     pub jwt: Option<Arc<JwtVerifier>>,
+    /// Present when `auth.admin_token` is set (tickets are minted with it).
+    pub tickets: Option<Arc<Tickets>>,
 }
 
 impl AppState {
@@ -29,6 +32,12 @@ impl AppState {
             return Ok(auth::anonymous(auth_config));
         }
         let token = token.ok_or(AuthError::Missing)?;
+        if auth_config.mode == AuthMode::Ticket && Tickets::is_ticket(token) {
+            return match &self.tickets {
+                Some(tickets) => tickets.redeem(token).await,
+                None => Err(AuthError::Invalid),
+            };
+        }
         match &self.jwt {
             Some(jwt) => jwt.verify(token),
             None => Err(AuthError::Invalid),

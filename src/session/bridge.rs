@@ -63,11 +63,17 @@ pub(super) struct Bridge {
     pub audit_acks: FuturesUnordered<AuditAck>,
     pub closing: Option<Closing>,
     pub last_activity: Instant,
+    /// The tracing span of each call not yet finished.
+    pub tool_spans: HashMap<String, tracing::Span>,
+    pub started_at: Instant,
+    /// Strings this session's PHI tools returned; shared read-only with tool tasks.
+    pub taint: std::sync::Arc<crate::policy::screening::TaintSet>,
 }
 
 impl Bridge {
     pub(super) async fn run<C>(
         info: SessionInfo,
+        span: tracing::Span,
         client: C,
         upstream: UpstreamConn,
         deps: SessionDeps,
@@ -78,7 +84,6 @@ impl Bridge {
     {
         let (client_sink, mut client_rx) = client.split();
         let UpstreamConn { sink: upstream_sink, stream: mut upstream_rx, .. } = upstream;
-        let span = crate::telemetry::session_span(&info.id, &info.model);
         let calls = CallTable::new(
             info.id.clone(),
             info.principal.clone(),
@@ -104,10 +109,12 @@ impl Bridge {
             audit_acks: FuturesUnordered::new(),
             closing: None,
             last_activity: Instant::now(),
+            tool_spans: HashMap::new(),
+            started_at: Instant::now(),
+            taint: Default::default(),
             info,
             deps,
         };
-        tracing::info!(parent: &bridge.span, session.id = %bridge.info.id, user = %bridge.info.user, "session started");
         let ping_every = bridge.deps.settings.ping_interval.unwrap_or(Duration::from_secs(3600));
         let mut housekeeping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
         let mut client_open = true;
@@ -149,6 +156,10 @@ impl Bridge {
                 }
                 Some((gated, result)) = bridge.audit_acks.next(), if !bridge.audit_acks.is_empty() => {
                     bridge.handle_audited(gated, result).await;
+                    // Results flushed together are answered together: one response.create.
+                    while let Some(Some((gated, result))) = bridge.audit_acks.next().now_or_never() {
+                        bridge.handle_audited(gated, result).await;
+                    }
                 }
                 _ = sleep_until_opt(gate_wake), if gate_wake.is_some() => {}
                 _ = sleep_until_opt(closing_deadline), if closing_deadline.is_some() => {}
@@ -209,15 +220,14 @@ impl Bridge {
     }
 
     async fn finish(self) -> SessionOutcome {
-        let Bridge { to_client, to_upstream, closing, span, info, .. } = self;
+        let Bridge { to_client, to_upstream, closing, span, started_at, .. } = self;
         let (outcome, client_close, upstream_close) = match closing {
             Some(c) => (c.outcome, c.client_close, c.upstream_close),
             None => (SessionOutcome::ClientClosed, None, None),
         };
         let within = Duration::from_secs(2);
         tokio::join!(to_client.close(client_close, within), to_upstream.close(upstream_close, within));
-        span.record("outcome", outcome.as_str());
-        tracing::info!(parent: &span, session.id = %info.id, outcome = outcome.as_str(), "session ended");
+        crate::telemetry::record_session_outcome(&span, outcome.as_str(), started_at.elapsed());
         outcome
     }
 
@@ -227,18 +237,7 @@ impl Bridge {
             match action {
                 Action::Client(event) => self.send_client_event(event).await,
                 Action::Audit { record, gates } => {
-                    self.deps.metrics.record_audit(&record);
-                    if record.event == AuditEvent::CallFinished {
-                        tracing::info!(
-                            parent: &self.span,
-                            call.id = %record.call_id,
-                            tool = %record.tool,
-                            status = ?record.status,
-                            confirmation = ?record.confirmation,
-                            duration_ms = record.duration_ms,
-                            "tool call finished"
-                        );
-                    }
+                    self.observe(&record);
                     let ack = self.deps.audit.record(record);
                     self.audit_acks.push(async move { (gates, ack.await) }.boxed());
                 }
@@ -252,13 +251,50 @@ impl Bridge {
                         self.gate.on_output_sent();
                     }
                 }
-                Action::Taint(_result) => {}
+                Action::Taint(result) => std::sync::Arc::make_mut(&mut self.taint).add_result(&result),
             }
         }
     }
 
+    /// Metrics, the tool span and its log line for an audit record about to be written.
+    fn observe(&mut self, record: &crate::audit::AuditRecord) {
+        let metrics = &self.deps.metrics;
+        if record.event == AuditEvent::CallStarted {
+            metrics.audit_record("call_started");
+            let span = crate::telemetry::tool_span(&self.span, &record.tool, &record.call_id);
+            self.tool_spans.insert(record.call_id.clone(), span);
+            return;
+        }
+        metrics.audit_record("call_finished");
+        let status = record.status.map(|s| s.as_str()).unwrap_or("failed");
+        let confirmation = record.confirmation.map(|c| c.as_str()).unwrap_or("not_required");
+        let error_code = record.error_code.as_deref().and_then(static_code);
+        let ran = matches!(status, "completed" | "failed") && error_code.is_none_or(|c| !matches!(c, "unknown_tool" | "invalid_arguments" | "permission_denied"));
+        let duration = ran.then(|| Duration::from_millis(record.duration_ms.unwrap_or_default()));
+        metrics.tool_call_finished(&record.tool, status, duration);
+        if let Some(code) = error_code {
+            metrics.tool_error(&record.tool, code);
+            if code == "rate_limited" {
+                metrics.rate_limited(&record.tool);
+            }
+            if code == "phi_blocked" {
+                metrics.phi_blocked(&record.tool);
+            }
+        }
+        if confirmation != "not_required" {
+            metrics.tool_confirmation(&record.tool, confirmation);
+        }
+        if let Some(span) = self.tool_spans.remove(&record.call_id) {
+            crate::telemetry::record_tool_outcome(&span, status, confirmation, error_code, duration);
+        }
+    }
+
     fn spawn_tool(&mut self, call_id: String, tool: std::sync::Arc<crate::tools::registry::RegisteredTool>, args: serde_json::Value) {
-        let span = crate::telemetry::tool_span(&self.span, tool.name(), &call_id);
+        let span = self
+            .tool_spans
+            .get(&call_id)
+            .cloned()
+            .unwrap_or_else(|| crate::telemetry::tool_span(&self.span, tool.name(), &call_id));
         let job = ToolJob {
             tool,
             args,
@@ -269,6 +305,7 @@ impl Bridge {
             },
             user: self.info.user.clone(),
             limiter: self.deps.limiter.clone(),
+            taint: self.taint.clone(),
             span,
         };
         let handle = self.tool_tasks.spawn(job.run());
@@ -332,7 +369,6 @@ impl Bridge {
 
     /// Send a frame to the client; a client that stops reading for too long is closed (1008).
     pub(super) async fn send_client(&mut self, message: Message) {
-        self.frames.to_client.inc();
         let timeout = self.deps.settings.client_send_timeout;
         match tokio::time::timeout(timeout, self.to_client.send(message)).await {
             Ok(_) => {}
@@ -347,7 +383,6 @@ impl Bridge {
 
     /// Send a frame upstream (waits while the upstream's queue is full: backpressure).
     pub(super) async fn send_upstream(&mut self, message: Message) {
-        self.frames.to_upstream.inc();
         let _ = self.to_upstream.send(message).await;
     }
 
@@ -356,6 +391,15 @@ impl Bridge {
         self.deps.metrics.client_error(code);
         self.send_client(Message::text(events::error_event(code, message, event_id))).await;
     }
+}
+
+/// The `&'static` form of a CONTRACT error code (metrics labels are static).
+fn static_code(code: &str) -> Option<&'static str> {
+    const CODES: [&str; 8] = [
+        "unknown_tool", "invalid_arguments", "permission_denied", "rate_limited",
+        "phi_blocked", "timeout", "backend_error", "internal_error",
+    ];
+    CODES.iter().copied().find(|c| *c == code)
 }
 
 pub(super) fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {

@@ -124,6 +124,8 @@ pub struct CallTable {
     /// The keyed hash of `principal.sub`, as audit records carry it.
     user: String,
     client_can_confirm: bool,
+    /// The admin invoke path runs tools without asking anyone (CONTRACT §2).
+    skip_confirmation: bool,
     confirmation_timeout: Duration,
     registry: Arc<ToolRegistry>,
     calls: HashMap<String, Call>,
@@ -143,10 +145,17 @@ impl CallTable {
             principal,
             user,
             client_can_confirm,
+            skip_confirmation: false,
             confirmation_timeout,
             registry,
             calls: HashMap::new(),
         }
+    }
+
+    /// Run calls without asking for confirmation (the admin API's invoke).
+    pub fn without_confirmation(mut self) -> Self {
+        self.skip_confirmation = true;
+        self
     }
 
     /// Is this call id one voxgate owns (known to the table)?
@@ -203,7 +212,7 @@ impl CallTable {
                 return actions;
             }
         };
-        if !tool.policy.requires_confirmation {
+        if !tool.policy.requires_confirmation || self.skip_confirmation {
             actions.extend(self.run(call_id, tool, args));
             return actions;
         }

@@ -28,7 +28,7 @@ impl Bridge {
             }
             Some(Ok(message)) => message,
         };
-        self.frames.from_client.inc();
+        self.frames.client_to_upstream();
         match message {
             Message::Text(text) => self.handle_client_text(text).await,
             Message::Binary(_) => {
@@ -130,13 +130,7 @@ impl Bridge {
             }
         };
         match self.calls.on_confirm(&confirm.call_id, confirm.approved) {
-            Ok(actions) => {
-                let decision = if confirm.approved { "approved" } else { "declined" };
-                if let Some(name) = self.owned_calls.get(&confirm.call_id) {
-                    self.deps.metrics.confirmation(name, decision);
-                }
-                self.perform(actions).await;
-            }
+            Ok(actions) => self.perform(actions).await,
             Err(err) => self.client_error(codes::NOT_AWAITING_CONFIRMATION, &err.to_string(), event_id).await,
         }
     }

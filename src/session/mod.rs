@@ -15,7 +15,7 @@ pub mod calls;
 mod client_frames;
 pub mod live;
 pub mod outbox;
-mod runner;
+pub mod runner;
 pub mod turns;
 mod upstream_frames;
 
@@ -113,10 +113,11 @@ impl SessionOutcome {
     }
 }
 
-/// Run a session to its end. `cancel` is this session's token: cancelled by the process drain or by
+/// Run a session to its end inside `span` (see `telemetry::session_span`). `cancel` is this session's token: cancelled by the process drain or by
 /// an administrator.
 pub async fn run<C>(
     info: SessionInfo,
+    span: tracing::Span,
     client: C,
     upstream: UpstreamConn,
     deps: SessionDeps,
@@ -125,5 +126,5 @@ pub async fn run<C>(
 where
     C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
 {
-    bridge::Bridge::run(info, client, upstream, deps, cancel).await
+    bridge::Bridge::run(info, span, client, upstream, deps, cancel).await
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::policy::rate_limit::RateLimiter;
+use crate::policy::screening::{TaintSet, screen_call};
 use crate::tools::registry::RegisteredTool;
 use crate::tools::{CallContext, ToolError, ToolOutput};
 
@@ -18,14 +19,20 @@ pub struct ToolJob {
     pub ctx: CallContext,
     pub user: String,
     pub limiter: Arc<dyn RateLimiter>,
+    /// What this session's PHI tools have returned so far (screened against outbound text).
+    pub taint: Arc<TaintSet>,
     pub span: tracing::Span,
 }
 
 impl ToolJob {
     pub async fn run(self) -> Result<ToolOutput, ToolError> {
-        let ToolJob { tool, args, ctx, user, limiter, span } = self;
+        let ToolJob { tool, args, ctx, user, limiter, taint, span } = self;
         async move {
             let policy = &tool.policy;
+            // Screen before anything leaves: a blocked call never reaches the third party.
+            if tool.spec().third_party {
+                screen_call(tool.tool.as_ref(), &args, &taint)?;
+            }
             limiter
                 .check(&user, tool.name(), policy.rate_limit_per_minute)
                 .await

@@ -20,6 +20,9 @@ pub struct ResponseGate {
     user_speaking: bool,
     /// Outputs voxgate added that no response has started after yet.
     uncovered: usize,
+    /// Outputs added while voxgate's own request was pending: the response it starts was created
+    /// before they arrived, so it does not cover them.
+    after_request: usize,
     /// voxgate's last request and how many outputs it was for, in case the upstream refuses it
     /// (even after a response started: that response may have begun before our outputs arrived).
     last_request: Option<(String, usize)>,
@@ -31,13 +34,19 @@ pub struct ResponseGate {
 
 impl ResponseGate {
     pub fn on_output_sent(&mut self) {
-        self.uncovered += 1;
+        if self.pending_request.is_some() {
+            self.after_request += 1;
+        } else {
+            self.uncovered += 1;
+        }
     }
 
     pub fn on_response_created(&mut self) {
         self.response_active = true;
-        // A response that starts after our outputs were added has them in context.
-        self.uncovered = 0;
+        // A response that starts after our outputs were added has them in context; outputs sent
+        // after our own pending request reach the server after the response it starts.
+        self.uncovered = if self.pending_request.is_some() { self.after_request } else { 0 };
+        self.after_request = 0;
         self.pending_request = None;
     }
 
@@ -61,6 +70,8 @@ impl ResponseGate {
             Some((id, count)) if id == event_id => {
                 if self.pending_request.as_deref() == Some(event_id) {
                     self.pending_request = None;
+                    self.uncovered += self.after_request;
+                    self.after_request = 0;
                 }
                 self.uncovered += count;
                 self.response_active = true;
@@ -117,8 +128,12 @@ mod tests {
         gate.on_output_sent();
         assert!(gate.try_request(now, id).is_none(), "our request is still pending");
         gate.on_response_created();
+        assert!(gate.try_request(now, id).is_none(), "a response is active");
         gate.on_response_done();
-        assert!(gate.try_request(now, id).is_none(), "the late output was covered by that response");
+        assert!(gate.try_request(now, id).is_some(), "the output sent after our request needs its own turn");
+        gate.on_response_created();
+        gate.on_response_done();
+        assert!(gate.try_request(now, id).is_none(), "covered");
     }
 
     #[test]

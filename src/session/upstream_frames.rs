@@ -28,7 +28,7 @@ impl Bridge {
             }
             Some(Ok(message)) => message,
         };
-        self.frames.from_upstream.inc();
+        self.frames.upstream_to_client();
         match message {
             Message::Text(text) => {
                 let inspect = match peek_type(text.as_bytes()) {

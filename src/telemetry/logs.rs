@@ -40,11 +40,15 @@ pub(crate) fn layer(config: &TelemetryConfig) -> Result<BoxedLayer, TelemetryErr
 /// `RUST_LOG` when set and non-empty, else `telemetry.log_level`; a bad directive is an error that
 /// names where it came from.
 fn filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
-    let from_env = std::env::var(LOG_ENV).ok().filter(|value| !value.trim().is_empty());
+    let from_env = std::env::var(LOG_ENV)
+        .ok()
+        .filter(|value| !value.trim().is_empty());
     let (source, directives) = match from_env {
         Some(value) => (LOG_ENV, value),
         None => ("telemetry.log_level", config.log_level.clone()),
     };
-    EnvFilter::try_new(&directives)
-        .map_err(|err| TelemetryError::LogFilter { source_key: source, reason: err.to_string() })
+    EnvFilter::try_new(&directives).map_err(|err| TelemetryError::LogFilter {
+        source_key: source,
+        reason: err.to_string(),
+    })
 }

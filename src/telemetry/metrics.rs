@@ -12,21 +12,26 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 use crate::tools::KNOWN_TOOLS;
 
-/// Content type for the `/metrics` response: `render` emits the OpenMetrics text format (counters
-/// are declared without `_total` and the body ends with `# EOF`), which Prometheus negotiates.
-pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of [`Metrics::render`]: the classic Prometheus text format (CONTRACT §2), read by
+/// every Prometheus, `promtool check metrics` and text parser.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Content type of [`Metrics::render_openmetrics`], for a scraper that asks for OpenMetrics.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Label value used for a tool name that is not one of [`KNOWN_TOOLS`] (a model inventing a tool
 /// name must not create a series, nor put its text into one).
 pub const OTHER_TOOL: &str = "other";
 
 /// Tool-call durations: 1 ms (calculators) to 30 s (the default tool timeout).
-const TOOL_DURATION_BUCKETS: [f64; 14] =
-    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const TOOL_DURATION_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// Upstream WebSocket connect (DNS + TCP + TLS + upgrade): 10 ms to 10 s (the connect timeout).
 const CONNECT_BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -122,7 +127,23 @@ impl Drop for ActiveSession {
 
 /// Maps a tool name onto the static [`KNOWN_TOOLS`] entry, or [`OTHER_TOOL`].
 pub fn tool_label(name: &str) -> &'static str {
-    KNOWN_TOOLS.iter().copied().find(|known| *known == name).unwrap_or(OTHER_TOOL)
+    KNOWN_TOOLS
+        .iter()
+        .copied()
+        .find(|known| *known == name)
+        .unwrap_or(OTHER_TOOL)
+}
+
+/// Registers `metric` and hands back the handle that shares its atomics.
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// [`register`] with the `seconds` unit, which the encoder appends to the name.
+fn register_seconds<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    r.register_with_unit(name, help, Unit::Seconds, metric.clone());
+    metric
 }
 
 impl Default for Metrics {
@@ -134,139 +155,70 @@ impl Default for Metrics {
 // === impl Metrics ===
 
 impl Metrics {
+    // A table: every name, its help and its type, one metric per entry.
+    #[rustfmt::skip]
     pub fn new() -> Self {
-        let mut registry = Registry::default();
-
-        let sessions_active = Gauge::default();
-        registry.register(
-            "voxgate_sessions_active",
-            "Voice sessions currently open",
-            sessions_active.clone(),
-        );
-        let sessions_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_sessions",
-            "Voice sessions ended, by outcome (client_closed, upstream_closed, error, drained, killed, ...)",
-            sessions_total.clone(),
-        );
-        let tool_calls_total = Family::<Labels2, Counter>::default();
-        registry.register(
-            "voxgate_tool_calls",
-            "Server tool calls finished, by tool and status (completed, failed, declined, expired, abandoned)",
-            tool_calls_total.clone(),
-        );
-        let tool_errors_total = Family::<Labels2, Counter>::default();
-        registry.register(
-            "voxgate_tool_errors",
-            "Failed server tool calls, by tool and error code",
-            tool_errors_total.clone(),
-        );
-        let tool_duration: HistogramFamily = Family::new_with_constructor(tool_duration_histogram);
-        registry.register_with_unit(
-            "voxgate_tool_duration",
-            "Server tool call duration from start of execution to result, by tool",
-            Unit::Seconds,
-            tool_duration.clone(),
-        );
-        let tool_confirmations_total = Family::<Labels2, Counter>::default();
-        registry.register(
-            "voxgate_tool_confirmations",
-            "Confirmation outcomes of calls that needed one, by tool and decision",
-            tool_confirmations_total.clone(),
-        );
-        let frames = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_frames",
-            "WebSocket frames relayed, by direction",
-            frames.clone(),
-        );
-        let frames_client_to_upstream =
-            frames.get_or_create_owned(&[("direction", "client_to_upstream")]);
-        let frames_upstream_to_client =
-            frames.get_or_create_owned(&[("direction", "upstream_to_client")]);
-        let upstream_connect = Histogram::new(CONNECT_BUCKETS);
-        registry.register_with_unit(
-            "voxgate_upstream_connect",
-            "Time to open the upstream realtime WebSocket (successful connects)",
-            Unit::Seconds,
-            upstream_connect.clone(),
-        );
-        let upstream_connect_failures_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_upstream_connect_failures",
-            "Upstream connects that failed, by reason",
-            upstream_connect_failures_total.clone(),
-        );
-        let rate_limited_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_rate_limited",
-            "Tool calls refused by the rate limiter, by tool",
-            rate_limited_total.clone(),
-        );
-        let redis_fallback_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_redis_fallback",
-            "Operations that fell back to the local implementation because Redis was unavailable, by component",
-            redis_fallback_total.clone(),
-        );
-        let phi_blocked_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_phi_blocked",
-            "Tool calls blocked by PHI screening, by tool",
-            phi_blocked_total.clone(),
-        );
-        let client_errors_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_client_errors",
-            "Bad client frames answered with an error event, by voxgate_* code",
-            client_errors_total.clone(),
-        );
-        let audit_records_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_audit_records",
-            "Audit records written and flushed, by event",
-            audit_records_total.clone(),
-        );
-        let audit_errors_total = Counter::default();
-        registry.register(
-            "voxgate_audit_errors",
-            "Audit writes that failed",
-            audit_errors_total.clone(),
-        );
-        let http_rejections_total = Family::<Labels1, Counter>::default();
-        registry.register(
-            "voxgate_http_rejections",
-            "HTTP requests refused before a session started, by reason",
-            http_rejections_total.clone(),
-        );
-
+        let mut r = Registry::default();
+        let frames: Family<Labels1, Counter> = register(&mut r, "voxgate_frames",
+            "WebSocket frames relayed, by direction", Family::default());
+        // Counter names are registered without `_total`: the encoder appends it.
         let inner = Inner {
-            registry,
-            sessions_active,
-            sessions_total,
-            tool_calls_total,
-            tool_errors_total,
-            tool_duration,
-            tool_confirmations_total,
-            frames_client_to_upstream,
-            frames_upstream_to_client,
-            upstream_connect,
-            upstream_connect_failures_total,
-            rate_limited_total,
-            redis_fallback_total,
-            phi_blocked_total,
-            client_errors_total,
-            audit_records_total,
-            audit_errors_total,
-            http_rejections_total,
+            sessions_active: register(&mut r, "voxgate_sessions_active",
+                "Voice sessions currently open", Gauge::default()),
+            sessions_total: register(&mut r, "voxgate_sessions",
+                "Voice sessions ended, by outcome (client_closed, upstream_error, drained, ...)",
+                Family::default()),
+            tool_calls_total: register(&mut r, "voxgate_tool_calls",
+                "Server tool calls finished, by tool and status (completed, failed, declined, expired)",
+                Family::default()),
+            tool_errors_total: register(&mut r, "voxgate_tool_errors",
+                "Failed server tool calls, by tool and error code", Family::default()),
+            tool_duration: register_seconds(&mut r, "voxgate_tool_duration",
+                "Server tool call duration from start of execution to result, by tool",
+                Family::new_with_constructor(tool_duration_histogram)),
+            tool_confirmations_total: register(&mut r, "voxgate_tool_confirmations",
+                "Confirmation outcomes of calls that needed one, by tool and decision",
+                Family::default()),
+            frames_client_to_upstream:
+                frames.get_or_create_owned(&[("direction", "client_to_upstream")]),
+            frames_upstream_to_client:
+                frames.get_or_create_owned(&[("direction", "upstream_to_client")]),
+            upstream_connect: register_seconds(&mut r, "voxgate_upstream_connect",
+                "Time to open the upstream realtime WebSocket (successful connects)",
+                Histogram::new(CONNECT_BUCKETS)),
+            upstream_connect_failures_total: register(&mut r, "voxgate_upstream_connect_failures",
+                "Upstream connects that failed, by reason", Family::default()),
+            rate_limited_total: register(&mut r, "voxgate_rate_limited",
+                "Tool calls refused by the rate limiter, by tool", Family::default()),
+            redis_fallback_total: register(&mut r, "voxgate_redis_fallback",
+                "Operations served locally because Redis was unavailable, by component",
+                Family::default()),
+            phi_blocked_total: register(&mut r, "voxgate_phi_blocked",
+                "Tool calls blocked by PHI screening, by tool", Family::default()),
+            client_errors_total: register(&mut r, "voxgate_client_errors",
+                "Bad client frames answered with an error event, by voxgate_* code",
+                Family::default()),
+            audit_records_total: register(&mut r, "voxgate_audit_records",
+                "Audit records written and flushed, by event", Family::default()),
+            audit_errors_total: register(&mut r, "voxgate_audit_errors",
+                "Audit writes that failed", Counter::default()),
+            http_rejections_total: register(&mut r, "voxgate_http_rejections",
+                "HTTP requests refused before a session started, by reason", Family::default()),
+            registry: r,
         };
         inner.prefill();
         Self { inner: Arc::new(inner) }
     }
 
-    /// The whole registry in OpenMetrics text, served with [`METRICS_CONTENT_TYPE`].
+    /// The whole registry in the Prometheus text format, served with [`CONTENT_TYPE`].
     pub fn render(&self) -> String {
-        let mut body = String::with_capacity(8 * 1024);
+        super::exposition::openmetrics_to_prometheus(&self.render_openmetrics())
+    }
+
+    /// The whole registry in OpenMetrics text (ends with `# EOF`), served with
+    /// [`OPENMETRICS_CONTENT_TYPE`].
+    pub fn render_openmetrics(&self) -> String {
+        let mut body = String::with_capacity(16 * 1024);
         // Writing into a String cannot fail; an Err could only come from a broken encoder, and a
         // partial scrape is better than none.
         if encode(&mut body, &self.inner.registry).is_err() {
@@ -286,28 +238,42 @@ impl Metrics {
     /// A session started: raises `voxgate_sessions_active` until the guard is dropped.
     pub fn session_started(&self) -> ActiveSession {
         self.inner.sessions_active.inc();
-        ActiveSession { gauge: self.inner.sessions_active.clone() }
+        ActiveSession {
+            gauge: self.inner.sessions_active.clone(),
+        }
     }
 
     /// A session ended with `outcome` (drop its [`ActiveSession`] too).
     pub fn session_ended(&self, outcome: &'static str) {
-        self.inner.sessions_total.get_or_create(&[("outcome", outcome)]).inc();
+        self.inner
+            .sessions_total
+            .get_or_create(&[("outcome", outcome)])
+            .inc();
     }
 
     /// A server tool call reached its terminal state. `duration` is observed for calls that ran
     /// (`Some`); declined or expired calls never executed and pass `None`.
     pub fn tool_call_finished(&self, tool: &str, status: &'static str, duration: Option<Duration>) {
         let tool = tool_label(tool);
-        self.inner.tool_calls_total.get_or_create(&[("tool", tool), ("status", status)]).inc();
+        self.inner
+            .tool_calls_total
+            .get_or_create(&[("tool", tool), ("status", status)])
+            .inc();
         if let Some(duration) = duration {
-            self.inner.tool_duration.get_or_create(&[("tool", tool)]).observe(duration.as_secs_f64());
+            self.inner
+                .tool_duration
+                .get_or_create(&[("tool", tool)])
+                .observe(duration.as_secs_f64());
         }
     }
 
     /// A server tool call failed with `code` (a `ToolError::code()`).
     pub fn tool_error(&self, tool: &str, code: &'static str) {
         let tool = tool_label(tool);
-        self.inner.tool_errors_total.get_or_create(&[("tool", tool), ("code", code)]).inc();
+        self.inner
+            .tool_errors_total
+            .get_or_create(&[("tool", tool), ("code", code)])
+            .inc();
     }
 
     /// A call that needed confirmation was decided: approved, declined, expired, session_closed or
@@ -326,30 +292,48 @@ impl Metrics {
 
     /// `reason`: e.g. timeout, refused, tls, http_status, protocol.
     pub fn upstream_connect_failed(&self, reason: &'static str) {
-        self.inner.upstream_connect_failures_total.get_or_create(&[("reason", reason)]).inc();
+        self.inner
+            .upstream_connect_failures_total
+            .get_or_create(&[("reason", reason)])
+            .inc();
     }
 
     pub fn rate_limited(&self, tool: &str) {
-        self.inner.rate_limited_total.get_or_create(&[("tool", tool_label(tool))]).inc();
+        self.inner
+            .rate_limited_total
+            .get_or_create(&[("tool", tool_label(tool))])
+            .inc();
     }
 
     /// `component`: rate_limit, tickets, audit_stream.
     pub fn redis_fallback(&self, component: &'static str) {
-        self.inner.redis_fallback_total.get_or_create(&[("component", component)]).inc();
+        self.inner
+            .redis_fallback_total
+            .get_or_create(&[("component", component)])
+            .inc();
     }
 
     pub fn phi_blocked(&self, tool: &str) {
-        self.inner.phi_blocked_total.get_or_create(&[("tool", tool_label(tool))]).inc();
+        self.inner
+            .phi_blocked_total
+            .get_or_create(&[("tool", tool_label(tool))])
+            .inc();
     }
 
     /// A bad client frame, by its `voxgate_*` error code.
     pub fn client_error(&self, code: &'static str) {
-        self.inner.client_errors_total.get_or_create(&[("code", code)]).inc();
+        self.inner
+            .client_errors_total
+            .get_or_create(&[("code", code)])
+            .inc();
     }
 
     /// `event`: call_started, call_finished.
     pub fn audit_record(&self, event: &'static str) {
-        self.inner.audit_records_total.get_or_create(&[("event", event)]).inc();
+        self.inner
+            .audit_records_total
+            .get_or_create(&[("event", event)])
+            .inc();
     }
 
     pub fn audit_error(&self) {
@@ -358,7 +342,10 @@ impl Metrics {
 
     /// `reason`: origin, unauthorized, too_many_sessions, too_many_sessions_per_user, draining, ...
     pub fn http_rejection(&self, reason: &'static str) {
-        self.inner.http_rejections_total.get_or_create(&[("reason", reason)]).inc();
+        self.inner
+            .http_rejections_total
+            .get_or_create(&[("reason", reason)])
+            .inc();
     }
 }
 
@@ -366,19 +353,23 @@ impl Inner {
     fn prefill(&self) {
         // `_owned`: creating the series is the point; the handle itself is not needed.
         for outcome in SESSION_OUTCOMES {
-            self.sessions_total.get_or_create_owned(&[("outcome", outcome)]);
+            self.sessions_total
+                .get_or_create_owned(&[("outcome", outcome)]);
         }
         for tool in KNOWN_TOOLS.iter().copied() {
             for status in TOOL_STATUSES {
-                self.tool_calls_total.get_or_create_owned(&[("tool", tool), ("status", status)]);
+                self.tool_calls_total
+                    .get_or_create_owned(&[("tool", tool), ("status", status)]);
             }
             for decision in CONFIRMATION_DECISIONS {
-                self.tool_confirmations_total.get_or_create_owned(&[("tool", tool), ("decision", decision)]);
+                self.tool_confirmations_total
+                    .get_or_create_owned(&[("tool", tool), ("decision", decision)]);
             }
             self.tool_duration.get_or_create_owned(&[("tool", tool)]);
         }
         for event in AUDIT_EVENTS {
-            self.audit_records_total.get_or_create_owned(&[("event", event)]);
+            self.audit_records_total
+                .get_or_create_owned(&[("event", event)]);
         }
     }
 }

@@ -5,24 +5,24 @@ use std::time::Duration;
 
 use super::*;
 
-/// Every metric family name as a scraper sees it (`# TYPE` line).
+/// Every metric family as the Prometheus text format declares it (`# TYPE` line).
 const FAMILIES: &[(&str, &str)] = &[
     ("voxgate_sessions_active", "gauge"),
-    ("voxgate_sessions", "counter"),
-    ("voxgate_tool_calls", "counter"),
-    ("voxgate_tool_errors", "counter"),
+    ("voxgate_sessions_total", "counter"),
+    ("voxgate_tool_calls_total", "counter"),
+    ("voxgate_tool_errors_total", "counter"),
     ("voxgate_tool_duration_seconds", "histogram"),
-    ("voxgate_tool_confirmations", "counter"),
-    ("voxgate_frames", "counter"),
+    ("voxgate_tool_confirmations_total", "counter"),
+    ("voxgate_frames_total", "counter"),
     ("voxgate_upstream_connect_seconds", "histogram"),
-    ("voxgate_upstream_connect_failures", "counter"),
-    ("voxgate_rate_limited", "counter"),
-    ("voxgate_redis_fallback", "counter"),
-    ("voxgate_phi_blocked", "counter"),
-    ("voxgate_client_errors", "counter"),
-    ("voxgate_audit_records", "counter"),
-    ("voxgate_audit_errors", "counter"),
-    ("voxgate_http_rejections", "counter"),
+    ("voxgate_upstream_connect_failures_total", "counter"),
+    ("voxgate_rate_limited_total", "counter"),
+    ("voxgate_redis_fallback_total", "counter"),
+    ("voxgate_phi_blocked_total", "counter"),
+    ("voxgate_client_errors_total", "counter"),
+    ("voxgate_audit_records_total", "counter"),
+    ("voxgate_audit_errors_total", "counter"),
+    ("voxgate_http_rejections_total", "counter"),
 ];
 
 fn line<'a>(body: &'a str, prefix: &str) -> Option<&'a str> {
@@ -34,26 +34,33 @@ fn value(body: &str, series: &str) -> Option<f64> {
     l.rsplit(' ').next()?.parse().ok()
 }
 
-/// The CONTRACT §6 families, which must be in the very first scrape.
+/// The CONTRACT §6 names, which must be in the very first scrape.
 const CONTRACT_FAMILIES: &[&str] = &[
     "voxgate_sessions_active",
-    "voxgate_sessions",
-    "voxgate_tool_calls",
+    "voxgate_sessions_total",
+    "voxgate_tool_calls_total",
     "voxgate_tool_duration_seconds",
-    "voxgate_tool_confirmations",
-    "voxgate_frames",
+    "voxgate_tool_confirmations_total",
+    "voxgate_frames_total",
     "voxgate_upstream_connect_seconds",
 ];
 
 fn assert_families(body: &str, names: &[&str]) {
     for name in names {
-        let (_, kind) = FAMILIES.iter().find(|(n, _)| n == name).copied().unwrap_or((*name, "?"));
-        assert!(body.contains(&format!("# TYPE {name} {kind}\n")), "missing {name} {kind}:\n{body}");
+        let (_, kind) = FAMILIES
+            .iter()
+            .find(|(n, _)| n == name)
+            .copied()
+            .unwrap_or((*name, "?"));
+        assert!(
+            body.contains(&format!("# TYPE {name} {kind}\n")),
+            "missing {name} {kind}:\n{body}"
+        );
     }
 }
 
 #[test]
-fn first_scrape_has_every_contract_name_and_ends_with_eof() {
+fn first_scrape_has_every_contract_name() {
     let body = Metrics::new().render();
     assert_families(&body, CONTRACT_FAMILIES);
     for series in [
@@ -64,10 +71,25 @@ fn first_scrape_has_every_contract_name_and_ends_with_eof() {
     ] {
         assert_eq!(value(&body, series), Some(0.0), "{series}");
     }
-    assert!(body.ends_with("# EOF\n"), "OpenMetrics body must end with # EOF");
+    assert!(
+        !body.contains("# EOF") && !body.contains("# UNIT"),
+        "not Prometheus text"
+    );
     // Frames exist at zero before any session, so rate() works from the first scrape.
-    assert_eq!(value(&body, r#"voxgate_frames_total{direction="client_to_upstream"}"#), Some(0.0));
-    assert_eq!(value(&body, r#"voxgate_frames_total{direction="upstream_to_client"}"#), Some(0.0));
+    assert_eq!(
+        value(
+            &body,
+            r#"voxgate_frames_total{direction="client_to_upstream"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"voxgate_frames_total{direction="upstream_to_client"}"#
+        ),
+        Some(0.0)
+    );
     assert_eq!(value(&body, "voxgate_sessions_active"), Some(0.0));
     assert_eq!(value(&body, "voxgate_audit_errors_total"), Some(0.0));
 }
@@ -100,27 +122,81 @@ fn increments_show_in_the_scrape() {
     let all: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();
     assert_families(&body, &all);
     let expect = [
-        (r#"voxgate_frames_total{direction="client_to_upstream"}"#, 3.0),
-        (r#"voxgate_frames_total{direction="upstream_to_client"}"#, 1.0),
+        (
+            r#"voxgate_frames_total{direction="client_to_upstream"}"#,
+            3.0,
+        ),
+        (
+            r#"voxgate_frames_total{direction="upstream_to_client"}"#,
+            1.0,
+        ),
         ("voxgate_sessions_active", 1.0),
-        (r#"voxgate_tool_calls_total{tool="search_pubmed",status="completed"}"#, 1.0),
-        (r#"voxgate_tool_calls_total{tool="search_pubmed",status="failed"}"#, 1.0),
-        (r#"voxgate_tool_calls_total{tool="create_calendar_event",status="declined"}"#, 1.0),
-        (r#"voxgate_tool_errors_total{tool="search_pubmed",code="backend_error"}"#, 1.0),
-        (r#"voxgate_tool_confirmations_total{tool="create_calendar_event",decision="declined"}"#, 1.0),
-        (r#"voxgate_tool_duration_seconds_count{tool="search_pubmed"}"#, 2.0),
-        (r#"voxgate_tool_duration_seconds_bucket{le="0.005",tool="search_pubmed"}"#, 0.0),
-        (r#"voxgate_tool_duration_seconds_bucket{le="0.01",tool="search_pubmed"}"#, 1.0),
-        (r#"voxgate_tool_duration_seconds_bucket{le="1.0",tool="search_pubmed"}"#, 1.0),
-        (r#"voxgate_tool_duration_seconds_bucket{le="2.5",tool="search_pubmed"}"#, 2.0),
-        (r#"voxgate_tool_duration_seconds_bucket{le="+Inf",tool="search_pubmed"}"#, 2.0),
-        (r#"voxgate_upstream_connect_seconds_bucket{le="0.025"}"#, 0.0),
+        (
+            r#"voxgate_tool_calls_total{tool="search_pubmed",status="completed"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_calls_total{tool="search_pubmed",status="failed"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_calls_total{tool="create_calendar_event",status="declined"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_errors_total{tool="search_pubmed",code="backend_error"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_confirmations_total{tool="create_calendar_event",decision="declined"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_duration_seconds_count{tool="search_pubmed"}"#,
+            2.0,
+        ),
+        (
+            r#"voxgate_tool_duration_seconds_bucket{le="0.005",tool="search_pubmed"}"#,
+            0.0,
+        ),
+        (
+            r#"voxgate_tool_duration_seconds_bucket{le="0.01",tool="search_pubmed"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_duration_seconds_bucket{le="1.0",tool="search_pubmed"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_tool_duration_seconds_bucket{le="2.5",tool="search_pubmed"}"#,
+            2.0,
+        ),
+        (
+            r#"voxgate_tool_duration_seconds_bucket{le="+Inf",tool="search_pubmed"}"#,
+            2.0,
+        ),
+        (
+            r#"voxgate_upstream_connect_seconds_bucket{le="0.025"}"#,
+            0.0,
+        ),
         (r#"voxgate_upstream_connect_seconds_bucket{le="0.05"}"#, 1.0),
-        (r#"voxgate_upstream_connect_failures_total{reason="timeout"}"#, 1.0),
+        (
+            r#"voxgate_upstream_connect_failures_total{reason="timeout"}"#,
+            1.0,
+        ),
         (r#"voxgate_rate_limited_total{tool="search_pubmed"}"#, 1.0),
-        (r#"voxgate_redis_fallback_total{component="rate_limit"}"#, 1.0),
-        (r#"voxgate_phi_blocked_total{tool="web_search_medical"}"#, 1.0),
-        (r#"voxgate_client_errors_total{code="voxgate_invalid_json"}"#, 1.0),
+        (
+            r#"voxgate_redis_fallback_total{component="rate_limit"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_phi_blocked_total{tool="web_search_medical"}"#,
+            1.0,
+        ),
+        (
+            r#"voxgate_client_errors_total{code="voxgate_invalid_json"}"#,
+            1.0,
+        ),
         (r#"voxgate_audit_records_total{event="call_started"}"#, 1.0),
         ("voxgate_audit_errors_total", 1.0),
         (r#"voxgate_http_rejections_total{reason="origin"}"#, 1.0),
@@ -130,7 +206,10 @@ fn increments_show_in_the_scrape() {
     }
     // Declined calls never ran: no duration observed for that tool.
     assert_eq!(
-        value(&body, r#"voxgate_tool_duration_seconds_count{tool="create_calendar_event"}"#),
+        value(
+            &body,
+            r#"voxgate_tool_duration_seconds_count{tool="create_calendar_event"}"#
+        ),
         Some(0.0)
     );
 
@@ -138,7 +217,10 @@ fn increments_show_in_the_scrape() {
     metrics.session_ended("client_closed");
     let body = metrics.render();
     assert_eq!(value(&body, "voxgate_sessions_active"), Some(0.0));
-    assert_eq!(value(&body, r#"voxgate_sessions_total{outcome="client_closed"}"#), Some(1.0));
+    assert_eq!(
+        value(&body, r#"voxgate_sessions_total{outcome="client_closed"}"#),
+        Some(1.0)
+    );
 }
 
 #[test]
@@ -147,9 +229,21 @@ fn unknown_tool_names_never_become_labels() {
     metrics.tool_call_finished("Patient John Doe 1970-01-01", "failed", None);
     metrics.rate_limited("drop table");
     let body = metrics.render();
-    assert!(!body.contains("John"), "model text leaked into a label:\n{body}");
-    assert_eq!(value(&body, r#"voxgate_tool_calls_total{tool="other",status="failed"}"#), Some(1.0));
-    assert_eq!(value(&body, r#"voxgate_rate_limited_total{tool="other"}"#), Some(1.0));
+    assert!(
+        !body.contains("John"),
+        "model text leaked into a label:\n{body}"
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"voxgate_tool_calls_total{tool="other",status="failed"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&body, r#"voxgate_rate_limited_total{tool="other"}"#),
+        Some(1.0)
+    );
     assert_eq!(tool_label("search_pubmed"), "search_pubmed");
 }
 
@@ -158,5 +252,24 @@ fn clones_share_the_registry() {
     let metrics = Metrics::new();
     let clone = metrics.clone();
     clone.audit_error();
-    assert_eq!(value(&metrics.render(), "voxgate_audit_errors_total"), Some(1.0));
+    assert_eq!(
+        value(&metrics.render(), "voxgate_audit_errors_total"),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn openmetrics_rendering_is_offered_too() {
+    let metrics = Metrics::new();
+    metrics.session_ended("drained");
+    let body = metrics.render_openmetrics();
+    assert!(
+        body.ends_with("# EOF\n"),
+        "OpenMetrics body must end with # EOF"
+    );
+    assert!(body.contains("# TYPE voxgate_sessions counter\n"));
+    assert_eq!(
+        value(&body, r#"voxgate_sessions_total{outcome="drained"}"#),
+        Some(1.0)
+    );
 }

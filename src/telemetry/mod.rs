@@ -1,14 +1,15 @@
 //! Logs, Prometheus metrics and OpenTelemetry traces.
 //!
-//! [`init`] installs the process-wide `tracing` subscriber once at start: the log layer
-//! ([`logs`]) and, when `telemetry.otlp_endpoint` is set, the OTLP span pipeline ([`traces`]).
-//! [`Metrics`] is independent of it and travels as a cheap clone in the app state. The span
-//! helpers in [`spans`] are the only way spans reach a collector; none of them carries PHI.
+//! [`init`] installs the process-wide `tracing` subscriber once at start: the log layer (`logs.rs`)
+//! and, when `telemetry.otlp_endpoint` is set, the OTLP span pipeline (`traces.rs`). [`Metrics`]
+//! is independent of it and travels as a cheap clone in the app state. Only `voxgate.*` spans reach
+//! a collector, i.e. those made by the helpers in [`spans`], none of which carries PHI.
 
-pub mod logs;
+mod exposition;
+mod logs;
 pub mod metrics;
 pub mod spans;
-pub mod traces;
+mod traces;
 
 use std::time::Duration;
 
@@ -20,7 +21,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::TelemetryConfig;
 
-pub use metrics::{ActiveSession, FrameCounters, METRICS_CONTENT_TYPE, Metrics};
+pub use metrics::{
+    ActiveSession, CONTENT_TYPE as METRICS_CONTENT_TYPE, FrameCounters, Metrics,
+    OPENMETRICS_CONTENT_TYPE,
+};
 pub use spans::{
     inject_trace_context, record_session_outcome, record_tool_outcome, record_upstream_connect,
     session_span, tool_span, trace_headers, upstream_connect_span,
@@ -33,7 +37,10 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     #[error("invalid log filter in {source_key}: {reason}")]
-    LogFilter { source_key: &'static str, reason: String },
+    LogFilter {
+        source_key: &'static str,
+        reason: String,
+    },
     #[error("telemetry.otlp_endpoint: cannot build the OTLP exporter: {0}")]
     Exporter(String),
     #[error("telemetry.otlp_endpoint: trace export needs a running tokio runtime")]
@@ -73,10 +80,16 @@ impl TelemetryGuard {
 /// Builds the subscriber for `config` without installing it, for tests that scope it with
 /// `tracing::dispatcher::with_default`/`set_default`. Also sets the global W3C TraceContext
 /// propagator (idempotent). With an OTLP endpoint this must run inside a tokio runtime.
-pub fn build(config: &TelemetryConfig) -> Result<(tracing::Dispatch, TelemetryGuard), TelemetryError> {
+pub fn build(
+    config: &TelemetryConfig,
+) -> Result<(tracing::Dispatch, TelemetryGuard), TelemetryError> {
     let mut layers = vec![logs::layer(config)?];
     let mut provider = None;
-    if let Some(endpoint) = config.otlp_endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
+    if let Some(endpoint) = config
+        .otlp_endpoint
+        .as_deref()
+        .filter(|e| !e.trim().is_empty())
+    {
         let (layer, built) = traces::pipeline(config, endpoint)?;
         layers.push(layer);
         provider = Some(built);
@@ -92,9 +105,13 @@ pub fn build(config: &TelemetryConfig) -> Result<(tracing::Dispatch, TelemetryGu
 pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
     let (dispatch, guard) = build(config)?;
     if dispatch.try_init().is_err() {
-        // The provider built above was never used; stop its batch task quietly.
+        // The provider built above was never used; stop its batch task off this thread (its
+        // shutdown blocks until the task answers, which a runtime worker must not wait for).
         if let Some(provider) = guard.provider {
-            drop(std::thread::spawn(move || provider.shutdown()));
+            let stopper = std::thread::Builder::new().name("voxgate-otel-shutdown".into());
+            if let Err(err) = stopper.spawn(move || provider.shutdown()) {
+                tracing::debug!(error = %err, "could not stop the unused trace exporter");
+            }
         }
         return Err(TelemetryError::AlreadyInitialized);
     }

@@ -25,7 +25,9 @@ const MAX_ID_LEN: usize = 128;
 pub fn safe_id(value: &str) -> &str {
     let ok = !value.is_empty()
         && value.len() <= MAX_ID_LEN
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
     if ok { value } else { REDACTED }
 }
 
@@ -157,9 +159,10 @@ impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
         // The propagator only produces valid header names and values; anything else is skipped
         // rather than sent malformed.
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(key.as_bytes()), HeaderValue::from_str(&value))
-        {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
             self.0.insert(name, value);
         }
     }
@@ -177,8 +180,14 @@ mod tests {
     #[test]
     fn safe_id_keeps_ids_and_redacts_text() {
         assert_eq!(safe_id("call_AbC-123"), "call_AbC-123");
-        assert_eq!(safe_id("gpt-realtime-2025-08-28"), "gpt-realtime-2025-08-28");
-        assert_eq!(safe_id("3f2b8c1e-0d4a-4c55-9a7e-2b1f0e9d8c7b"), "3f2b8c1e-0d4a-4c55-9a7e-2b1f0e9d8c7b");
+        assert_eq!(
+            safe_id("gpt-realtime-2025-08-28"),
+            "gpt-realtime-2025-08-28"
+        );
+        assert_eq!(
+            safe_id("3f2b8c1e-0d4a-4c55-9a7e-2b1f0e9d8c7b"),
+            "3f2b8c1e-0d4a-4c55-9a7e-2b1f0e9d8c7b"
+        );
         assert_eq!(safe_id("John Doe, born 1970"), REDACTED);
         assert_eq!(safe_id(""), REDACTED);
         assert_eq!(safe_id(&"a".repeat(MAX_ID_LEN + 1)), REDACTED);

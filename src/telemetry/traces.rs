@@ -50,8 +50,12 @@ pub(crate) fn pipeline(
         .build();
     // The async-runtime processor: `on_end` is a non-blocking `try_send` into a bounded channel and
     // the export runs in its own tokio task, so a session never waits on the collector.
-    let processor = BatchSpanProcessor::builder(exporter, Tokio).with_batch_config(batch_config).build();
-    let resource = Resource::builder().with_service_name(config.service_name.clone()).build();
+    let processor = BatchSpanProcessor::builder(exporter, Tokio)
+        .with_batch_config(batch_config)
+        .build();
+    let resource = Resource::builder()
+        .with_service_name(config.service_name.clone())
+        .build();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_resource(resource)
@@ -99,13 +103,15 @@ fn exporter(protocol: OtlpProtocol, endpoint: &str) -> Result<SpanExporter, Tele
 /// `spawn_blocking` so that an unreachable collector cannot hold up the runtime's own shutdown.
 pub(crate) async fn shutdown_provider(provider: SdkTracerProvider, limit: Duration) -> bool {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new().name("voxgate-otel-shutdown".into()).spawn(move || {
-        if let Err(err) = provider.force_flush() {
-            tracing::debug!(error = %err, "trace flush failed");
-        }
-        let result = provider.shutdown_with_timeout(limit);
-        let _ = done_tx.send(result);
-    });
+    let spawned = std::thread::Builder::new()
+        .name("voxgate-otel-shutdown".into())
+        .spawn(move || {
+            if let Err(err) = provider.force_flush() {
+                tracing::debug!(error = %err, "trace flush failed");
+            }
+            let result = provider.shutdown_with_timeout(limit);
+            let _ = done_tx.send(result);
+        });
     if spawned.is_err() {
         tracing::warn!("could not start the trace shutdown thread; unsent spans are lost");
         return false;
@@ -118,7 +124,10 @@ pub(crate) async fn shutdown_provider(provider: SdkTracerProvider, limit: Durati
         }
         Ok(Err(_)) => false,
         Err(_) => {
-            tracing::warn!(limit_ms = limit.as_millis() as u64, "trace flush timed out; unsent spans are lost");
+            tracing::warn!(
+                limit_ms = limit.as_millis() as u64,
+                "trace flush timed out; unsent spans are lost"
+            );
             false
         }
     }

@@ -1,0 +1,160 @@
+//! The admin API (bearer `auth.admin_token`; off when unset): list and end sessions, and invoke a
+//! tool through the same validation, policy and audit path as a model's call, without confirmation.
+//! Also `POST /v1/sessions`, which mints single-use session tickets for browsers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::policy::Principal;
+use crate::session::calls::{Action, CallTable};
+use crate::session::runner::ToolJob;
+use crate::tools::{CallContext, ToolError};
+
+pub async fn list_sessions(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    state.require_admin(&headers)?;
+    Ok(Json(json!({"sessions": state.live.list()})).into_response())
+}
+
+pub async fn end_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    state.require_admin(&headers)?;
+    if state.live.kill(&id) { Ok(StatusCode::NO_CONTENT.into_response()) } else { Err(ApiError::not_found()) }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeRequest {
+    #[serde(default)]
+    arguments: Value,
+    sub: String,
+    #[serde(default)]
+    roles: Vec<String>,
+}
+
+pub async fn invoke_tool(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<InvokeRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    state.require_admin(&headers)?;
+    let Json(request) = body.map_err(|_| ApiError::bad_request("invalid_request", "body must be {\"arguments\":{…},\"sub\":\"…\",\"roles\":[…]}"))?;
+    if request.sub.is_empty() || request.sub.len() > 256 {
+        return Err(ApiError::bad_request("invalid_request", "sub must be 1–256 characters"));
+    }
+    let principal = Principal::new(request.sub, request.roles);
+    let user = state.hasher.hash(&principal.sub);
+    let session_id = format!("admin_{}", uuid::Uuid::new_v4().simple());
+    let call_id = format!("call_admin_{}", uuid::Uuid::new_v4().simple());
+    let deps = &state.deps;
+    let mut table = CallTable::new(
+        session_id.clone(),
+        principal.clone(),
+        user.clone(),
+        true,
+        deps.settings.confirmation_timeout,
+        deps.registry.clone(),
+    )
+    .without_confirmation();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default();
+    let mut pending = table.accept(&call_id, &name, &request.arguments.to_string(), Instant::now(), now_ms);
+    let mut output = None;
+    // The same actions a session performs, in order, awaited one by one.
+    while !pending.is_empty() {
+        let mut next = Vec::new();
+        for action in pending {
+            match action {
+                Action::Audit { record, gates } => {
+                    if let Err(err) = deps.audit.record(record).await {
+                        tracing::error!(error = %err, "audit record could not be written");
+                        deps.metrics.audit_error();
+                    }
+                    if let Some(call) = gates {
+                        next.extend(table.on_audited(&call));
+                    }
+                }
+                Action::Spawn { call_id, tool, args } => {
+                    let span = crate::telemetry::tool_span(&tracing::Span::current(), tool.name(), &call_id);
+                    let job = ToolJob {
+                        tool,
+                        args,
+                        ctx: CallContext { session_id: session_id.clone(), call_id: call_id.clone(), principal: principal.clone() },
+                        user: user.clone(),
+                        limiter: deps.limiter.clone(),
+                        taint: Arc::default(),
+                        span,
+                    };
+                    let result = match tokio::spawn(job.run()).await {
+                        Ok(result) => result,
+                        Err(_) => Err(ToolError::Internal),
+                    };
+                    next.extend(table.on_tool_finished(&call_id, result));
+                }
+                Action::Output { output: text, .. } => output = Some(text),
+                Action::Client(_) | Action::Expire { .. } | Action::Taint(_) => {}
+            }
+        }
+        pending = next;
+    }
+    let Some(text) = output else {
+        return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the call did not finish"));
+    };
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let status = match value.pointer("/error/code").and_then(Value::as_str) {
+        None => StatusCode::OK,
+        Some("unknown_tool") => StatusCode::NOT_FOUND,
+        Some("invalid_arguments") => StatusCode::UNPROCESSABLE_ENTITY,
+        Some("permission_denied") => StatusCode::FORBIDDEN,
+        Some("rate_limited") => StatusCode::TOO_MANY_REQUESTS,
+        Some("phi_blocked") => StatusCode::UNPROCESSABLE_ENTITY,
+        Some("timeout") => StatusCode::GATEWAY_TIMEOUT,
+        Some(_) => StatusCode::BAD_GATEWAY,
+    };
+    Ok((status, Json(value)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TicketRequest {
+    sub: String,
+    #[serde(default)]
+    roles: Vec<String>,
+    #[serde(default = "default_ttl")]
+    ttl_s: u64,
+}
+
+fn default_ttl() -> u64 {
+    60
+}
+
+/// `POST /v1/sessions`: a short-lived single-use ticket for a browser.
+pub async fn mint_ticket(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<TicketRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    state.require_admin(&headers)?;
+    let Some(tickets) = &state.tickets else { return Err(ApiError::not_found()) };
+    let Json(request) = body.map_err(|_| ApiError::bad_request("invalid_request", "body must be {\"sub\":\"…\",\"roles\":[…],\"ttl_s\":60}"))?;
+    if request.sub.is_empty() || request.sub.len() > 256 {
+        return Err(ApiError::bad_request("invalid_request", "sub must be 1–256 characters"));
+    }
+    let minted = tickets.mint(&Principal::new(request.sub, request.roles), Duration::from_secs(request.ttl_s));
+    Ok((StatusCode::CREATED, Json(minted)).into_response())
+}

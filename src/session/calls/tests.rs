@@ -1,0 +1,227 @@
+//! The call state machine driven through every transition, with no sockets and paused time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::*;
+use crate::config::{ToolOverride, ToolsConfig};
+use crate::tools::{CallContext, Category, Risk, Tool, ToolSpec};
+
+struct Echo {
+    spec: ToolSpec,
+}
+
+#[async_trait::async_trait]
+impl Tool for Echo {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn confirmation_prompt(&self, args: &Value) -> String {
+        format!("I'd like to echo {}", args["text"].as_str().unwrap_or_default())
+    }
+    async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::new(json!({"echo": args["text"]})))
+    }
+}
+
+fn echo(name: &'static str, confirm: bool, phi: bool) -> Arc<dyn Tool> {
+    Arc::new(Echo {
+        spec: ToolSpec {
+            name,
+            description: "echo".into(),
+            parameters: json!({"type": "object", "properties": {"text": {"type": "string", "maxLength": 20}},
+                "required": ["text"], "additionalProperties": false}),
+            category: Category::Calculation,
+            phi,
+            risk: Risk::Low,
+            requires_confirmation: confirm,
+            third_party: false,
+            rate_limit_per_minute: 10,
+            timeout: Duration::from_secs(1),
+        },
+    })
+}
+
+fn table(can_confirm: bool) -> CallTable {
+    let mut tools = ToolsConfig::default();
+    tools.per_tool.insert("web_search_medical".into(), ToolOverride { roles: Some(vec!["admin".into()]), ..Default::default() });
+    let registry = ToolRegistry::from_tools(
+        vec![
+            echo("calculate_medical_score", false, true),
+            echo("create_calendar_event", true, true),
+            echo("search_pubmed", false, false),
+            echo("web_search_medical", false, false),
+        ],
+        &tools,
+    )
+    .unwrap();
+    CallTable::new(
+        "vgs_1".into(),
+        Principal::new("dr", vec!["clinician".into()]),
+        "u_hash".into(),
+        can_confirm,
+        Duration::from_secs(60),
+        Arc::new(registry),
+    )
+}
+
+fn audits(actions: &[Action]) -> Vec<&AuditRecord> {
+    actions.iter().filter_map(|a| if let Action::Audit { record, .. } = a { Some(record) } else { None }).collect()
+}
+
+fn client_events(actions: &[Action]) -> Vec<Value> {
+    actions
+        .iter()
+        .filter_map(|a| if let Action::Client(e) = a { serde_json::from_str(e).ok() } else { None })
+        .collect()
+}
+
+fn output(actions: &[Action]) -> Value {
+    actions
+        .iter()
+        .find_map(|a| if let Action::Output { output, .. } = a { serde_json::from_str(output).ok() } else { None })
+        .expect("an output")
+}
+
+fn accept(t: &mut CallTable, id: &str, name: &str, args: &str) -> Vec<Action> {
+    t.accept(id, name, args, Instant::now(), 1_000)
+}
+
+#[tokio::test(start_paused = true)]
+async fn inline_call_runs_then_answers_after_the_audit_flush() {
+    let mut t = table(true);
+    let actions = accept(&mut t, "c1", "calculate_medical_score", r#"{"text":"hi"}"#);
+    assert_eq!(audits(&actions).len(), 1);
+    assert_eq!(audits(&actions)[0].event, AuditEvent::CallStarted);
+    assert!(audits(&actions)[0].arguments.is_none(), "PHI tool: no arguments in the audit");
+    assert_eq!(client_events(&actions)[0]["type"], "voxgate.tool_call.started");
+    assert!(actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    assert_eq!(t.running(), 1);
+
+    let actions = t.on_tool_finished("c1", Ok(ToolOutput::new(json!({"score": 5}))));
+    let records = audits(&actions);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, Some(AuditStatus::Completed));
+    assert_eq!(records[0].confirmation, Some(Confirmation::NotRequired));
+    assert!(!actions.iter().any(|a| matches!(a, Action::Output { .. })), "nothing leaves before the flush");
+
+    let actions = t.on_audited("c1");
+    assert_eq!(output(&actions)["score"], 5);
+    assert_eq!(client_events(&actions)[0]["type"], "voxgate.tool_call.completed");
+    assert!(actions.iter().any(|a| matches!(a, Action::Taint(_))));
+    assert_eq!(t.unfinished(), 0);
+    assert!(t.on_audited("c1").is_empty(), "exactly one answer");
+    assert!(accept(&mut t, "c1", "calculate_medical_score", "{}").is_empty(), "a repeated call id is ignored");
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_phi_arguments_are_audited() {
+    let mut t = table(true);
+    let actions = accept(&mut t, "c1", "search_pubmed", r#"{"text":"asthma"}"#);
+    assert_eq!(audits(&actions)[0].arguments, Some(json!({"text": "asthma"})));
+    assert_eq!(audits(&actions)[0].args_sha256.len(), 64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn validation_permission_and_unknown_tool_fail_without_running() {
+    let mut t = table(true);
+    for (id, name, args, code) in [
+        ("c1", "calculate_medical_score", r#"{"text": 5}"#, "invalid_arguments"),
+        ("c2", "calculate_medical_score", "not json", "invalid_arguments"),
+        ("c3", "web_search_medical", r#"{"text":"x"}"#, "permission_denied"),
+        ("c4", "launch_rockets", "{}", "unknown_tool"),
+    ] {
+        let actions = accept(&mut t, id, name, args);
+        assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "{id} must not run");
+        let records = audits(&actions);
+        assert_eq!(records.len(), 2, "{id}: started + finished");
+        assert_eq!(records[1].status, Some(AuditStatus::Failed));
+        assert_eq!(records[1].error_code.as_deref(), Some(code));
+        let actions = t.on_audited(id);
+        assert_eq!(output(&actions)["error"]["code"], code);
+        let failed = &client_events(&actions)[0];
+        assert_eq!(failed["type"], "voxgate.tool_call.failed");
+        assert_eq!(failed["error"]["code"], code);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn parked_call_approved_runs() {
+    let mut t = table(true);
+    let actions = accept(&mut t, "c1", "create_calendar_event", r#"{"text":"standup"}"#);
+    let requested = &client_events(&actions)[0];
+    assert_eq!(requested["type"], "voxgate.tool_call.confirmation_requested");
+    assert_eq!(requested["prompt"], "I'd like to echo standup");
+    assert_eq!(requested["expires_at_ms"], 61_000);
+    assert!(actions.iter().any(|a| matches!(a, Action::Expire { after, .. } if *after == Duration::from_secs(60))));
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+
+    let actions = t.on_confirm("c1", true).unwrap();
+    assert_eq!(client_events(&actions)[0]["type"], "voxgate.tool_call.started");
+    assert!(actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    assert_eq!(t.on_confirm("c1", true).unwrap_err(), NotAwaitingConfirmation);
+    assert!(t.on_expired("c1").is_empty(), "a decided call does not expire");
+    let actions = t.on_tool_finished("c1", Ok(ToolOutput::new(json!({}))));
+    assert_eq!(audits(&actions)[0].confirmation, Some(Confirmation::Approved));
+}
+
+#[tokio::test(start_paused = true)]
+async fn parked_call_declined_expired_or_closed_never_runs() {
+    let mut t = table(true);
+    accept(&mut t, "c1", "create_calendar_event", r#"{"text":"a"}"#);
+    accept(&mut t, "c2", "create_calendar_event", r#"{"text":"b"}"#);
+    accept(&mut t, "c3", "create_calendar_event", r#"{"text":"c"}"#);
+
+    let actions = t.on_confirm("c1", false).unwrap();
+    assert_eq!(audits(&actions)[0].status, Some(AuditStatus::Declined));
+    assert_eq!(audits(&actions)[0].confirmation, Some(Confirmation::Declined));
+    let actions = t.on_audited("c1");
+    assert_eq!(output(&actions)["error"]["code"], "user_declined");
+    assert_eq!(client_events(&actions)[0]["reason"], "user_declined");
+
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let actions = t.on_expired("c2");
+    assert_eq!(audits(&actions)[0].status, Some(AuditStatus::Expired));
+    assert_eq!(audits(&actions)[0].confirmation, Some(Confirmation::Expired));
+    let actions = t.on_audited("c2");
+    assert_eq!(output(&actions)["error"]["code"], "confirmation_expired");
+    assert_eq!(client_events(&actions)[0]["reason"], "expired");
+    assert_eq!(t.on_confirm("c2", true).unwrap_err(), NotAwaitingConfirmation);
+
+    let actions = t.close_parked();
+    assert_eq!(audits(&actions).len(), 1);
+    assert_eq!(audits(&actions)[0].confirmation, Some(Confirmation::SessionClosed));
+    let actions = t.on_audited("c3");
+    assert_eq!(client_events(&actions)[0]["reason"], "session_closed");
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    assert_eq!(t.unfinished(), 0);
+    assert_eq!(t.on_confirm("nope", true).unwrap_err(), NotAwaitingConfirmation);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_cannot_confirm_declines_at_once() {
+    let mut t = table(false);
+    let actions = accept(&mut t, "c1", "create_calendar_event", r#"{"text":"a"}"#);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. } | Action::Expire { .. })));
+    assert_eq!(audits(&actions)[1].confirmation, Some(Confirmation::ClientCannotConfirm));
+    assert_eq!(output(&t.on_audited("c1"))["error"]["code"], "client_cannot_confirm");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_timeouts_and_drain_abandon() {
+    let mut t = table(true);
+    accept(&mut t, "c1", "calculate_medical_score", r#"{"text":"a"}"#);
+    accept(&mut t, "c2", "calculate_medical_score", r#"{"text":"b"}"#);
+    let actions = t.on_tool_finished("c1", Err(ToolError::Timeout));
+    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("timeout"));
+    assert_eq!(output(&t.on_audited("c1"))["error"]["code"], "timeout");
+    let actions = t.abandon_running();
+    assert_eq!(audits(&actions).len(), 1);
+    assert!(t.on_tool_finished("c2", Ok(ToolOutput::new(json!({})))).is_empty(), "late result after abandon is ignored");
+    assert_eq!(t.unfinished(), 1, "waiting for the flush");
+    t.on_audited("c2");
+    assert_eq!(t.unfinished(), 0);
+}
