@@ -1,1 +1,2 @@
 //! The client-facing HTTP and WebSocket endpoints (being wired).
+pub mod assets;

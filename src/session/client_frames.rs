@@ -66,8 +66,9 @@ impl Bridge {
             "conversation.item.create" => self.handle_item_create(text, event_id).await,
             "voxgate.tool_call.confirm" => self.handle_confirm(text.as_bytes(), event_id).await,
             other if other.starts_with("voxgate.") => {
-                let message = format!("Unknown voxgate event type `{}`.", truncate(other, 64));
-                self.client_error(codes::UNKNOWN_EVENT, &message, event_id).await;
+                // The type is not echoed: an error never repeats what the client sent.
+                let message = "Unknown voxgate event type; the only one a client sends is voxgate.tool_call.confirm.";
+                self.client_error(codes::UNKNOWN_EVENT, message, event_id).await;
             }
             _ => self.send_upstream(Message::Text(text)).await,
         }

@@ -84,8 +84,9 @@ pub struct ToolRegistry {
 impl ToolRegistry {
     /// Build every tool family whose backend is configured (or has an embedded default).
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
-        let tools: Vec<Arc<dyn Tool>> = Vec::new();
-        // WIRE-UP: calculators::tool() and calendar::tools(&config.backends.calendar) once they land.
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+        tools.push(Arc::new(super::calculators::tool()));
+        // WIRE-UP: calendar::tools(&config.backends.calendar) once it lands.
         Self::from_tools(tools, &config.tools)
     }
 

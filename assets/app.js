@@ -1,0 +1,482 @@
+/**
+ * The voxgate page: wires the DOM of index.html to a {@link VoxgateClient}.
+ * No framework; every string from the server goes into the DOM as text, never as HTML.
+ *
+ * For diagnostics and tests the client is reachable as `window.voxgate`.
+ *
+ * @module app
+ */
+
+import { VoxgateClient } from "./voxgate-client.js";
+import {
+  DECLINE_REASONS, FAILURE_REASONS, STATE_LABELS, argumentRows, formatCountdown, toolActionLabel,
+  toolActivityLabel,
+} from "./labels.js";
+
+/** Errors shown at once; older ones are dropped. */
+const MAX_ERRORS = 5;
+/** Seconds before expiry at which the dialog announces the time left. */
+const WARN_AT_S = 10;
+
+/** @param {string} id @returns {any} */
+const $ = (id) => document.getElementById(id);
+
+const els = {
+  status: $("connection-status"),
+  statusText: document.querySelector("[data-testid=connection-status-text]"),
+  connectForm: $("connect-form"),
+  token: $("token-input"),
+  model: $("model-input"),
+  echo: $("echo-cancellation"),
+  noise: $("noise-suppression"),
+  gain: $("auto-gain"),
+  connect: $("connect-button"),
+  disconnect: $("disconnect-button"),
+  reconnect: $("reconnect-button"),
+  mic: $("mic-button"),
+  micText: document.querySelector("[data-testid=mic-button-text]"),
+  meter: $("mic-level"),
+  meterFill: $("mic-level-fill"),
+  playback: $("playback-indicator"),
+  playbackText: $("playback-text"),
+  transcript: $("transcript"),
+  transcriptEmpty: $("transcript-empty"),
+  textForm: $("text-form"),
+  textInput: $("text-input"),
+  send: $("send-button"),
+  activity: $("activity-list"),
+  activityEmpty: $("activity-empty"),
+  citations: $("citations"),
+  citationsEmpty: $("citations-empty"),
+  errors: $("errors"),
+  dialog: $("confirm-dialog"),
+  dialogTitle: $("confirm-title"),
+  dialogPrompt: $("confirm-prompt"),
+  dialogArgs: $("confirm-args"),
+  dialogRaw: $("confirm-raw"),
+  countdown: $("confirm-countdown"),
+  countdownFill: $("confirm-countdown-fill"),
+  announce: $("confirm-announce"),
+  queue: $("confirm-queue"),
+  approve: $("confirm-approve"),
+  decline: $("confirm-decline"),
+};
+
+const client = new VoxgateClient();
+// @ts-ignore — a handle for diagnostics and the browser tests.
+window.voxgate = client;
+
+/** The last connect parameters, for Reconnect. */
+let lastConnect = null;
+
+// ------------------------------------------------------------------ small DOM helpers
+
+/**
+ * @param {string} tag
+ * @param {Record<string, string>} [attrs]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function el(tag, attrs = {}, text) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** @param {HTMLElement} list @param {HTMLElement} empty */
+function syncEmpty(list, empty) {
+  empty.hidden = list.children.length > 0;
+}
+
+// ------------------------------------------------------------------ connection
+
+/** @param {{token: string, model: string}} params */
+async function connect(params) {
+  lastConnect = params;
+  closingAnnounced = false;
+  els.reconnect.hidden = true;
+  try {
+    await client.connect({ token: params.token || undefined, model: params.model || undefined });
+  } catch {
+    // Reported through the client's `error` and `status` events.
+  }
+}
+
+els.connectForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  connect({ token: els.token.value.trim(), model: els.model.value.trim() });
+});
+els.disconnect.addEventListener("click", () => client.disconnect());
+els.reconnect.addEventListener("click", () => {
+  if (lastConnect) connect(lastConnect);
+});
+
+const STATUS_TEXT = { idle: "Not connected", connecting: "Connecting…", open: "Connected" };
+
+client.addEventListener("status", (event) => {
+  const { state, byClient, description } = event.detail;
+  els.status.dataset.state = state;
+  if (state === "closed") {
+    els.statusText.textContent = byClient ? "Disconnected" : `Disconnected — ${description || "the connection closed"}`;
+  } else {
+    els.statusText.textContent = STATUS_TEXT[state] || state;
+  }
+  const open = state === "open";
+  const busy = state === "connecting" || open;
+  els.connect.disabled = busy;
+  els.token.disabled = busy;
+  els.model.disabled = busy;
+  els.disconnect.disabled = !busy;
+  els.mic.disabled = !open;
+  els.textInput.disabled = !open;
+  els.send.disabled = !open;
+  els.reconnect.hidden = !(state === "closed" && !byClient && lastConnect);
+  if (open) els.textInput.focus();
+});
+
+client.addEventListener("session", (event) => {
+  const count = event.detail.tools.length;
+  els.statusText.textContent = `Connected · ${count} ${count === 1 ? "tool" : "tools"} available`;
+});
+
+/** Set when the server announced it is closing, so the close that follows is not reported twice. */
+let closingAnnounced = false;
+
+client.addEventListener("closing", () => {
+  closingAnnounced = true;
+  showError({ source: "server", code: "closing", message: "The server is restarting; this session will end shortly." });
+});
+
+// ------------------------------------------------------------------ microphone
+
+els.mic.addEventListener("click", async () => {
+  if (client.microphoneActive) {
+    client.stopMicrophone();
+    return;
+  }
+  els.mic.disabled = true;
+  try {
+    await client.startMicrophone({
+      echoCancellation: els.echo.checked,
+      noiseSuppression: els.noise.checked,
+      autoGainControl: els.gain.checked,
+    });
+  } catch {
+    // Reported through the `error` event.
+  } finally {
+    els.mic.disabled = !client.connected;
+  }
+});
+
+client.addEventListener("microphone", (event) => {
+  const active = event.detail.active;
+  els.mic.setAttribute("aria-pressed", String(active));
+  els.mic.dataset.active = String(active);
+  els.micText.textContent = active ? "Stop microphone" : "Start microphone";
+});
+
+let pendingLevel = 0;
+let levelFrame = 0;
+client.addEventListener("level", (event) => {
+  pendingLevel = event.detail.level;
+  if (!levelFrame) levelFrame = requestAnimationFrame(drawLevel);
+});
+
+function drawLevel() {
+  levelFrame = 0;
+  const percent = Math.round(pendingLevel * 100);
+  els.meterFill.style.width = `${percent}%`;
+  els.meter.setAttribute("aria-valuenow", String(percent));
+  els.meter.dataset.level = String(pendingLevel.toFixed(3));
+  if (percent > 0) els.meter.dataset.peak = String(Math.max(Number(els.meter.dataset.peak || 0), percent));
+}
+
+client.addEventListener("playback", (event) => {
+  const { state } = event.detail;
+  els.playback.dataset.state = state === "started" ? "speaking" : state;
+  els.playbackText.textContent = state === "started" ? "Assistant is speaking"
+    : state === "interrupted" ? "Assistant stopped — you interrupted" : "Assistant is quiet";
+});
+
+// ------------------------------------------------------------------ transcript
+
+/** @type {Map<string, HTMLElement>} */
+const transcriptEntries = new Map();
+
+client.addEventListener("transcript", (event) => {
+  const { role, item_id: itemId, text, final, typed } = event.detail;
+  const key = `${role}:${itemId}`;
+  let entry = transcriptEntries.get(key);
+  if (!entry) {
+    entry = el("li", { class: `turn turn-${role}`, "data-testid": "transcript-entry", "data-role": role });
+    entry.append(el("span", { class: "speaker" }, role === "user" ? (typed ? "You (typed)" : "You") : "Assistant"));
+    entry.append(el("span", { class: "words", "data-testid": "transcript-text" }));
+    els.transcript.append(entry);
+    transcriptEntries.set(key, entry);
+  }
+  entry.querySelector(".words").textContent = text;
+  entry.dataset.final = String(!!final);
+  entry.setAttribute("aria-busy", String(!final));
+  if (final) transcriptEntries.delete(key);
+  els.transcriptEmpty.hidden = true;
+  els.transcript.scrollTop = els.transcript.scrollHeight;
+});
+
+els.textForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (client.sendText(els.textInput.value)) els.textInput.value = "";
+});
+
+// ------------------------------------------------------------------ tool activity
+
+/** @type {Map<string, HTMLElement>} */
+const activityItems = new Map();
+
+/**
+ * @param {string} callId
+ * @param {string} name
+ * @returns {HTMLElement}
+ */
+function activityItem(callId, name) {
+  let item = activityItems.get(callId);
+  if (!item) {
+    item = el("li", { class: "activity-item", "data-testid": "activity-item", "data-call-id": callId, "data-tool": name });
+    item.append(el("span", { class: "activity-icon", "aria-hidden": "true" }));
+    item.append(el("span", { class: "activity-label", "data-testid": "activity-label" }, toolActivityLabel(name)));
+    item.append(el("span", { class: "activity-state", "data-testid": "activity-state" }));
+    els.activity.prepend(item);
+    activityItems.set(callId, item);
+    syncEmpty(els.activity, els.activityEmpty);
+  }
+  return item;
+}
+
+/**
+ * @param {HTMLElement} item
+ * @param {string} state one of STATE_LABELS' keys
+ * @param {string} [detail] reason words
+ */
+function setActivityState(item, state, detail) {
+  item.dataset.state = state;
+  const words = STATE_LABELS[state] || state;
+  item.querySelector(".activity-state").textContent = detail ? `${words} — ${detail}` : words;
+  if (detail) item.dataset.reason = detail;
+}
+
+client.addEventListener("tool", (event) => {
+  const detail = event.detail;
+  const item = activityItem(detail.call_id, detail.name);
+  switch (detail.phase) {
+    case "confirmation_requested":
+      setActivityState(item, "awaiting_confirmation");
+      break;
+    case "started":
+      setActivityState(item, "running");
+      break;
+    case "completed":
+      setActivityState(item, "done");
+      if (typeof detail.duration_ms === "number") item.title = `took ${detail.duration_ms} ms`;
+      break;
+    case "failed": {
+      const code = detail.error && detail.error.code;
+      item.dataset.code = code || "";
+      setActivityState(item, "failed", FAILURE_REASONS[code] || (detail.error && detail.error.message) || "");
+      break;
+    }
+    case "declined":
+      item.dataset.code = detail.reason || "";
+      setActivityState(item, "declined", DECLINE_REASONS[detail.reason] || detail.reason || "");
+      break;
+    default:
+      break;
+  }
+  if (detail.phase !== "confirmation_requested") dropConfirmation(detail.call_id);
+});
+
+// ------------------------------------------------------------------ citations
+
+/** @param {unknown} url @returns {string|null} an http(s) URL, or null */
+function safeUrl(url) {
+  try {
+    const parsed = new URL(String(url));
+    return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+client.addEventListener("citations", (event) => {
+  for (const citation of event.detail.citations) {
+    const href = safeUrl(citation.url);
+    const li = el("li", { class: "citation", "data-testid": "citation", "data-call-id": event.detail.call_id });
+    const title = citation.title || citation.url || "Source";
+    if (href) {
+      li.append(el("a", { href, target: "_blank", rel: "noopener noreferrer", "data-testid": "citation-link" }, title));
+    } else {
+      li.append(el("span", { class: "citation-title" }, title));
+    }
+    const meta = [citation.source, citation.date, citation.pmid && `PMID ${citation.pmid}`, citation.evidence_level && `evidence: ${citation.evidence_level}`]
+      .filter(Boolean).join(" · ");
+    if (meta) li.append(el("span", { class: "citation-meta" }, meta));
+    els.citations.append(li);
+  }
+  syncEmpty(els.citations, els.citationsEmpty);
+});
+
+// ------------------------------------------------------------------ errors
+
+/** @param {{source: string, code: string, message: string}} detail */
+function showError(detail) {
+  const box = el("div", { class: "error-message", "data-testid": "error-message", "data-code": detail.code || "" });
+  const text = detail.message ? detail.message.charAt(0).toUpperCase() + detail.message.slice(1) : "Something went wrong";
+  box.append(el("span", { class: "error-text" }, text));
+  if (detail.code && detail.source === "server") box.append(el("span", { class: "error-code" }, ` (${detail.code})`));
+  const dismiss = el("button", { type: "button", class: "dismiss", "aria-label": "Dismiss this message", "data-testid": "error-dismiss" }, "×");
+  dismiss.addEventListener("click", () => box.remove());
+  box.append(dismiss);
+  els.errors.append(box);
+  while (els.errors.children.length > MAX_ERRORS) els.errors.firstElementChild.remove();
+}
+
+client.addEventListener("error", (event) => {
+  if (event.detail.code === "connection_closed" && closingAnnounced) return;
+  showError(event.detail);
+});
+
+// ------------------------------------------------------------------ confirmation dialog
+
+/** @type {Array<{call_id: string, name: string, arguments: object, prompt: string, expires_at_ms: number, receivedAt: number, skewed: boolean}>} */
+const confirmations = [];
+/** The request shown in the dialog, if any. */
+let current = null;
+let countdownTimer = 0;
+let warned = false;
+let returnFocusTo = null;
+
+client.addEventListener("confirmation", (event) => {
+  // A deadline already past on arrival means the clocks disagree: show no countdown then, and let
+  // the server's own expiry decide.
+  const skewed = !(event.detail.expires_at_ms > Date.now() + 500);
+  confirmations.push({ ...event.detail, receivedAt: Date.now(), skewed });
+  if (!current) showNextConfirmation();
+  else updateQueueNote();
+});
+
+function showNextConfirmation() {
+  current = confirmations.shift() || null;
+  if (!current) {
+    closeDialog();
+    return;
+  }
+  warned = false;
+  els.dialog.dataset.callId = current.call_id;
+  els.dialog.dataset.tool = current.name;
+  els.dialog.dataset.expired = "false";
+  els.dialogTitle.textContent = `Confirm: ${toolActionLabel(current.name)}`;
+  els.dialogPrompt.textContent = current.prompt || `The assistant wants to ${toolActionLabel(current.name).toLowerCase()}.`;
+  renderArguments(current.arguments);
+  els.dialogRaw.textContent = JSON.stringify(current.arguments, null, 2);
+  els.approve.disabled = false;
+  els.decline.disabled = false;
+  els.announce.textContent = "";
+  updateQueueNote();
+  tickCountdown();
+  clearInterval(countdownTimer);
+  countdownTimer = setInterval(tickCountdown, 250);
+  if (!els.dialog.open) {
+    returnFocusTo = document.activeElement;
+    els.dialog.showModal();
+  }
+  els.approve.focus();
+}
+
+/** @param {object} args */
+function renderArguments(args) {
+  els.dialogArgs.replaceChildren();
+  for (const row of argumentRows(/** @type {Record<string, unknown>} */ (args))) {
+    const wrap = el("div", { class: `arg depth-${Math.min(row.depth, 3)}`, "data-testid": "confirm-arg", "data-key": row.key });
+    wrap.append(el("dt", { "data-testid": "confirm-arg-label" }, row.label));
+    const dd = el("dd", { "data-testid": "confirm-arg-value" }, row.value);
+    if (typeof row.raw === "string" && row.value !== row.raw) dd.title = row.raw;
+    wrap.append(dd);
+    els.dialogArgs.append(wrap);
+  }
+}
+
+function updateQueueNote() {
+  const waiting = confirmations.length;
+  els.queue.hidden = waiting === 0;
+  els.queue.textContent = waiting === 1 ? "1 more request is waiting." : `${waiting} more requests are waiting.`;
+}
+
+function tickCountdown() {
+  if (!current) return;
+  if (current.skewed) {
+    els.countdown.textContent = "Expires soon";
+    els.countdownFill.style.width = "100%";
+    return;
+  }
+  const total = Math.max(1, current.expires_at_ms - current.receivedAt);
+  const left = current.expires_at_ms - Date.now();
+  els.countdownFill.style.width = `${Math.max(0, Math.min(100, (left / total) * 100))}%`;
+  if (left <= 0) {
+    els.countdown.textContent = "Expired — this request can no longer be approved.";
+    els.dialog.dataset.expired = "true";
+    els.approve.disabled = true;
+    clearInterval(countdownTimer);
+    return;
+  }
+  els.countdown.textContent = `Expires in ${formatCountdown(left)}`;
+  els.countdown.dataset.secondsLeft = String(Math.ceil(left / 1000));
+  if (!warned && left <= WARN_AT_S * 1000) {
+    warned = true;
+    els.announce.textContent = `${Math.ceil(left / 1000)} seconds left to approve or decline.`;
+  }
+}
+
+/** @param {boolean} approved */
+function decide(approved) {
+  if (!current) return;
+  const callId = current.call_id;
+  client.confirm(callId, approved);
+  const item = activityItems.get(callId);
+  if (item && !approved) item.querySelector(".activity-state").textContent = "declining…";
+  showNextConfirmation();
+}
+
+/** A call ended or started without (or after) the dialog: take it out of the queue and the dialog. */
+function dropConfirmation(callId) {
+  const index = confirmations.findIndex((c) => c.call_id === callId);
+  if (index >= 0) confirmations.splice(index, 1);
+  if (current && current.call_id === callId) showNextConfirmation();
+  else updateQueueNote();
+}
+
+function closeDialog() {
+  clearInterval(countdownTimer);
+  current = null;
+  delete els.dialog.dataset.callId;
+  if (els.dialog.open) els.dialog.close();
+  if (returnFocusTo && typeof returnFocusTo.focus === "function" && document.contains(returnFocusTo)) returnFocusTo.focus();
+  returnFocusTo = null;
+}
+
+els.approve.addEventListener("click", () => decide(true));
+els.decline.addEventListener("click", () => decide(false));
+// Escape on a modal dialog fires `cancel`: that is a Decline, never a silent close.
+els.dialog.addEventListener("cancel", (event) => {
+  event.preventDefault();
+  if (current) decide(false);
+});
+els.dialog.addEventListener("keydown", (event) => {
+  if (event.key !== "Enter" || !current || els.approve.disabled) return;
+  const target = /** @type {HTMLElement} */ (event.target);
+  if (target.closest("button, summary, a")) return; // those act on Enter themselves
+  event.preventDefault();
+  decide(true);
+});
+els.dialog.addEventListener("close", () => {
+  // Closed by the browser (not by us) while a decision is pending: treat as Decline.
+  if (current) decide(false);
+});

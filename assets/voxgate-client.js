@@ -1,0 +1,793 @@
+/**
+ * voxgate browser client: an ES module with no dependencies and no build step.
+ *
+ * ```js
+ * import { VoxgateClient } from "/assets/voxgate-client.js";
+ * const client = new VoxgateClient();
+ * client.addEventListener("transcript", (e) => console.log(e.detail.role, e.detail.text));
+ * client.addEventListener("confirmation", (e) => client.confirm(e.detail.call_id, true));
+ * await client.connect({ token });          // token optional (ticket or JWT)
+ * await client.startMicrophone();
+ * client.sendText("What is on my calendar tomorrow?");
+ * ```
+ *
+ * It speaks the OpenAI Realtime protocol (GA) to voxgate's `/v1/realtime` and asks for voxgate's
+ * own events with the `voxgate.v1` subprotocol. See docs/client-module.md for the full API.
+ *
+ * @module voxgate-client
+ */
+
+/** Sample rate of the audio on the wire (input and output): PCM16 mono little-endian. */
+export const WIRE_SAMPLE_RATE = 24000;
+
+/** The subprotocol that asks voxgate for `voxgate.*` events. */
+export const EVENTS_PROTOCOL = "voxgate.v1";
+
+/** The subprotocol prefix that carries a token (a ticket or a JWT). */
+export const TOKEN_PROTOCOL_PREFIX = "voxgate-token.";
+
+/** Terminal tool phases: exactly one of them ends every server-tool call. */
+export const TERMINAL_PHASES = Object.freeze(["completed", "failed", "declined"]);
+
+/**
+ * The session configuration sent after `session.created`: PCM16 24 kHz both ways, server VAD
+ * with interruption, and input transcription so the user's words appear in the transcript.
+ * voxgate merges its server tools into it.
+ */
+export const DEFAULT_SESSION_CONFIG = Object.freeze({
+  type: "realtime",
+  audio: {
+    input: {
+      format: { type: "audio/pcm", rate: WIRE_SAMPLE_RATE },
+      transcription: { model: "gpt-4o-mini-transcribe" },
+      turn_detection: { type: "server_vad", create_response: true, interrupt_response: true },
+    },
+    output: { format: { type: "audio/pcm", rate: WIRE_SAMPLE_RATE } },
+  },
+});
+
+/** Upstream error codes the client handles itself (they never reach the `error` event). */
+const QUIET_ERROR_CODES = new Set(["response_cancel_not_active"]);
+
+/**
+ * @typedef {object} ClientOptions
+ * @property {boolean} [echoCancellation=true]  microphone constraint
+ * @property {boolean} [noiseSuppression=true]  microphone constraint
+ * @property {boolean} [autoGainControl=true]   microphone constraint
+ * @property {string}  [deviceId]               microphone to use (default: the system's)
+ * @property {number}  [chunkMs=20]             length of one `input_audio_buffer.append`, in ms
+ * @property {boolean} [playback=true]          play the assistant's audio
+ * @property {object|null} [sessionConfig]      `session` object sent in `session.update` after
+ *   `session.created`; `null` sends none (default: {@link DEFAULT_SESSION_CONFIG})
+ * @property {string|URL} [workletUrl]          the capture worklet (default: next to this module)
+ */
+
+/**
+ * @typedef {object} ConnectOptions
+ * @property {string} [url]    WebSocket URL of `/v1/realtime` (default: this page's host)
+ * @property {string} [token]  a session ticket or JWT, sent as subprotocol `voxgate-token.TOKEN`
+ * @property {string} [model]  the `model` query parameter (the server's policy may pin it)
+ */
+
+/**
+ * @typedef {object} ClientStats  counters for diagnostics and tests
+ * @property {number} framesSent
+ * @property {number} framesReceived
+ * @property {number} appendsSent         `input_audio_buffer.append` events sent
+ * @property {number} audioBytesSent      PCM bytes sent (before base64)
+ * @property {number} audioMsSent         ms of audio sent (at 24 kHz)
+ * @property {number} audioChunksReceived `response.output_audio.delta` events received
+ * @property {number} audioMsReceived     ms of output audio received
+ * @property {number} audioChunksScheduled
+ * @property {number} audioChunksPlayed   chunks that played to their end
+ * @property {number} msPlayed            ms of output audio actually played (cut chunks count partly)
+ * @property {number} truncatesSent       `conversation.item.truncate` events sent (barge-in)
+ * @property {number} interruptions       times playback was stopped early
+ */
+
+/** @returns {ClientStats} */
+function emptyStats() {
+  return {
+    framesSent: 0,
+    framesReceived: 0,
+    appendsSent: 0,
+    audioBytesSent: 0,
+    audioMsSent: 0,
+    audioChunksReceived: 0,
+    audioMsReceived: 0,
+    audioChunksScheduled: 0,
+    audioChunksPlayed: 0,
+    msPlayed: 0,
+    truncatesSent: 0,
+    interruptions: 0,
+  };
+}
+
+/**
+ * Base64 of bytes (btoa over a binary string, built in slices to bound argument counts).
+ * @param {Uint8Array} bytes
+ * @returns {string}
+ */
+export function bytesToBase64(bytes) {
+  let binary = "";
+  const step = 0x8000;
+  for (let i = 0; i < bytes.length; i += step) {
+    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + step));
+  }
+  return btoa(binary);
+}
+
+/**
+ * Decode base64 PCM16 little-endian mono into float samples in [-1, 1).
+ * @param {string} b64
+ * @returns {Float32Array}
+ */
+export function decodePcm16(b64) {
+  const binary = atob(b64);
+  const n = binary.length >> 1;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i += 1) {
+    let v = binary.charCodeAt(2 * i) | (binary.charCodeAt(2 * i + 1) << 8);
+    if (v >= 0x8000) v -= 0x10000;
+    out[i] = v / 0x8000;
+  }
+  return out;
+}
+
+/**
+ * Map an RMS amplitude to a 0..1 meter level (-60 dBFS .. 0 dBFS).
+ * @param {number} rms
+ * @returns {number}
+ */
+export function levelFromRms(rms) {
+  if (!(rms > 0)) return 0;
+  const db = 20 * Math.log10(rms);
+  return Math.max(0, Math.min(1, (db + 60) / 60));
+}
+
+/**
+ * The default `/v1/realtime` URL for the page this module runs in.
+ * @returns {string}
+ */
+export function defaultRealtimeUrl() {
+  const scheme = globalThis.location && globalThis.location.protocol === "https:" ? "wss:" : "ws:";
+  const host = globalThis.location ? globalThis.location.host : "127.0.0.1:8080";
+  return `${scheme}//${host}/v1/realtime`;
+}
+
+/**
+ * Words for a WebSocket close code.
+ * @param {number} code
+ * @returns {string}
+ */
+export function describeCloseCode(code) {
+  switch (code) {
+    case 1000: return "the session ended normally";
+    case 1001: return "the server is going away";
+    case 1005: return "the session ended";
+    case 1006: return "the connection was lost or refused (check the address and your token)";
+    case 1008: return "the server refused the session (policy)";
+    case 1009: return "a message was too large";
+    case 1011: return "the server hit an internal error";
+    case 1012: return "the server is restarting";
+    case 1013: return "the voice service is unavailable; try again later";
+    default: return code >= 3000 && code < 5000 ? "the service ended the session" : "the connection closed";
+  }
+}
+
+/**
+ * A voice session with voxgate.
+ *
+ * Events (all `CustomEvent`s; the payload is `event.detail`):
+ * - `status`       `{state: "connecting"|"open"|"closed", code?, reason?, wasClean?, byClient?, description?}`
+ * - `session`      `{session_id, tools}` from `voxgate.session.ready`
+ * - `closing`      `{reason}` from `voxgate.session.closing` (the server will close soon)
+ * - `transcript`   `{role: "user"|"assistant", item_id, text, delta?, final, typed?}`
+ * - `tool`         `{phase, call_id, name, ...}` — phase is `confirmation_requested`, `started`,
+ *                  `completed`, `failed` or `declined`; the other fields are the wire event's
+ * - `confirmation` `{call_id, name, arguments, prompt, expires_at_ms}` (answer with {@link confirm})
+ * - `citations`    `{call_id, name, citations: [{title, url, source, ...}]}`
+ * - `error`        `{source: "server"|"connection"|"microphone"|"audio"|"client", code, message, type?, event_id?}`
+ * - `level`        `{level, rms, peak}` microphone level per chunk (0..1)
+ * - `microphone`   `{active}`
+ * - `speech`       `{state: "started"|"stopped", audio_start_ms?, audio_end_ms?, item_id?}` (server VAD)
+ * - `playback`     `{state: "started"|"ended"|"interrupted", item_id, audio_end_ms?}`
+ * - `response`     `{state: "created"|"done", response_id, status?}`
+ * - `event`        every server event, parsed, before the client acts on it
+ */
+export class VoxgateClient extends EventTarget {
+  /** @param {ClientOptions} [options] */
+  constructor(options = {}) {
+    super();
+    /** @type {Required<Omit<ClientOptions, "deviceId"|"workletUrl">> & ClientOptions} */
+    this.options = {
+      echoCancellation: true,
+      noiseSuppression: true,
+      autoGainControl: true,
+      chunkMs: 20,
+      playback: true,
+      sessionConfig: DEFAULT_SESSION_CONFIG,
+      ...options,
+    };
+    /** @type {ClientStats} */
+    this.stats = emptyStats();
+    /** @type {"idle"|"connecting"|"open"|"closed"} */
+    this.state = "idle";
+    /** @type {string|null} voxgate's session id, from `voxgate.session.ready` */
+    this.sessionId = null;
+    /** @type {Array<{name: string, category: string, requires_confirmation: boolean}>} */
+    this.tools = [];
+    /** @type {Map<string, object>} calls awaiting the user's decision, by call_id */
+    this.pendingConfirmations = new Map();
+    this.ws = null;
+    this.closedByClient = false;
+    this.eventCounter = 0;
+    this.activeResponseId = null;
+    this.responseCreatePending = false;
+    this.ourResponseCreates = new Set();
+    this.assistantText = new Map();
+    this.userText = new Map();
+    /** @type {Set<string>} assistant items cut by a barge-in (late audio for them is dropped) */
+    this.truncatedItems = new Set();
+    this.mic = null;
+    this.player = null;
+  }
+
+  // ---------------------------------------------------------------- connection
+
+  /**
+   * Open the session. Resolves when the WebSocket is open; rejects if it closes first (a refused
+   * token, an unreachable server). Offers subprotocols `realtime`, `voxgate.v1` and, with a
+   * token, `voxgate-token.TOKEN`.
+   * @param {ConnectOptions} [options]
+   * @returns {Promise<void>}
+   */
+  connect({ url, token, model } = {}) {
+    if (this.ws && (this.state === "connecting" || this.state === "open")) {
+      return Promise.reject(new Error("already connected"));
+    }
+    const target = new URL(url || defaultRealtimeUrl(), globalThis.location ? globalThis.location.href : undefined);
+    if (model) target.searchParams.set("model", model);
+    const protocols = ["realtime", EVENTS_PROTOCOL];
+    const trimmed = (token || "").trim();
+    if (trimmed) protocols.push(TOKEN_PROTOCOL_PREFIX + trimmed);
+
+    this.resetSession();
+    this.ensurePlayer();
+    this.setStatus({ state: "connecting" });
+    let ws;
+    try {
+      ws = new WebSocket(target.href, protocols);
+    } catch (err) {
+      // A token with characters a subprotocol cannot carry throws SyntaxError here.
+      const message = trimmed ? "the token contains characters that cannot be sent" : String(err && err.message);
+      this.emitError("connection", "invalid_connect_options", message);
+      this.setStatus({ state: "closed", code: 1006, reason: "", wasClean: false, byClient: false });
+      return Promise.reject(new Error(message));
+    }
+    this.ws = ws;
+    this.closedByClient = false;
+    return new Promise((resolve, reject) => {
+      let opened = false;
+      ws.onopen = () => {
+        opened = true;
+        this.setStatus({ state: "open", protocol: ws.protocol });
+        resolve();
+      };
+      ws.onmessage = (event) => this.onFrame(event.data);
+      ws.onerror = () => {
+        // The browser hides the cause; the close event that follows carries the code.
+      };
+      ws.onclose = (event) => {
+        if (this.ws === ws) this.ws = null;
+        this.onClosed(event, opened);
+        if (!opened) reject(new Error(describeCloseCode(event.code)));
+      };
+    });
+  }
+
+  /**
+   * Close the session (code 1000). Stops the microphone and playback.
+   * @param {string} [reason]
+   */
+  disconnect(reason = "client disconnect") {
+    this.closedByClient = true;
+    this.stopMicrophone();
+    this.stopPlayback({ truncate: false });
+    if (this.ws) {
+      try {
+        this.ws.close(1000, reason.slice(0, 120));
+      } catch {
+        // Already closing.
+      }
+    }
+  }
+
+  /** @returns {boolean} whether the socket is open */
+  get connected() {
+    return this.state === "open" && !!this.ws && this.ws.readyState === WebSocket.OPEN;
+  }
+
+  /**
+   * Send a client event as JSON. An `event_id` is added when it has none.
+   * @param {object} event
+   * @returns {boolean} false if the session is not open
+   */
+  send(event) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
+    const withId = event.event_id ? event : { ...event, event_id: this.nextEventId() };
+    this.ws.send(JSON.stringify(withId));
+    this.stats.framesSent += 1;
+    return true;
+  }
+
+  // ---------------------------------------------------------------- text and confirmations
+
+  /**
+   * Send a typed user message and ask for a response. Interrupts playback first; if a response
+   * is already running it is cancelled and the new one is requested when it has finished.
+   * @param {string} text
+   * @returns {boolean} false if not sent (empty text or not connected)
+   */
+  sendText(text) {
+    const trimmed = String(text || "").trim();
+    if (!trimmed || !this.connected) return false;
+    this.stopPlayback({ truncate: true });
+    const eventId = this.nextEventId();
+    this.send({
+      type: "conversation.item.create",
+      event_id: eventId,
+      item: { type: "message", role: "user", content: [{ type: "input_text", text: trimmed }] },
+    });
+    this.emit("transcript", { role: "user", item_id: eventId, text: trimmed, final: true, typed: true });
+    if (this.activeResponseId) {
+      this.send({ type: "response.cancel" });
+      this.responseCreatePending = true;
+    } else {
+      this.requestResponse();
+    }
+    return true;
+  }
+
+  /**
+   * Answer a confirmation request: `{"type":"voxgate.tool_call.confirm","call_id","approved"}`.
+   * @param {string} callId
+   * @param {boolean} approved
+   * @returns {boolean} false if not connected
+   */
+  confirm(callId, approved) {
+    const sent = this.send({ type: "voxgate.tool_call.confirm", call_id: String(callId), approved: !!approved });
+    if (sent) this.pendingConfirmations.delete(callId);
+    return sent;
+  }
+
+  // ---------------------------------------------------------------- microphone
+
+  /**
+   * Start capturing the microphone: getUserMedia → AudioWorklet (resampling to 24 kHz PCM16
+   * mono) → `input_audio_buffer.append` every `chunkMs`. Must be called from a user gesture on
+   * pages without autoplay permission.
+   * @param {Partial<Pick<ClientOptions, "echoCancellation"|"noiseSuppression"|"autoGainControl"|"deviceId">>} [overrides]
+   * @returns {Promise<void>}
+   */
+  async startMicrophone(overrides = {}) {
+    if (this.mic) return;
+    const opts = { ...this.options, ...overrides };
+    const audio = {
+      channelCount: 1,
+      echoCancellation: !!opts.echoCancellation,
+      noiseSuppression: !!opts.noiseSuppression,
+      autoGainControl: !!opts.autoGainControl,
+    };
+    if (opts.deviceId) audio.deviceId = { exact: opts.deviceId };
+    let stream;
+    try {
+      stream = await navigator.mediaDevices.getUserMedia({ audio, video: false });
+    } catch (err) {
+      const denied = err && (err.name === "NotAllowedError" || err.name === "SecurityError");
+      this.emitError("microphone", denied ? "microphone_denied" : "microphone_unavailable",
+        denied ? "microphone access was denied" : "no microphone could be opened");
+      throw err;
+    }
+    try {
+      this.mic = await this.buildCapture(stream, opts.chunkMs);
+    } catch (err) {
+      stream.getTracks().forEach((t) => t.stop());
+      this.emitError("microphone", "capture_failed", "the audio capture could not start");
+      throw err;
+    }
+    this.emit("microphone", { active: true });
+  }
+
+  /**
+   * @param {MediaStream} stream
+   * @param {number} chunkMs
+   */
+  async buildCapture(stream, chunkMs) {
+    const context = new AudioContext({ latencyHint: "interactive" });
+    const workletUrl = this.options.workletUrl || new URL("./pcm-capture-worklet.js", import.meta.url);
+    await context.audioWorklet.addModule(workletUrl);
+    const source = context.createMediaStreamSource(stream);
+    const node = new AudioWorkletNode(context, "voxgate-pcm-capture", {
+      numberOfInputs: 1,
+      numberOfOutputs: 0,
+      channelCount: 1,
+      channelCountMode: "explicit",
+      processorOptions: { targetRate: WIRE_SAMPLE_RATE, chunkMs },
+    });
+    node.port.onmessage = (event) => this.onCaptureChunk(event.data);
+    source.connect(node);
+    if (context.state !== "running") await context.resume();
+    return { stream, context, source, node };
+  }
+
+  /** @param {{type: string, pcm: ArrayBuffer, rms: number, peak: number}} data */
+  onCaptureChunk(data) {
+    if (!data || data.type !== "chunk") return;
+    this.emit("level", { level: levelFromRms(data.rms), rms: data.rms, peak: data.peak });
+    const bytes = new Uint8Array(data.pcm);
+    if (this.send({ type: "input_audio_buffer.append", audio: bytesToBase64(bytes) })) {
+      this.stats.appendsSent += 1;
+      this.stats.audioBytesSent += bytes.length;
+      this.stats.audioMsSent += (bytes.length / 2 / WIRE_SAMPLE_RATE) * 1000;
+    }
+  }
+
+  /** Stop the microphone (tracks stopped, capture context closed). */
+  stopMicrophone() {
+    const mic = this.mic;
+    if (!mic) return;
+    this.mic = null;
+    try {
+      mic.node.port.postMessage({ type: "flush" });
+      mic.source.disconnect();
+      mic.node.port.onmessage = null;
+    } catch {
+      // Nodes already gone.
+    }
+    mic.stream.getTracks().forEach((t) => t.stop());
+    mic.context.close().catch(() => {});
+    this.emit("level", { level: 0, rms: 0, peak: 0 });
+    this.emit("microphone", { active: false });
+  }
+
+  /** @returns {boolean} whether the microphone is capturing */
+  get microphoneActive() {
+    return !!this.mic;
+  }
+
+  // ---------------------------------------------------------------- playback
+
+  /** Create (or resume) the playback context; call from a user gesture for autoplay rules. */
+  ensurePlayer() {
+    if (!this.options.playback) return null;
+    if (!this.player) {
+      const context = new AudioContext({ latencyHint: "interactive" });
+      this.player = { context, playHead: 0, sources: new Set(), itemId: null, contentIndex: 0, itemChunks: [] };
+    }
+    if (this.player.context.state === "suspended") this.player.context.resume().catch(() => {});
+    return this.player;
+  }
+
+  /**
+   * Queue one base64 PCM16 24 kHz chunk of assistant audio, gapless after the previous one.
+   * @param {string} itemId
+   * @param {number} contentIndex
+   * @param {string} b64
+   */
+  playChunk(itemId, contentIndex, b64) {
+    const samples = decodePcm16(b64);
+    const ms = (samples.length / WIRE_SAMPLE_RATE) * 1000;
+    this.stats.audioChunksReceived += 1;
+    this.stats.audioMsReceived += ms;
+    const player = this.ensurePlayer();
+    if (!player || samples.length === 0) return;
+    const ctx = player.context;
+    if (player.itemId !== itemId) {
+      player.itemId = itemId;
+      player.contentIndex = contentIndex || 0;
+      player.itemChunks = [];
+      this.emit("playback", { state: "started", item_id: itemId });
+    }
+    const buffer = ctx.createBuffer(1, samples.length, WIRE_SAMPLE_RATE);
+    buffer.copyToChannel(samples, 0);
+    const source = ctx.createBufferSource();
+    source.buffer = buffer;
+    source.connect(ctx.destination);
+    const startAt = Math.max(player.playHead, ctx.currentTime + 0.02);
+    const chunk = { source, start: startAt, duration: buffer.duration, cut: false };
+    source.onended = () => this.onChunkEnded(chunk, itemId);
+    source.start(startAt);
+    player.playHead = startAt + buffer.duration;
+    player.sources.add(chunk);
+    player.itemChunks.push(chunk);
+    this.stats.audioChunksScheduled += 1;
+  }
+
+  /**
+   * @param {{start: number, duration: number, cut: boolean}} chunk
+   * @param {string} itemId
+   */
+  onChunkEnded(chunk, itemId) {
+    const player = this.player;
+    if (!player || !player.sources.delete(chunk)) return;
+    if (!chunk.cut) {
+      this.stats.audioChunksPlayed += 1;
+      this.stats.msPlayed += chunk.duration * 1000;
+    }
+    if (player.sources.size === 0) this.emit("playback", { state: "ended", item_id: itemId });
+  }
+
+  /** @returns {boolean} whether assistant audio is playing or queued */
+  get playing() {
+    return !!this.player && this.player.sources.size > 0;
+  }
+
+  /**
+   * Stop all assistant audio at once. With `truncate`, tell the server how much of the item was
+   * heard (`conversation.item.truncate` with `audio_end_ms` = ms actually played) so the unheard
+   * rest is dropped from the conversation.
+   * @param {{truncate?: boolean}} [options]
+   * @returns {number|null} ms of the current item that were played, or null if nothing was playing
+   */
+  stopPlayback({ truncate = true } = {}) {
+    const player = this.player;
+    if (!player || player.sources.size === 0) return null;
+    const now = player.context.currentTime;
+    let playedMs = 0;
+    for (const chunk of player.itemChunks) {
+      playedMs += Math.max(0, Math.min(chunk.duration, now - chunk.start)) * 1000;
+    }
+    for (const chunk of player.sources) {
+      const heard = Math.max(0, Math.min(chunk.duration, now - chunk.start));
+      chunk.cut = true;
+      this.stats.msPlayed += heard * 1000;
+      if (heard >= chunk.duration) this.stats.audioChunksPlayed += 1;
+      try {
+        chunk.source.stop();
+      } catch {
+        // Never started.
+      }
+      chunk.source.disconnect();
+    }
+    player.sources.clear();
+    player.playHead = 0;
+    const itemId = player.itemId;
+    const audioEndMs = Math.floor(playedMs);
+    this.stats.interruptions += 1;
+    if (truncate && itemId) {
+      this.truncatedItems.add(itemId);
+      if (this.send({ type: "conversation.item.truncate", item_id: itemId, content_index: player.contentIndex, audio_end_ms: audioEndMs })) {
+        this.stats.truncatesSent += 1;
+      }
+    }
+    player.itemId = null;
+    player.itemChunks = [];
+    this.emit("playback", { state: "interrupted", item_id: itemId, audio_end_ms: audioEndMs });
+    return audioEndMs;
+  }
+
+  // ---------------------------------------------------------------- incoming events
+
+  /** @param {string|ArrayBuffer|Blob} data */
+  onFrame(data) {
+    if (typeof data !== "string") return;
+    let event;
+    try {
+      event = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (!event || typeof event.type !== "string") return;
+    this.stats.framesReceived += 1;
+    this.emit("event", event);
+    const handler = this.handlers[event.type];
+    if (handler) handler.call(this, event);
+    else if (event.type.startsWith("voxgate.tool_call.")) this.onToolEvent(event);
+  }
+
+  /** @param {object} event */
+  onToolEvent(event) {
+    const phase = event.type.slice("voxgate.tool_call.".length);
+    const { type: _type, ...fields } = event;
+    if (phase === "confirmation_requested") {
+      this.pendingConfirmations.set(event.call_id, fields);
+    } else if (TERMINAL_PHASES.includes(phase) || phase === "started") {
+      this.pendingConfirmations.delete(event.call_id);
+    }
+    this.emit("tool", { phase, ...fields });
+    if (phase === "confirmation_requested") this.emit("confirmation", fields);
+    if (phase === "completed" && Array.isArray(event.citations) && event.citations.length > 0) {
+      this.emit("citations", { call_id: event.call_id, name: event.name, citations: event.citations });
+    }
+  }
+
+  /** @param {string} itemId @param {string} delta */
+  onAssistantDelta(itemId, delta) {
+    const text = (this.assistantText.get(itemId) || "") + (delta || "");
+    this.assistantText.set(itemId, text);
+    this.emit("transcript", { role: "assistant", item_id: itemId, text, delta, final: false });
+  }
+
+  /** @param {string} itemId @param {string|undefined} full */
+  onAssistantDone(itemId, full) {
+    const text = typeof full === "string" ? full : this.assistantText.get(itemId) || "";
+    this.assistantText.delete(itemId);
+    this.emit("transcript", { role: "assistant", item_id: itemId, text, final: true });
+  }
+
+  /** @param {object} event an `error` event */
+  onServerError(event) {
+    const error = event.error || {};
+    const code = error.code || error.type || "error";
+    if (QUIET_ERROR_CODES.has(code)) return;
+    if (code === "conversation_already_has_active_response" && this.ourResponseCreates.has(error.event_id)) {
+      // Ours collided with a response the server (or voxgate) started: ask again after it.
+      this.ourResponseCreates.delete(error.event_id);
+      this.responseCreatePending = true;
+      return;
+    }
+    this.emit("error", {
+      source: "server",
+      type: error.type,
+      code,
+      message: error.message || "the server reported an error",
+      event_id: error.event_id || null,
+    });
+  }
+
+  /**
+   * @param {CloseEvent} event
+   * @param {boolean} opened
+   */
+  onClosed(event, opened) {
+    this.stopMicrophone();
+    this.stopPlayback({ truncate: false });
+    for (const [callId, pending] of this.pendingConfirmations) {
+      this.emit("tool", { phase: "declined", call_id: callId, name: pending.name, reason: "session_closed", local: true });
+    }
+    this.pendingConfirmations.clear();
+    this.activeResponseId = null;
+    const byClient = this.closedByClient;
+    if (!byClient && !opened) {
+      this.emitError("connection", "connect_failed", `could not connect: ${describeCloseCode(event.code)}`);
+    } else if (!byClient && event.code !== 1000) {
+      this.emitError("connection", "connection_closed", `the session closed: ${describeCloseCode(event.code)}`);
+    }
+    this.setStatus({
+      state: "closed",
+      code: event.code,
+      reason: event.reason,
+      wasClean: event.wasClean,
+      byClient,
+      description: describeCloseCode(event.code),
+    });
+  }
+
+  // ---------------------------------------------------------------- helpers
+
+  requestResponse() {
+    const eventId = this.nextEventId();
+    this.ourResponseCreates.add(eventId);
+    this.responseCreatePending = false;
+    this.send({ type: "response.create", event_id: eventId });
+  }
+
+  resetSession() {
+    this.stats = emptyStats();
+    this.sessionId = null;
+    this.tools = [];
+    this.pendingConfirmations.clear();
+    this.activeResponseId = null;
+    this.responseCreatePending = false;
+    this.ourResponseCreates.clear();
+    this.assistantText.clear();
+    this.userText.clear();
+    this.truncatedItems = new Set();
+  }
+
+  /** @returns {string} */
+  nextEventId() {
+    this.eventCounter += 1;
+    return `vgc_${Date.now().toString(36)}_${this.eventCounter}`;
+  }
+
+  /** @param {object} detail */
+  setStatus(detail) {
+    this.state = detail.state;
+    this.emit("status", detail);
+  }
+
+  /**
+   * @param {string} source
+   * @param {string} code
+   * @param {string} message
+   */
+  emitError(source, code, message) {
+    this.emit("error", { source, code, message });
+  }
+
+  /**
+   * @param {string} type
+   * @param {object} detail
+   */
+  emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+}
+
+/** Server event handlers, keyed by event type; `this` is the client. */
+VoxgateClient.prototype.handlers = {
+  "session.created"() {
+    if (this.options.sessionConfig) this.send({ type: "session.update", session: this.options.sessionConfig });
+  },
+  "voxgate.session.ready"(event) {
+    this.sessionId = event.session_id || null;
+    this.tools = Array.isArray(event.tools) ? event.tools : [];
+    this.emit("session", { session_id: this.sessionId, tools: this.tools });
+  },
+  "voxgate.session.closing"(event) {
+    this.emit("closing", { reason: event.reason || "" });
+  },
+  "error"(event) {
+    this.onServerError(event);
+  },
+  "response.created"(event) {
+    this.activeResponseId = (event.response && event.response.id) || "unknown";
+    this.emit("response", { state: "created", response_id: this.activeResponseId });
+  },
+  "response.done"(event) {
+    const response = event.response || {};
+    this.activeResponseId = null;
+    this.emit("response", { state: "done", response_id: response.id, status: response.status });
+    if (this.responseCreatePending) this.requestResponse();
+  },
+  "response.output_audio.delta"(event) {
+    if (this.truncatedItems.has(event.item_id)) return;
+    this.playChunk(event.item_id, event.content_index, event.delta);
+  },
+  "response.audio.delta"(event) {
+    this.handlers["response.output_audio.delta"].call(this, event);
+  },
+  "response.output_audio_transcript.delta"(event) {
+    this.onAssistantDelta(event.item_id, event.delta);
+  },
+  "response.output_audio_transcript.done"(event) {
+    this.onAssistantDone(event.item_id, event.transcript);
+  },
+  "response.audio_transcript.delta"(event) {
+    this.onAssistantDelta(event.item_id, event.delta);
+  },
+  "response.audio_transcript.done"(event) {
+    this.onAssistantDone(event.item_id, event.transcript);
+  },
+  "response.output_text.delta"(event) {
+    this.onAssistantDelta(event.item_id, event.delta);
+  },
+  "response.output_text.done"(event) {
+    this.onAssistantDone(event.item_id, event.text);
+  },
+  "response.text.delta"(event) {
+    this.onAssistantDelta(event.item_id, event.delta);
+  },
+  "response.text.done"(event) {
+    this.onAssistantDone(event.item_id, event.text);
+  },
+  "conversation.item.input_audio_transcription.delta"(event) {
+    const text = (this.userText.get(event.item_id) || "") + (event.delta || "");
+    this.userText.set(event.item_id, text);
+    this.emit("transcript", { role: "user", item_id: event.item_id, text, delta: event.delta, final: false });
+  },
+  "conversation.item.input_audio_transcription.completed"(event) {
+    this.userText.delete(event.item_id);
+    this.emit("transcript", { role: "user", item_id: event.item_id, text: event.transcript || "", final: true });
+  },
+  "input_audio_buffer.speech_started"(event) {
+    // Barge-in: the user talks over the assistant; stop at once and report what was heard.
+    this.stopPlayback({ truncate: true });
+    this.emit("speech", { state: "started", audio_start_ms: event.audio_start_ms, item_id: event.item_id });
+  },
+  "input_audio_buffer.speech_stopped"(event) {
+    this.emit("speech", { state: "stopped", audio_end_ms: event.audio_end_ms, item_id: event.item_id });
+  },
+};

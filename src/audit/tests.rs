@@ -1,0 +1,163 @@
+//! Writer, recovery, rotation and verification against real files.
+
+use super::*;
+use crate::config::AuditConfig;
+
+fn record(event: AuditEvent, call: &str) -> AuditRecord {
+    let finished = event == AuditEvent::CallFinished;
+    AuditRecord {
+        event,
+        session_id: "vgs_1".into(),
+        call_id: call.into(),
+        tool: "search_pubmed".into(),
+        user: "u_1".into(),
+        roles: vec!["clinician".into()],
+        status: finished.then_some(AuditStatus::Completed),
+        error_code: None,
+        confirmation: finished.then_some(Confirmation::NotRequired),
+        duration_ms: finished.then_some(3),
+        phi: false,
+        args_sha256: "ab".repeat(32),
+        arguments: Some(serde_json::json!({"query": "asthma"})),
+    }
+}
+
+fn config(dir: &tempfile::TempDir, rotate_bytes: u64) -> AuditConfig {
+    AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes }
+}
+
+async fn write(cfg: &AuditConfig, records: Vec<AuditRecord>) {
+    let (handle, writer) = open(cfg, None).await.unwrap();
+    let acks: Vec<_> = records.into_iter().map(|r| handle.record(r)).collect();
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    drop(handle);
+    writer.join().await.unwrap();
+}
+
+fn lines(cfg: &AuditConfig) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&cfg.path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn chain_seq_and_order_survive_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c1"), record(AuditEvent::CallFinished, "c1")]).await;
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c2"), record(AuditEvent::CallFinished, "c2")]).await;
+    let all = lines(&cfg);
+    assert_eq!(all.iter().map(|l| l["seq"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert_eq!(all[0]["prev_sha256"], record::GENESIS);
+    assert_eq!(all[1]["event"], "call_finished");
+    assert_eq!(all[1]["status"], "completed");
+    assert_eq!(all[0]["arguments"]["query"], "asthma");
+    assert!(all[1].get("error_code").is_some());
+    assert_eq!(all[3]["id"], "4-1");
+    let report = verify(&cfg.path).unwrap();
+    assert!(report.is_ok(), "{report}");
+    assert_eq!((report.lines, report.calls), (4, 2));
+}
+
+#[tokio::test]
+async fn many_concurrent_records_land_once_each_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let (handle, writer) = open(&cfg, None).await.unwrap();
+    let mut acks = Vec::new();
+    for i in 0..500 {
+        acks.push(tokio::spawn(handle.record(record(AuditEvent::CallStarted, &format!("c{i}")))));
+    }
+    for ack in acks {
+        ack.await.unwrap().unwrap();
+    }
+    drop(handle);
+    writer.join().await.unwrap();
+    let all = lines(&cfg);
+    assert_eq!(all.len(), 500);
+    let ids: Vec<&str> = all.iter().map(|l| l["call_id"].as_str().unwrap()).collect();
+    let expected: Vec<String> = (0..500).map(|i| format!("c{i}")).collect();
+    assert_eq!(ids, expected, "records keep the order of record() calls");
+}
+
+#[tokio::test]
+async fn phi_arguments_are_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let mut r = record(AuditEvent::CallStarted, "c1");
+    r.phi = true;
+    write(&cfg, vec![r]).await;
+    assert!(lines(&cfg)[0].get("arguments").is_none());
+}
+
+#[tokio::test]
+async fn a_crash_leaves_abandoned_finishes_and_a_torn_line_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c1"), record(AuditEvent::CallStarted, "c2"), record(AuditEvent::CallFinished, "c2")]).await;
+    let mut text = std::fs::read_to_string(&cfg.path).unwrap();
+    text.push_str("{\"ts\":\"2026-01-01T00:00:00.000Z\",\"seq\":4,\"id\":\"4-1\",\"ev");
+    std::fs::write(&cfg.path, text).unwrap();
+    write(&cfg, vec![]).await;
+    let all = lines(&cfg);
+    assert_eq!(all.len(), 4);
+    assert_eq!(all[3]["call_id"], "c1");
+    assert_eq!(all[3]["status"], "abandoned");
+    let report = verify(&cfg.path).unwrap();
+    assert!(report.is_ok(), "{report}");
+    assert_eq!(report.abandoned, 1);
+}
+
+#[tokio::test]
+async fn verify_finds_tampering_gaps_and_missing_or_duplicate_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    write(&cfg, vec![
+        record(AuditEvent::CallStarted, "c1"),
+        record(AuditEvent::CallFinished, "c1"),
+        record(AuditEvent::CallStarted, "c2"),
+        record(AuditEvent::CallFinished, "c2"),
+    ])
+    .await;
+    let good = std::fs::read_to_string(&cfg.path).unwrap();
+    let check = |text: String| {
+        std::fs::write(&cfg.path, text).unwrap();
+        verify(&cfg.path).unwrap()
+    };
+    assert!(check(good.clone()).is_ok());
+    let tampered = check(good.replacen("asthma", "asthmb", 1));
+    assert!(!tampered.is_ok());
+    assert!(tampered.problems.iter().any(|p| p.contains("hash chain")), "{tampered}");
+    let lines: Vec<&str> = good.lines().collect();
+    let deleted = check(format!("{}\n{}\n{}\n", lines[0], lines[2], lines[3]));
+    assert!(!deleted.is_ok(), "a deleted line breaks the chain");
+    let missing_finish = check(format!("{}\n{}\n{}\n", lines[0], lines[1], lines[2]));
+    assert!(missing_finish.problems.iter().any(|p| p.contains("no finish")), "{missing_finish}");
+    let duplicated = check(format!("{good}{}\n", lines[3]));
+    assert!(duplicated.problems.iter().any(|p| p.contains("finished twice")), "{duplicated}");
+    let double_start = check(format!("{}\n{}\n", lines[0], lines[0]));
+    assert!(double_start.problems.iter().any(|p| p.contains("started twice")), "{double_start}");
+}
+
+#[tokio::test]
+async fn rotation_keeps_the_chain_across_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 1500);
+    for i in 0..10 {
+        let call = format!("c{i}");
+        write(&cfg, vec![record(AuditEvent::CallStarted, &call), record(AuditEvent::CallFinished, &call)]).await;
+    }
+    let rotated = verify::rotated_files(&cfg.path).unwrap();
+    assert!(rotated.len() >= 2, "{rotated:?}");
+    let report = verify(&cfg.path).unwrap();
+    assert!(report.is_ok(), "{report}");
+    assert_eq!((report.lines, report.calls), (20, 10));
+    // The first line of the newest file links to the last line of the one before.
+    let last_old = std::fs::read_to_string(rotated.last().unwrap()).unwrap();
+    let last_line = last_old.lines().last().unwrap();
+    let current = std::fs::read_to_string(&cfg.path).unwrap();
+    if let Some(first) = current.lines().next() {
+        let first: serde_json::Value = serde_json::from_str(first).unwrap();
+        assert_eq!(first["prev_sha256"], record::line_hash(last_line.as_bytes()));
+    }
+}

@@ -1,0 +1,220 @@
+//! iCalendar (RFC 5545) text <-> the event model, with the `icalendar` crate.
+//!
+//! Reading is lenient about what other tools write (TZID parameters, DATE values, floating times,
+//! DURATION instead of DTEND); writing produces one VEVENT that is spliced into the existing text, so
+//! components voxgate does not understand (VTIMEZONE, VTODO, X- properties) survive byte for byte.
+
+use chrono::{DateTime, Days, NaiveDate, Utc};
+use chrono_tz::Tz;
+use icalendar::{CalendarComponent, CalendarDateTime, Component, DatePerhapsTime, Event, EventLike, Property};
+
+use super::backend::{CalendarEvent, DEFAULT_CALENDAR, EventTiming, NewEvent, local_to_utc_lenient, next_day};
+use super::CalendarError;
+
+/// The property that names an event's calendar (`calendar_name`).
+pub const CALENDAR_PROPERTY: &str = "X-VOXGATE-CALENDAR";
+
+/// Events read from a store, plus how many VEVENTs had to be skipped (no readable start).
+#[derive(Debug, Default)]
+pub struct ParsedEvents {
+    pub events: Vec<CalendarEvent>,
+    pub skipped: usize,
+}
+
+/// A new, empty calendar file.
+pub fn empty_calendar() -> String {
+    "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//voxgate//calendar//EN\r\nCALSCALE:GREGORIAN\r\nEND:VCALENDAR\r\n"
+        .to_string()
+}
+
+/// Parse a whole store. Blank text is an empty calendar; anything else must be one or more
+/// VCALENDAR objects. Cancelled events are left out.
+pub fn parse(text: &str, tz: Tz) -> Result<ParsedEvents, CalendarError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if text.trim().is_empty() {
+        return Ok(ParsedEvents::default());
+    }
+    let unfolded = icalendar::parser::unfold(text);
+    // The parser's error text quotes the input (patient data): keep only the fact.
+    let roots = icalendar::parser::read_components(&unfolded).map_err(|_| CalendarError::Malformed)?;
+    if roots.is_empty() || roots.iter().any(|root| !root.name.as_str().eq_ignore_ascii_case("VCALENDAR")) {
+        return Err(CalendarError::Malformed);
+    }
+    let mut parsed = ParsedEvents::default();
+    for (index, child) in roots.into_iter().flat_map(|root| root.components).enumerate() {
+        if let CalendarComponent::Event(event) = CalendarComponent::from(child) {
+            match read_event(&event, tz, index) {
+                Some(Some(found)) => parsed.events.push(found),
+                Some(None) => {} // cancelled
+                None => parsed.skipped += 1,
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// `None`: unreadable (no usable DTSTART); `Some(None)`: cancelled.
+fn read_event(event: &Event, tz: Tz, index: usize) -> Option<Option<CalendarEvent>> {
+    let status = event.property_value("STATUS").map(str::trim);
+    if status.is_some_and(|s| s.eq_ignore_ascii_case("CANCELLED")) {
+        return Some(None);
+    }
+    let start = to_point(event.get_start()?, tz);
+    let end = event.get_end().map(|end| to_point(end, tz));
+    let duration = event.property_value("DURATION").and_then(parse_duration);
+    let timing = match start {
+        Point::Day(first_day) => {
+            let last_day = match (end, duration) {
+                // DTEND of an all-day event is exclusive.
+                (Some(Point::Day(end)), _) => end.pred_opt().unwrap_or(end),
+                (Some(Point::Instant(end)), _) => (end - chrono::Duration::seconds(1)).with_timezone(&tz).date_naive(),
+                (None, Some(d)) => first_day
+                    .checked_add_days(Days::new(u64::try_from(d.num_days()).unwrap_or(1).max(1) - 1))
+                    .unwrap_or(first_day),
+                (None, None) => first_day,
+            };
+            EventTiming::AllDay { first_day, last_day: last_day.max(first_day) }
+        }
+        Point::Instant(start) => {
+            let end = match (end, duration) {
+                (Some(Point::Instant(end)), _) => end,
+                (Some(Point::Day(day)), _) => local_to_utc_lenient(tz, day.and_time(chrono::NaiveTime::MIN)),
+                (None, Some(d)) => start.checked_add_signed(d).unwrap_or(start),
+                // RFC 5545 §3.6.1: a DATE-TIME start without end or duration is an instant.
+                (None, None) => start,
+            };
+            EventTiming::Timed { start, end: end.max(start) }
+        }
+    };
+    let text = |key: &str| event.property_value(key).map(str::trim).filter(|v| !v.is_empty()).map(str::to_string);
+    Some(Some(CalendarEvent {
+        // RFC 5545 requires a UID; an event without one still gets a stable-enough id to show.
+        id: text("UID").unwrap_or_else(|| format!("no-uid-{index}")),
+        title: text("SUMMARY").unwrap_or_default(),
+        timing,
+        location: text("LOCATION"),
+        description: text("DESCRIPTION"),
+        calendar: text(CALENDAR_PROPERTY).unwrap_or_else(|| DEFAULT_CALENDAR.to_string()),
+    }))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Point {
+    Day(NaiveDate),
+    Instant(DateTime<Utc>),
+}
+
+fn to_point(value: DatePerhapsTime, tz: Tz) -> Point {
+    match value {
+        DatePerhapsTime::Date(day) => Point::Day(day),
+        DatePerhapsTime::DateTime(CalendarDateTime::Utc(t)) => Point::Instant(t),
+        // Floating times follow "the attendee's zone": ours is the configured one.
+        DatePerhapsTime::DateTime(CalendarDateTime::Floating(local)) => Point::Instant(local_to_utc_lenient(tz, local)),
+        DatePerhapsTime::DateTime(CalendarDateTime::WithTimezone { date_time, tzid }) => {
+            Point::Instant(local_to_utc_lenient(resolve_tzid(&tzid).unwrap_or(tz), date_time))
+        }
+    }
+}
+
+/// An IANA zone from a TZID parameter, also in the prefixed forms some clients write
+/// (`/mozilla.org/20050126_1/Europe/Berlin`, `/citadel.org/.../Europe/Berlin`). Unknown ids (custom
+/// VTIMEZONE names) fall back to the configured zone.
+fn resolve_tzid(tzid: &str) -> Option<Tz> {
+    let tzid = tzid.trim().trim_matches('"');
+    if let Ok(tz) = tzid.parse::<Tz>() {
+        return Some(tz);
+    }
+    tzid.match_indices('/').find_map(|(i, _)| tzid[i + 1..].parse::<Tz>().ok())
+}
+
+/// An RFC 5545 DURATION (`P1D`, `PT1H30M`, `-PT15M`, `P2W`); `None` if it is not one.
+fn parse_duration(value: &str) -> Option<chrono::Duration> {
+    let value = value.trim();
+    let (negative, rest) = match value.as_bytes().first()? {
+        b'-' => (true, &value[1..]),
+        b'+' => (false, &value[1..]),
+        _ => (false, value),
+    };
+    let rest = rest.strip_prefix('P')?;
+    let (mut seconds, mut number, mut in_time, mut seen_unit) = (0i64, String::new(), false, false);
+    for c in rest.chars() {
+        match c {
+            '0'..='9' => number.push(c),
+            'T' if number.is_empty() => in_time = true,
+            unit => {
+                let n: i64 = number.parse().ok()?;
+                number.clear();
+                let scale = match (unit, in_time) {
+                    ('W', false) => 7 * 86_400,
+                    ('D', false) => 86_400,
+                    ('H', true) => 3_600,
+                    ('M', true) => 60,
+                    ('S', true) => 1,
+                    _ => return None,
+                };
+                seconds = seconds.checked_add(n.checked_mul(scale)?)?;
+                seen_unit = true;
+            }
+        }
+    }
+    if !number.is_empty() || !seen_unit {
+        return None;
+    }
+    chrono::Duration::try_seconds(if negative { -seconds } else { seconds })
+}
+
+/// One VEVENT for `event`, serialised (CRLF lines, folded, text escaped).
+pub fn event_to_ics(event: &NewEvent, now: DateTime<Utc>) -> Result<String, CalendarError> {
+    let mut vevent = Event::new();
+    vevent.uid(&event.uid).summary(&clean_text(&event.title)).timestamp(now);
+    match event.timing {
+        EventTiming::AllDay { first_day, last_day } => {
+            vevent.starts(first_day).ends(next_day(last_day));
+        }
+        EventTiming::Timed { start, end } => {
+            vevent.starts(CalendarDateTime::Utc(start)).ends(CalendarDateTime::Utc(end));
+        }
+    }
+    if let Some(location) = &event.location {
+        vevent.location(&clean_text(location));
+    }
+    if let Some(description) = &event.description {
+        vevent.description(&clean_text(description));
+    }
+    // VALUE=TEXT makes the writer escape the name and the reader unescape it (X- properties are
+    // otherwise written raw, and a newline would end the line).
+    vevent.append_property(
+        Property::new(CALENDAR_PROPERTY, clean_text(&event.calendar)).add_parameter("VALUE", "TEXT").done(),
+    );
+    vevent.done().try_into_string().map_err(|_| CalendarError::Malformed)
+}
+
+/// Put a serialised VEVENT before the last `END:VCALENDAR` line of `text` (blank text becomes a new
+/// calendar first).
+pub fn insert_event(text: &str, vevent: &str) -> Result<String, CalendarError> {
+    let base = if text.trim().is_empty() { empty_calendar() } else { text.to_string() };
+    // ASCII upper-casing keeps byte offsets, so the index is valid in `base`.
+    let upper = base.to_ascii_uppercase();
+    let at = upper
+        .match_indices("END:VCALENDAR")
+        .map(|(i, _)| i)
+        .filter(|&i| i == 0 || upper.as_bytes()[i - 1] == b'\n')
+        .last()
+        .ok_or(CalendarError::Malformed)?;
+    let mut out = String::with_capacity(base.len() + vevent.len());
+    out.push_str(&base[..at]);
+    out.push_str(vevent);
+    out.push_str(&base[at..]);
+    Ok(out)
+}
+
+/// Text as it may be stored: line breaks normalised to `\n` (escaped by the writer), other control
+/// characters dropped — a bare CR is not escaped by the writer and would corrupt the line.
+pub fn clean_text(value: &str) -> String {
+    value
+        .replace("\r\n", "\n")
+        .replace('\r', "\n")
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .collect()
+}

@@ -1,0 +1,104 @@
+/**
+ * The microphone and the speaker, end to end: Chromium's fake microphone plays a WAV made by
+ * espeak-ng → the page's AudioWorklet → PCM16 24 kHz `input_audio_buffer.append` → voxgate → a fake
+ * realtime upstream that records the audio; the upstream answers with `response.output_audio.delta`
+ * and the page plays it; a barge-in (`input_audio_buffer.speech_started`) stops playback at once and
+ * the page truncates the assistant item to what was actually played.
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { FakeUpstream, pcmStats } from "./support/fake-upstream.js";
+import { connectPage, openPage, screenshot, sleep, speechWav, startVoxgate, waitUntil } from "./support/harness.js";
+
+/** Bytes of one 20 ms chunk of PCM16 mono at 24 kHz. */
+const CHUNK_BYTES = 960;
+
+test("microphone audio reaches the upstream as PCM16 24 kHz; output audio plays; barge-in truncates", { timeout: 120_000 }, async (t) => {
+  const wavDir = mkdtempSync(path.join(tmpdir(), "voxgate-wav-"));
+  t.after(() => rmSync(wavDir, { recursive: true, force: true }));
+  const wav = speechWav("Hello. This is a test of the microphone. Please book a meeting with doctor Smith tomorrow at two in the afternoon.", wavDir);
+
+  const fake = new FakeUpstream();
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl, wav });
+  t.after(() => browser.close());
+  const { page } = browser;
+
+  await connectPage(page, { processingOff: true });
+  await fake.waitFor(() => fake.eventsOf("session.update").length > 0);
+  await screenshot(page, "microphone-connected");
+
+  // --- capture
+  await page.getByTestId("mic-button").click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=mic-button]").getAttribute("aria-pressed") === "true");
+  const settings = await page.evaluate(() => window.voxgate.mic.stream.getAudioTracks()[0].getSettings());
+  assert.equal(settings.echoCancellation, false, "echo cancellation off");
+  assert.equal(settings.noiseSuppression, false, "noise suppression off");
+  assert.equal(settings.autoGainControl, false, "auto gain off");
+
+  await fake.waitFor(() => fake.audioBuffer.length >= 3 * 48_000, 20_000); // 3 s of 24 kHz PCM16
+  const appends = [...fake.appends];
+  const audio = fake.audioBuffer;
+  const stats = pcmStats(audio);
+  const wallMs = appends[appends.length - 1].at - appends[0].at + 20;
+  const sizes = new Set(appends.map((a) => a.bytes));
+  t.diagnostic(`appends=${appends.length} bytes=${audio.length} audio_ms=${stats.ms.toFixed(0)} wall_ms=${wallMs} rms=${stats.rms.toFixed(0)} peak=${stats.peak}`);
+  assert.deepEqual([...sizes], [CHUNK_BYTES], "every append carries 20 ms of 24 kHz PCM16 (960 bytes)");
+  // At 24 kHz, the audio's length matches the time it took to arrive (at 48 kHz it would be double).
+  const ratio = stats.ms / wallMs;
+  assert.ok(ratio > 0.8 && ratio < 1.25, `audio ms / elapsed ms = ${ratio.toFixed(2)} (expected ~1 at 24 kHz)`);
+  assert.ok(stats.rms > 300, `the microphone audio is not silent (rms ${stats.rms.toFixed(0)})`);
+  assert.ok(stats.peak > 3000, `speech peaks are present (peak ${stats.peak})`);
+  const level = await page.getByTestId("mic-level").getAttribute("data-peak");
+  assert.ok(Number(level) > 10, `the level meter moved (peak ${level}%)`);
+  await screenshot(page, "microphone-capturing");
+
+  // --- a user turn, then an answer with 1.5 s of audio
+  fake.userTurn("please say hello");
+  await page.locator("[data-testid=transcript-entry][data-role=user]", { hasText: "please say hello" }).waitFor();
+  const answer = fake.respondWithAudio("Hello from the fake model.", 1500);
+  await page.waitForFunction(() => document.querySelector("[data-testid=playback-indicator]").dataset.state === "speaking");
+  await screenshot(page, "microphone-playing");
+  await page.waitForFunction(() => window.voxgate.stats.audioChunksPlayed >= 15, null, { timeout: 10_000 });
+  const played = await page.evaluate(() => ({ ...window.voxgate.stats }));
+  assert.equal(played.audioChunksReceived, 15, "fifteen 100 ms deltas received");
+  assert.ok(played.msPlayed >= 1490 && played.msPlayed <= 1510, `1.5 s of output audio played (${played.msPlayed} ms)`);
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]", { hasText: "Hello from the fake model." }).waitFor();
+  assert.equal(fake.eventsOf("conversation.item.truncate").length, 0, "no truncate for audio that played to its end");
+  void answer;
+
+  // --- barge-in: 6 s of audio, the user speaks after ~1.2 s
+  const before = played.msPlayed;
+  const long = fake.respondWithAudio("This is a long answer that the user will interrupt.", 6000);
+  await page.waitForFunction(() => document.querySelector("[data-testid=playback-indicator]").dataset.state === "speaking");
+  await sleep(1200);
+  fake.userTurn("stop, thank you");
+  const truncate = await fake.waitFor(() => fake.eventsOf("conversation.item.truncate")[0], 5000);
+  const stoppedAt = Date.now();
+  await page.waitForFunction(() => !window.voxgate.playing, null, { timeout: 1000 });
+  t.diagnostic(`truncate audio_end_ms=${truncate.audio_end_ms}; stopped within ${Date.now() - stoppedAt} ms of the truncate`);
+  assert.equal(truncate.item_id, long.itemId, "the playing assistant item is truncated");
+  assert.equal(truncate.content_index, 0);
+  assert.ok(Number.isInteger(truncate.audio_end_ms), "audio_end_ms is whole ms");
+  assert.ok(truncate.audio_end_ms >= 700 && truncate.audio_end_ms <= 2500,
+    `audio_end_ms ${truncate.audio_end_ms} ≈ the ~1200 ms actually played`);
+  const afterCut = await page.evaluate(() => ({ ...window.voxgate.stats }));
+  assert.ok(Math.abs(afterCut.msPlayed - before - truncate.audio_end_ms) < 60,
+    `ms played (${(afterCut.msPlayed - before).toFixed(0)}) matches audio_end_ms`);
+  await sleep(500);
+  const later = await page.evaluate(() => window.voxgate.stats.msPlayed);
+  assert.equal(later, afterCut.msPlayed, "nothing plays after the barge-in");
+  assert.equal(await page.getByTestId("playback-indicator").getAttribute("data-state"), "interrupted");
+  await screenshot(page, "microphone-barge-in");
+
+  await page.getByTestId("mic-button").click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=mic-button]").getAttribute("aria-pressed") === "false");
+  assert.deepEqual(browser.problems, [], "no page errors or CSP violations");
+});

@@ -1,0 +1,162 @@
+/**
+ * The page itself: served from the binary under a strict CSP, loads with no errors, connects to the
+ * simulated model, converses by text, shows errors in an alert region, carries a token in the
+ * subprotocol, and offers Reconnect after the server drops the session.
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
+import { connectPage, openPage, screenshot, startVoxgate, typeRequest } from "./support/harness.js";
+
+const JWT_SECRET = "e2e-test-secret-that-is-long-enough-0123456789";
+
+/**
+ * An HS256 JWT.
+ * @param {object} claims
+ * @param {string} secret
+ */
+function jwt(claims, secret) {
+  const part = (obj) => Buffer.from(JSON.stringify(obj)).toString("base64url");
+  const body = `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}`;
+  return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
+}
+
+/** @param {import("playwright-core").Page} page */
+const statusOf = (page) => page.evaluate(() => {
+  const el = document.querySelector("[data-testid=connection-status]");
+  return { state: el.dataset.state, text: el.textContent.trim() };
+});
+
+test("the page and its modules are served with a strict CSP and load without errors", { timeout: 60_000 }, async (t) => {
+  const voxgate = await startVoxgate();
+  t.after(() => voxgate.stop());
+  const page = await fetch(`${voxgate.baseUrl}/`);
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get("content-type"), /^text\/html/);
+  const csp = page.headers.get("content-security-policy") || "";
+  assert.match(csp, /default-src 'self'/);
+  assert.match(csp, /script-src 'self'(;|$)/);
+  assert.match(csp, /connect-src 'self' ws: wss:/);
+  assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+  for (const file of ["voxgate-client.js", "pcm-capture-worklet.js", "app.js", "labels.js"]) {
+    const res = await fetch(`${voxgate.baseUrl}/assets/${file}`);
+    assert.equal(res.status, 200, file);
+    assert.equal(res.headers.get("content-type"), "text/javascript; charset=utf-8", file);
+    assert.equal(res.headers.get("cache-control"), "no-cache", file);
+  }
+
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page: tab } = browser;
+  await tab.waitForFunction(() => typeof window.voxgate === "object");
+  assert.deepEqual(await statusOf(tab), { state: "idle", text: "Not connected" });
+  // Accessible names for every control a user needs.
+  for (const label of ["Session token (optional — a ticket or sign-in token, if your site uses them)", "Type a request"]) {
+    assert.equal(await tab.getByLabel(label).count(), 1, label);
+  }
+  assert.equal(await tab.getByRole("button", { name: "Connect", exact: true }).isEnabled(), true);
+  assert.equal(await tab.getByRole("button", { name: "Start microphone", exact: true }).isDisabled(), true, "mic needs a session");
+  assert.equal(await tab.getByRole("alert").count(), 1, "an alert region for errors");
+  assert.equal(await tab.getByRole("meter", { name: "Microphone level" }).count(), 1);
+  assert.equal(await tab.getByTestId("confirm-dialog").isVisible(), false);
+  await screenshot(tab, "page-idle");
+  assert.deepEqual(browser.problems, [], "no page errors, no CSP violations");
+});
+
+test("connect, a typed exchange with the simulated model, disconnect", { timeout: 60_000 }, async (t) => {
+  const voxgate = await startVoxgate();
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+  await connectPage(page);
+  await page.waitForFunction(() => /tools? available/.test(document.querySelector("[data-testid=connection-status]").textContent));
+  const tools = await page.evaluate(() => window.voxgate.tools.map((tool) => tool.name));
+  assert.ok(tools.includes("create_calendar_event"), `session.ready lists the tools (${tools})`);
+  assert.equal(await page.getByRole("button", { name: "Start microphone", exact: true }).isEnabled(), true);
+
+  await typeRequest(page, "Hello, can you hear me?");
+  await page.locator("[data-testid=transcript-entry][data-role=user]", { hasText: "Hello, can you hear me?" }).waitFor();
+  const answer = page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").first();
+  await answer.waitFor({ timeout: 15_000 });
+  assert.ok((await answer.getByTestId("transcript-text").textContent()).trim().length > 0, "the assistant answered");
+  await screenshot(page, "page-conversation");
+
+  await page.getByTestId("disconnect-button").click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
+  assert.equal((await statusOf(page)).text, "Disconnected");
+  assert.equal(await page.getByTestId("reconnect-button").isVisible(), false, "no Reconnect after a deliberate disconnect");
+  assert.equal(await page.getByTestId("error-message").count(), 0, "no error for a deliberate disconnect");
+  assert.deepEqual(browser.problems, []);
+});
+
+test("errors from the server appear in the alert region", { timeout: 60_000 }, async (t) => {
+  const voxgate = await startVoxgate();
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+  await connectPage(page);
+  // A decision for a call that does not exist: voxgate answers with the standard error event.
+  await page.evaluate(() => window.voxgate.confirm("call_does_not_exist", true));
+  const error = page.locator("[role=alert] [data-testid=error-message]").first();
+  await error.waitFor();
+  assert.equal(await error.getAttribute("data-code"), "voxgate_not_awaiting_confirmation");
+  assert.ok((await error.textContent()).length > 10, "the error has words");
+  await screenshot(page, "page-error");
+  await error.getByTestId("error-dismiss").click();
+  assert.equal(await page.getByTestId("error-message").count(), 0, "errors can be dismissed");
+  assert.equal((await statusOf(page)).state, "open", "the session goes on");
+});
+
+test("a token travels in the subprotocol; a bad one is refused with a clear error", { timeout: 60_000 }, async (t) => {
+  const voxgate = await startVoxgate({ toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\n` });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+
+  await page.getByTestId("token-input").fill(jwt({ sub: "dr-who", roles: ["clinician"], exp: 1 }, JWT_SECRET)); // expired
+  await page.getByTestId("connect-button").click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
+  const refused = page.locator("[data-testid=error-message][data-code=connect_failed]");
+  await refused.waitFor();
+  assert.match(await refused.textContent(), /could not connect/i);
+  assert.equal(await page.getByTestId("reconnect-button").isVisible(), true, "Reconnect is offered");
+  await screenshot(page, "page-refused");
+
+  const token = jwt({ sub: "dr-who", roles: ["clinician"], exp: Math.floor(Date.now() / 1000) + 600 }, JWT_SECRET);
+  await page.getByTestId("token-input").fill(token);
+  await connectPage(page);
+  assert.equal(await page.evaluate(() => window.voxgate.ws.protocol), "realtime", "voxgate selects `realtime`, never the token");
+  assert.ok(!voxgate.log().includes(token), "the token is not logged");
+});
+
+test("a server restart drops the session with a reason; Reconnect opens a new one", { timeout: 90_000 }, async (t) => {
+  let voxgate = await startVoxgate();
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+  await connectPage(page);
+
+  const addr = voxgate.addr;
+  assert.equal(await voxgate.stop(), 0, "voxgate drains and exits 0 on SIGTERM");
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
+  const status = await statusOf(page);
+  assert.match(status.text, /^Disconnected — /);
+  const code = await page.evaluate(() => {
+    const messages = [...document.querySelectorAll("[data-testid=error-message]")].map((m) => m.dataset.code);
+    return messages;
+  });
+  assert.ok(code.includes("connection_closed") || code.includes("closing"), `the drop is explained (${code})`);
+  assert.equal(await page.getByTestId("reconnect-button").isVisible(), true);
+  await screenshot(page, "page-dropped");
+
+  voxgate = await startVoxgate({ listen: addr });
+  await page.getByTestId("reconnect-button").click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "open");
+  assert.equal(await page.getByTestId("reconnect-button").isVisible(), false);
+  await screenshot(page, "page-reconnected");
+});

@@ -1,0 +1,332 @@
+/**
+ * A fake OpenAI Realtime server (GA wire protocol) for the browser tests: voxgate connects to it
+ * as its upstream (`upstream.kind = "openai"`, `upstream.url = ws://127.0.0.1:PORT/v1/realtime`).
+ *
+ * It records what arrives — every event, and the PCM16 audio of `input_audio_buffer.append` with
+ * timestamps — and answers like the real service, as far as the tests need:
+ * `session.created` on connect, `session.updated`, `conversation.item.added/done`,
+ * `conversation.item.truncated`, responses with `response.output_audio.delta` (a tone, generated
+ * faster than real time like the real service) plus transcript deltas, function calls chosen by
+ * `rules` on the last user text, and `response.done` (cancelled on `response.cancel`).
+ */
+
+import { WebSocketServer } from "ws";
+
+const RATE = 24000;
+
+/** @param {number} n */
+const id = (prefix, n) => `${prefix}_${String(n).padStart(16, "0")}`;
+
+/**
+ * PCM16 LE mono 24 kHz sine tone.
+ * @param {number} ms
+ * @param {number} [freq]
+ * @returns {Buffer}
+ */
+export function tone(ms, freq = 440) {
+  const n = Math.round((RATE * ms) / 1000);
+  const buf = Buffer.alloc(n * 2);
+  for (let i = 0; i < n; i += 1) buf.writeInt16LE(Math.round(Math.sin((2 * Math.PI * freq * i) / RATE) * 8000), i * 2);
+  return buf;
+}
+
+/**
+ * Statistics of PCM16 LE audio.
+ * @param {Buffer} pcm
+ * @returns {{samples: number, rms: number, peak: number, ms: number}}
+ */
+export function pcmStats(pcm) {
+  const samples = pcm.length >> 1;
+  let sum = 0;
+  let peak = 0;
+  for (let i = 0; i < samples; i += 1) {
+    const v = pcm.readInt16LE(i * 2);
+    sum += v * v;
+    if (Math.abs(v) > peak) peak = Math.abs(v);
+  }
+  return { samples, rms: samples ? Math.sqrt(sum / samples) : 0, peak, ms: (samples / RATE) * 1000 };
+}
+
+/**
+ * @typedef {object} Rule  a function call the fake model makes when the user's text matches
+ * @property {RegExp} match
+ * @property {string} name
+ * @property {object} arguments
+ */
+
+export class FakeUpstream {
+  /** @param {{rules?: Rule[], replyMs?: number}} [options] */
+  constructor({ rules = [], replyMs = 600 } = {}) {
+    this.rules = rules;
+    this.replyMs = replyMs;
+    /** @type {Array<object>} every client event, parsed */
+    this.events = [];
+    /** @type {Array<{at: number, bytes: number}>} */
+    this.appends = [];
+    this.audio = [];
+    this.connections = 0;
+    this.headers = [];
+    this.counter = 0;
+    this.socket = null;
+    this.activeResponse = null;
+    this.lastUserText = "";
+    this.outputsSinceResponse = [];
+    this.waiters = [];
+  }
+
+  /** @returns {Promise<string>} the ws:// URL voxgate should use */
+  async start() {
+    this.server = new WebSocketServer({ host: "127.0.0.1", port: 0, path: "/v1/realtime" });
+    await new Promise((resolve) => this.server.on("listening", resolve));
+    this.server.on("connection", (socket, request) => this.onConnection(socket, request));
+    const { port } = /** @type {import("node:net").AddressInfo} */ (this.server.address());
+    this.url = `ws://127.0.0.1:${port}/v1/realtime`;
+    return this.url;
+  }
+
+  async stop() {
+    for (const client of this.server.clients) client.terminate();
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+
+  /** All appended audio so far, concatenated. */
+  get audioBuffer() {
+    return Buffer.concat(this.audio);
+  }
+
+  /** @param {string} type @returns {Array<object>} */
+  eventsOf(type) {
+    return this.events.filter((e) => e.type === type);
+  }
+
+  /** @param {string} prefix */
+  nextId(prefix) {
+    this.counter += 1;
+    return id(prefix, this.counter);
+  }
+
+  /** @param {object} event */
+  send(event) {
+    if (!this.socket || this.socket.readyState !== 1) return;
+    this.socket.send(JSON.stringify({ event_id: this.nextId("event"), ...event }));
+  }
+
+  /**
+   * @param {import("ws").WebSocket} socket
+   * @param {import("node:http").IncomingMessage} request
+   */
+  onConnection(socket, request) {
+    this.connections += 1;
+    this.headers.push(request.headers);
+    this.socket = socket;
+    socket.on("message", (data, isBinary) => {
+      if (isBinary) return;
+      let event;
+      try {
+        event = JSON.parse(data.toString());
+      } catch {
+        return;
+      }
+      this.onEvent(event);
+      for (const waiter of [...this.waiters]) waiter();
+    });
+    this.send({
+      type: "session.created",
+      session: {
+        type: "realtime", object: "realtime.session", id: this.nextId("sess"), model: "gpt-realtime",
+        output_modalities: ["audio"], instructions: "", tools: [], tool_choice: "auto",
+        audio: { input: { format: { type: "audio/pcm", rate: RATE } }, output: { format: { type: "audio/pcm", rate: RATE }, voice: "marin" } },
+      },
+    });
+  }
+
+  /** @param {any} event */
+  onEvent(event) {
+    if (event.type === "input_audio_buffer.append") {
+      const pcm = Buffer.from(event.audio || "", "base64");
+      this.audio.push(pcm);
+      this.appends.push({ at: Date.now(), bytes: pcm.length });
+      this.events.push({ type: event.type, bytes: pcm.length });
+      return;
+    }
+    this.events.push(event);
+    switch (event.type) {
+      case "session.update":
+        this.send({ type: "session.updated", session: { type: "realtime", ...event.session } });
+        break;
+      case "conversation.item.create":
+        this.onItemCreate(event.item || {});
+        break;
+      case "conversation.item.truncate":
+        this.send({ type: "conversation.item.truncated", item_id: event.item_id, content_index: event.content_index, audio_end_ms: event.audio_end_ms });
+        break;
+      case "response.create":
+        this.onResponseCreate(event);
+        break;
+      case "response.cancel":
+        if (this.activeResponse) this.activeResponse.cancel();
+        else this.error("response_cancel_not_active", "Cancellation failed: no active response found", event.event_id);
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** @param {any} item */
+  onItemCreate(item) {
+    const itemId = item.id || this.nextId("item");
+    if (item.type === "message" && item.role === "user") {
+      const text = (item.content || []).map((c) => c.text || "").join(" ");
+      this.lastUserText = text;
+    }
+    if (item.type === "function_call_output") this.outputsSinceResponse.push(item);
+    const done = { ...item, id: itemId, status: "completed" };
+    this.send({ type: "conversation.item.added", previous_item_id: null, item: done });
+    this.send({ type: "conversation.item.done", previous_item_id: null, item: done });
+  }
+
+  error(code, message, eventId) {
+    this.send({ type: "error", error: { type: "invalid_request_error", code, message, param: null, event_id: eventId || null } });
+  }
+
+  /** @param {any} event */
+  onResponseCreate(event) {
+    if (this.activeResponse) {
+      this.error("conversation_already_has_active_response", "Conversation already has an active response in progress.", event.event_id);
+      return;
+    }
+    const outputs = this.outputsSinceResponse;
+    this.outputsSinceResponse = [];
+    if (outputs.length > 0) {
+      this.respondWithAudio(`All done. ${outputs.length} result received.`, this.replyMs);
+      return;
+    }
+    const rule = this.rules.find((r) => r.match.test(this.lastUserText));
+    this.lastUserText = "";
+    if (rule) this.respondWithCall(rule.name, rule.arguments);
+    else this.respondWithAudio("Hello from the fake model.", this.replyMs);
+  }
+
+  /**
+   * Start a response; returns its id and a `finish(status)` function.
+   * @returns {{id: string, finish: (status: string, output: object[]) => void, cancelled: boolean}}
+   */
+  beginResponse() {
+    const responseId = this.nextId("resp");
+    const response = {
+      id: responseId,
+      cancelled: false,
+      timers: [],
+      output: [],
+      finish: (status) => {
+        for (const t of response.timers) clearTimeout(t);
+        if (this.activeResponse === response) this.activeResponse = null;
+        this.send({ type: "response.done", response: { object: "realtime.response", id: responseId, status, output: response.output } });
+      },
+      cancel: () => {
+        response.cancelled = true;
+        response.finish("cancelled");
+      },
+    };
+    this.activeResponse = response;
+    this.send({ type: "response.created", response: { object: "realtime.response", id: responseId, status: "in_progress", output: [] } });
+    return response;
+  }
+
+  /**
+   * A function call, as the live service sequences it (PROTOCOL-NOTES §4).
+   * @param {string} name
+   * @param {object} args
+   */
+  respondWithCall(name, args) {
+    const response = this.beginResponse();
+    const itemId = this.nextId("item");
+    const callId = this.nextId("call");
+    const argText = JSON.stringify(args);
+    const base = { response_id: response.id, output_index: 0 };
+    const item = { id: itemId, type: "function_call", status: "in_progress", name, call_id: callId, arguments: "" };
+    this.send({ type: "response.output_item.added", ...base, item });
+    this.send({ type: "conversation.item.added", previous_item_id: null, item });
+    this.send({ type: "response.function_call_arguments.delta", ...base, item_id: itemId, call_id: callId, delta: argText });
+    this.send({ type: "response.function_call_arguments.done", ...base, item_id: itemId, call_id: callId, name, arguments: argText });
+    const done = { ...item, status: "completed", arguments: argText };
+    this.send({ type: "conversation.item.done", previous_item_id: null, item: done });
+    this.send({ type: "response.output_item.done", ...base, item: done });
+    response.output.push(done);
+    response.finish("completed");
+  }
+
+  /**
+   * An assistant message with `ms` of audio (in 100 ms deltas, sent at once — faster than real
+   * time) and its transcript.
+   * @param {string} text
+   * @param {number} ms
+   * @returns {{responseId: string, itemId: string}}
+   */
+  respondWithAudio(text, ms) {
+    const response = this.beginResponse();
+    const itemId = this.nextId("item");
+    const base = { response_id: response.id, item_id: itemId, output_index: 0, content_index: 0 };
+    const item = { id: itemId, type: "message", role: "assistant", status: "in_progress", content: [] };
+    this.send({ type: "response.output_item.added", response_id: response.id, output_index: 0, item });
+    this.send({ type: "conversation.item.added", previous_item_id: null, item });
+    this.send({ type: "response.content_part.added", ...base, part: { type: "audio", transcript: "" } });
+    const pcm = tone(ms);
+    const step = 4800; // 100 ms
+    for (let offset = 0; offset < pcm.length; offset += step) {
+      this.send({ type: "response.output_audio.delta", ...base, delta: pcm.subarray(offset, offset + step).toString("base64") });
+    }
+    for (const word of text.split(/(?<= )/)) this.send({ type: "response.output_audio_transcript.delta", ...base, delta: word });
+    // Like the live service, the response ends (server side) long before the audio has played.
+    response.timers.push(setTimeout(() => {
+      if (response.cancelled) return;
+      this.send({ type: "response.output_audio.done", ...base });
+      this.send({ type: "response.output_audio_transcript.done", ...base, transcript: text });
+      const done = { ...item, status: "completed", content: [{ type: "output_audio", transcript: text }] };
+      this.send({ type: "response.output_item.done", response_id: response.id, output_index: 0, item: done });
+      response.output.push(done);
+      response.finish("completed");
+    }, 100));
+    return { responseId: response.id, itemId };
+  }
+
+  /**
+   * The server VAD's view of a user turn: speech started (barge-in), stopped, committed, and the
+   * transcription of what was said.
+   * @param {string} transcript
+   */
+  userTurn(transcript) {
+    const itemId = this.nextId("item");
+    const heard = this.audioBuffer.length / 48;
+    this.send({ type: "input_audio_buffer.speech_started", audio_start_ms: Math.max(0, Math.round(heard) - 300), item_id: itemId });
+    if (this.activeResponse) this.activeResponse.cancel();
+    this.send({ type: "input_audio_buffer.speech_stopped", audio_end_ms: Math.round(heard), item_id: itemId });
+    this.send({ type: "input_audio_buffer.committed", previous_item_id: null, item_id: itemId });
+    this.send({ type: "conversation.item.input_audio_transcription.completed", item_id: itemId, content_index: 0, transcript });
+    return itemId;
+  }
+
+  /**
+   * Wait until `predicate()` holds, re-checking whenever an event arrives.
+   * @param {() => any} predicate
+   * @param {number} [timeout]
+   */
+  waitFor(predicate, timeout = 10_000) {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        const value = predicate();
+        if (value) {
+          clearTimeout(timer);
+          this.waiters = this.waiters.filter((w) => w !== check);
+          resolve(value);
+        }
+      };
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== check);
+        reject(new Error("fake upstream: timed out waiting"));
+      }, timeout);
+      this.waiters.push(check);
+      check();
+    });
+  }
+}
