@@ -24,7 +24,7 @@ pub mod config;
 pub mod policy;
 pub mod protocol;
 pub mod server;
-// WIP: pub mod session;
+pub mod session;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tools;

@@ -1,1 +1,108 @@
-fn main() {}
+//! The `voxgate` binary: parse the command line, load and validate the config, run the server until
+//! SIGTERM/SIGINT, drain. This is the only place `anyhow` is used.
+//!
+//! Exit codes: 0 after a clean drain, 1 on a runtime failure, 2 on a bad config or command line,
+//! 3 when `audit verify` finds a broken log.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use voxgate::config::{Config, ProcessEnv};
+
+#[derive(Debug, Parser)]
+#[command(name = "voxgate", version, about = "Realtime voice-session proxy that owns the tools")]
+struct Cli {
+    /// TOML config file; `VOXGATE_<SECTION>__<KEY>` variables override it. Without one, the
+    /// embedded defaults run the simulated model on 127.0.0.1:8080.
+    #[arg(long, global = true, env = "VOXGATE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy (the default).
+    Run,
+    /// Load and validate a config file, print the effective settings (secrets hidden), and exit.
+    CheckConfig {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Audit log tools.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Check the hash chain and that every started call finished exactly once.
+    Verify {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::CheckConfig { file }) => match load(Some(&file)) {
+            Ok(config) => {
+                print!("{}", voxgate::config::summary(&config));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Some(Command::Audit { command: AuditCommand::Verify { file } }) => verify(&file),
+        Some(Command::Run) | None => {
+            let config = match load(cli.config.as_deref()) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            match run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("voxgate: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// A bad config is reported with its key and reason, exit 2.
+fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
+    Config::load(path, &ProcessEnv).map_err(|err| {
+        eprintln!("voxgate: invalid configuration: {err}");
+        ExitCode::from(2)
+    })
+}
+
+fn verify(file: &Path) -> ExitCode {
+    match voxgate::audit::verify(file) {
+        Ok(report) => {
+            println!("{report}");
+            if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(3) }
+        }
+        Err(err) => {
+            eprintln!("voxgate: {err}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+fn run(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async move {
+        let telemetry = voxgate::telemetry::init(&config.telemetry).context("starting telemetry")?;
+        let server = voxgate::server::start(config).await.context("starting the server")?;
+        voxgate::shutdown::signal().await;
+        let audit = server.shutdown().await;
+        telemetry.shutdown().await;
+        audit.context("flushing the audit log")
+    })
+}

@@ -63,10 +63,10 @@ async fn jwt_in_every_transport_and_every_rejection() {
 #[tokio::test]
 async fn rs256_and_es256_public_keys() {
     let dir = tempfile::tempdir().unwrap();
-    for (alg, gen) in [(Algorithm::RS256, vec!["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]), (Algorithm::ES256, vec!["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])] {
+    for (alg, keygen) in [(Algorithm::RS256, vec!["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]), (Algorithm::ES256, vec!["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])] {
         let private = dir.path().join("key.pem");
         let public = dir.path().join("pub.pem");
-        assert!(std::process::Command::new("openssl").args(&gen).arg("-out").arg(&private).status().unwrap().success());
+        assert!(std::process::Command::new("openssl").args(&keygen).arg("-out").arg(&private).status().unwrap().success());
         assert!(std::process::Command::new("openssl").args(["pkey", "-pubout", "-in"]).arg(&private).arg("-out").arg(&public).status().unwrap().success());
         let pem = std::fs::read_to_string(&public).unwrap();
         let private_pem = std::fs::read(&private).unwrap();

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod phi;
 pub mod rate_limit;
+pub mod screening;
 pub mod shared_limit;
 pub mod tickets;
 

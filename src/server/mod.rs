@@ -1,2 +1,191 @@
-//! The client-facing HTTP and WebSocket endpoints (being wired).
+//! The client-facing edge: one axum router for the realtime WebSocket, health, metrics, tickets,
+//! the admin API and the browser client's assets; [`start`] builds everything a session needs and
+//! binds the listener, [`RunningServer::shutdown`] drains it (CONTRACT §1).
+//!
+//! - [`realtime`]: `GET /v1/realtime`, everything decided before the upgrade, then the session.
+//! - [`admin`]: `POST /v1/sessions` (tickets) and `/admin/*`.
+//! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`assets`]: `GET /` and the JS client module, compiled into the binary.
+//! - [`state`]: the handles every route shares.
+
+pub mod admin;
 pub mod assets;
+mod error;
+pub mod health;
+pub mod realtime;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{delete, get, post};
+use tokio::task::JoinHandle;
+
+use crate::audit::{self, AuditWriter};
+use crate::config::{AuthMode, Config, UpstreamKind};
+use crate::policy::auth::JwtVerifier;
+use crate::policy::phi::UserHasher;
+use crate::policy::rate_limit::{LocalLimiter, RateLimiter};
+use crate::policy::shared_limit::RedisLimiter;
+use crate::policy::tickets::{self, Tickets};
+use crate::session::live::LiveSessions;
+use crate::session::{SessionDeps, SessionSettings};
+use crate::shutdown::Shutdown;
+use crate::telemetry::metrics::Metrics;
+use crate::tools::registry::ToolRegistry;
+pub use error::ApiError;
+use state::AppState;
+
+/// Why the server could not start. Messages name the part that failed, never a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("tool registry: {0}")]
+    Registry(#[from] crate::tools::registry::RegistryError),
+    #[error("audit log: {0}")]
+    Audit(#[from] crate::audit::AuditError),
+    #[error("auth: {0}")]
+    Auth(String),
+    #[error("redis is not reachable at start ({0}); voxgate needs it for shared tickets and rate limits")]
+    Redis(String),
+}
+
+/// A server that is accepting connections.
+pub struct RunningServer {
+    local_addr: SocketAddr,
+    state: AppState,
+    serve: JoinHandle<std::io::Result<()>>,
+    audit_writer: AuditWriter,
+}
+
+/// The full router over `state`.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/realtime", get(realtime::realtime))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/sessions", post(admin::mint_ticket))
+        .route("/admin/sessions", get(admin::list_sessions))
+        .route("/admin/sessions/{id}", delete(admin::end_session))
+        .route("/admin/tools/{name}/invoke", post(admin::invoke_tool))
+        .merge(assets::routes())
+        .with_state(state)
+}
+
+/// Build the shared state from `config`, bind `server.listen` and start serving.
+pub async fn start(config: Config) -> Result<RunningServer, StartError> {
+    let config = Arc::new(config);
+    let metrics = Metrics::new();
+    let redis = match &config.redis.url {
+        Some(url) => Some(connect_redis(url.expose()).await?),
+        None => None,
+    };
+    let registry = Arc::new(ToolRegistry::from_config(&config)?);
+    let (audit, audit_writer) = audit::open(&config.audit, config.redis.url.as_ref()).await?;
+    let hasher = match &config.auth.user_hash_key {
+        Some(key) => UserHasher::new(key.expose().as_bytes()),
+        None => UserHasher::ephemeral(),
+    };
+    let jwt = JwtVerifier::from_config(&config.auth).map_err(StartError::Auth)?.map(Arc::new);
+    let tickets = config.auth.admin_token.as_ref().map(|token| {
+        let max_ttl = Duration::from_secs(config.auth.max_ticket_ttl_s);
+        Arc::new(Tickets::new(&tickets::signing_key(token.expose()), max_ttl, redis.clone()))
+    });
+    let limiter: Arc<dyn RateLimiter> = match redis.clone() {
+        Some(conn) => Arc::new(RedisLimiter::new(conn, config.redis.rate_limit_fail_closed, metrics.clone())),
+        None => Arc::new(LocalLimiter::new()),
+    };
+    let shutdown = Shutdown::new();
+    let deps = SessionDeps {
+        registry,
+        audit,
+        metrics,
+        limiter,
+        settings: Arc::new(SessionSettings::from_config(&config)),
+        drain: shutdown.token().clone(),
+    };
+    let live = LiveSessions::new(config.server.max_sessions, config.server.max_sessions_per_user);
+    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets };
+
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
+    let local_addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.server.listen, source })?;
+    announce(&config, &state, local_addr);
+
+    let app = router(state.clone());
+    let drained = state.shutdown.token().clone();
+    let serve = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await }).await
+    });
+    Ok(RunningServer { local_addr, state, serve, audit_writer })
+}
+
+impl RunningServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Drain (CONTRACT §1): stop accepting, tell every session to finish (parked calls are
+    /// declined, running ones get until `server.drain_timeout_ms`), wait for them, then flush the
+    /// audit log. Returns the audit writer's result.
+    pub async fn shutdown(self) -> Result<(), crate::audit::AuditError> {
+        let RunningServer { state, serve, audit_writer, .. } = self;
+        tracing::info!(sessions = state.live.len(), "draining");
+        state.shutdown.begin();
+        let limit = Duration::from_millis(state.config.server.drain_timeout_ms) + Duration::from_secs(5);
+        if tokio::time::timeout(limit, state.shutdown.tracker().wait()).await.is_err() {
+            tracing::warn!(sessions = state.live.len(), "drain timed out; closing the remaining sessions");
+        }
+        if let Err(err) = serve.await.unwrap_or(Ok(())) {
+            tracing::warn!(error = %err, "the HTTP server stopped with an error");
+        }
+        // The sessions held the last audit handles; the writer ends once they are gone.
+        drop(state);
+        let result = audit_writer.join().await;
+        tracing::info!("stopped");
+        result
+    }
+}
+
+async fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, StartError> {
+    // The URL may hold a password: errors are reported by kind only.
+    let client = redis::Client::open(url).map_err(|e| StartError::Redis(format!("{:?}", e.kind())))?;
+    let options = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_millis(500)))
+        .set_number_of_retries(2);
+    client
+        .get_connection_manager_with_config(options)
+        .await
+        .map_err(|e| StartError::Redis(format!("{:?}", e.kind())))
+}
+
+fn announce(config: &Config, state: &AppState, addr: SocketAddr) {
+    let tools: Vec<&str> = state.deps.registry.iter().map(|t| t.name()).collect();
+    tracing::info!(
+        %addr,
+        upstream = state.upstream_kind_name(),
+        auth = ?config.auth.mode,
+        redis = config.redis.url.is_some(),
+        tools = %tools.join(","),
+        "listening on {addr}"
+    );
+    if config.upstream.effective_kind() == UpstreamKind::Simulated {
+        tracing::warn!(
+            "upstream is the SIMULATED model: answers are scripted, not from OpenAI; \
+             set upstream.api_key (or OPENAI_API_KEY) to use a real realtime model"
+        );
+    }
+    if config.auth.mode == AuthMode::None {
+        tracing::warn!("auth.mode = \"none\": every session is anonymous");
+    }
+}

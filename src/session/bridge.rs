@@ -68,6 +68,8 @@ pub(super) struct Bridge {
     pub started_at: Instant,
     /// Strings this session's PHI tools returned; shared read-only with tool tasks.
     pub taint: std::sync::Arc<crate::policy::screening::TaintSet>,
+    /// A send to the client timed out: nothing more is sent to it and the session closes (1008).
+    pub client_stalled: bool,
 }
 
 impl Bridge {
@@ -112,6 +114,7 @@ impl Bridge {
             tool_spans: HashMap::new(),
             started_at: Instant::now(),
             taint: Default::default(),
+            client_stalled: false,
             info,
             deps,
         };
@@ -121,6 +124,9 @@ impl Bridge {
         let mut upstream_open = true;
 
         loop {
+            if bridge.client_stalled && bridge.closing.is_none() {
+                bridge.begin_close(SessionOutcome::SlowClient, false).await;
+            }
             if let Some(closing) = &bridge.closing {
                 let done = bridge.calls.unfinished() == 0 && bridge.audit_acks.is_empty();
                 if done {
@@ -369,15 +375,15 @@ impl Bridge {
 
     /// Send a frame to the client; a client that stops reading for too long is closed (1008).
     pub(super) async fn send_client(&mut self, message: Message) {
+        if self.client_stalled {
+            return;
+        }
         let timeout = self.deps.settings.client_send_timeout;
-        match tokio::time::timeout(timeout, self.to_client.send(message)).await {
-            Ok(_) => {}
-            Err(_) => {
-                if self.closing.is_none() {
-                    tracing::warn!(parent: &self.span, "client is not reading; closing the session");
-                    self.begin_close(SessionOutcome::SlowClient, false).await;
-                }
-            }
+        if tokio::time::timeout(timeout, self.to_client.send(message)).await.is_err() {
+            // The loop closes the session (1008) at its next turn; closing from here would
+            // recurse through `begin_close`, which itself sends to the client.
+            tracing::warn!(parent: &self.span, "client is not reading; closing the session");
+            self.client_stalled = true;
         }
     }
 

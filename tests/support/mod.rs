@@ -116,7 +116,8 @@ impl Client {
             request.headers_mut().insert("sec-websocket-protocol", protocols.join(", ").parse().unwrap());
         }
         for (name, value) in headers {
-            request.headers_mut().insert(*name, value.parse().unwrap());
+            let name: http::HeaderName = name.parse().unwrap();
+            request.headers_mut().insert(name, value.parse().unwrap());
         }
         let (ws, response) = tokio_tungstenite::connect_async(request).await?;
         let protocol = response
