@@ -132,7 +132,7 @@ async fn bad_client_frames_get_errors_and_the_session_goes_on() {
         (Message::text("{\"type\":\"input_audio_buffer.append\",\"audio\":\"AAA"), "voxgate_invalid_json"),
         (Message::binary(vec![1u8, 2, 3]), "voxgate_binary_frame"),
         (Message::text("{\"type\":\"voxgate.nope\",\"event_id\":\"e7\"}"), "voxgate_unknown_event"),
-        (Message::text(audio_frame(0, 8_000)), "voxgate_frame_too_large"),
+        (Message::text(audio_frame(0, 5_000)), "voxgate_frame_too_large"),
         (Message::text("{\"type\":\"voxgate.tool_call.confirm\",\"call_id\":\"call_x\",\"approved\":true}"), "voxgate_not_awaiting_confirmation"),
         (Message::text("{\"type\":\"voxgate.tool_call.confirm\",\"call_id\":5}"), "voxgate_invalid_event"),
     ];

@@ -86,10 +86,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     };
     let registry = Arc::new(ToolRegistry::from_config(&config)?);
     let (audit, audit_writer) = audit::open(&config.audit, config.redis.url.as_ref()).await?;
-    let hasher = match &config.auth.user_hash_key {
-        Some(key) => UserHasher::new(key.expose().as_bytes()),
-        None => UserHasher::ephemeral(),
-    };
+    let hasher = user_hasher(&config);
     let jwt = JwtVerifier::from_config(&config.auth).map_err(StartError::Auth)?.map(Arc::new);
     let tickets = config.auth.admin_token.as_ref().map(|token| {
         let max_ttl = Duration::from_secs(config.auth.max_ticket_ttl_s);
@@ -153,6 +150,27 @@ impl RunningServer {
         let result = audit_writer.join().await;
         tracing::info!("stopped");
         result
+    }
+}
+
+/// The keyed hash of user ids must agree across instances (shared rate-limit windows, session
+/// caps) and restarts (audit): `auth.user_hash_key`, else a key derived from a secret every
+/// instance shares anyway, else a per-process key.
+fn user_hasher(config: &Config) -> UserHasher {
+    let shared = config.auth.user_hash_key.as_ref().map(|k| k.expose().as_bytes().to_vec()).or_else(|| {
+        let secret = config.auth.admin_token.as_ref().or(config.auth.jwt_secret.as_ref())?;
+        let mut derived = tickets::signing_key(secret.expose());
+        derived.extend_from_slice(b"/user-hash");
+        Some(derived)
+    });
+    match shared {
+        Some(key) => UserHasher::new(&key),
+        None => {
+            if config.redis.url.is_some() {
+                tracing::warn!("auth.user_hash_key is unset: user hashes differ per instance, so shared rate limits do not share");
+            }
+            UserHasher::ephemeral()
+        }
     }
 }
 

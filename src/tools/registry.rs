@@ -86,7 +86,8 @@ impl ToolRegistry {
     pub fn from_config(config: &Config) -> Result<Self, RegistryError> {
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         tools.push(Arc::new(super::calculators::tool()));
-        // WIRE-UP: calendar::tools(&config.backends.calendar) once it lands.
+        tools.push(Arc::new(super::pubmed::tool(&config.backends.pubmed)?));
+        tools.extend(super::calendar::tools(&config.backends.calendar)?);
         Self::from_tools(tools, &config.tools)
     }
 

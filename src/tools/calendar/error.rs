@@ -4,6 +4,7 @@
 //! text goes into logs as is, and [`From<CalendarError> for ToolError`] picks the public message.
 
 use crate::tools::ToolError;
+use crate::tools::registry::RegistryError;
 
 /// Why a calendar backend call failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,10 +22,14 @@ pub enum CalendarError {
     TooLarge,
     /// `backends.calendar.timezone` is not an IANA time-zone name (the name is configuration, not
     /// patient data, and helps the operator fix it).
-    #[error("unknown calendar time zone {0:?} (expected an IANA name such as \"Europe/Berlin\")")]
+    #[error(
+        "backends.calendar.timezone: unknown time zone {0:?} (expected an IANA name such as \"Europe/Berlin\")"
+    )]
     UnknownTimezone(String),
     /// `backends.calendar.kind = "caldav"` is configured, but that backend does not exist yet.
-    #[error("CalDAV backend not built yet")]
+    #[error(
+        "backends.calendar.kind = \"caldav\" is not supported by this build yet; use kind = \"local\" (an .ics file)"
+    )]
     CaldavNotBuilt,
     /// The blocking worker that does the file work panicked or was cancelled.
     #[error("the calendar worker task failed")]
@@ -45,6 +50,21 @@ impl From<CalendarError> for ToolError {
             }
             CalendarError::Worker => ToolError::Internal,
         }
+    }
+}
+
+/// At start-up the operator needs the whole story: the reason, the OS error, and which key to check.
+/// (Still no path or event text: the operator knows the path from the config.)
+impl From<CalendarError> for RegistryError {
+    fn from(err: CalendarError) -> Self {
+        let mut reason = err.to_string();
+        if let Some(source) = std::error::Error::source(&err) {
+            reason.push_str(&format!(": {source}"));
+        }
+        if matches!(err, CalendarError::Unavailable(_) | CalendarError::Malformed | CalendarError::TooLarge) {
+            reason.push_str(" (check backends.calendar.path)");
+        }
+        RegistryError::Backend { family: "calendar", reason }
     }
 }
 

@@ -1,0 +1,176 @@
+//! The local `.ics` backend: range selection across zones and all-day events, atomic and
+//! idempotent writes, and what happens with a file that is not iCalendar.
+
+use serde_json::{Value, json};
+
+use super::{Fixture, stray_files, tz, vevent_count};
+use crate::config::{CalendarBackendConfig, CalendarKind};
+use crate::tools::ToolError;
+use crate::tools::registry::RegistryError;
+
+/// Events chosen around the edges of 2024-01-16 in Europe/Berlin (UTC+1 in January) and in UTC.
+const EDGES: &str = "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\n\
+BEGIN:VEVENT\r\nUID:a-late-utc\r\nSUMMARY:Late UTC\r\nDTSTART:20240115T233000Z\r\nDTEND:20240116T000000Z\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:b-allday\r\nSUMMARY:Ward round\r\nDTSTART;VALUE=DATE:20240116\r\nDTEND;VALUE=DATE:20240117\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:c-multiday\r\nSUMMARY:Congress\r\nDTSTART;VALUE=DATE:20240114\r\nDTEND;VALUE=DATE:20240116\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:d-newyork\r\nSUMMARY:Call with New York\r\nDTSTART;TZID=America/New_York:20240116T180000\r\nDTEND;TZID=America/New_York:20240116T190000\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:e-ends-at-midnight\r\nSUMMARY:Evening\r\nDTSTART:20240115T220000Z\r\nDTEND:20240115T230000Z\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:f-floating\r\nSUMMARY:Floating\r\nDTSTART:20240116T090000\r\nDURATION:PT30M\r\nLOCATION:Room 3\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:g-cancelled\r\nSUMMARY:Cancelled\r\nSTATUS:CANCELLED\r\nDTSTART:20240116T100000Z\r\nDTEND:20240116T110000Z\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:h-clinic\r\nSUMMARY:Clinic hours\r\nX-VOXGATE-CALENDAR:Clinic\r\nDTSTART:20240116T120000Z\r\nDTEND:20240116T130000Z\r\nEND:VEVENT\r\n\
+BEGIN:VTODO\r\nUID:todo-1\r\nSUMMARY:Keep me\r\nX-FOREIGN-PROP:untouched\r\nEND:VTODO\r\n\
+END:VCALENDAR\r\n";
+
+fn ids(result: &Value) -> Vec<&str> {
+    result["events"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn a_day_in_berlin_includes_all_day_and_zone_shifted_events_only() {
+    let f = Fixture::with_file(tz("Europe/Berlin"), Some(EDGES));
+    let day = f.get(json!({"start_date": "2024-01-16"})).await;
+    // All-day first (local midnight), then 00:30 Berlin, the floating 09:00 local, 13:00 Berlin.
+    assert_eq!(ids(&day), ["b-allday", "a-late-utc", "f-floating", "h-clinic"]);
+    assert_eq!(day["count"], 4);
+    assert_eq!(day["total_count"], 4);
+    assert_eq!(day["truncated"], false);
+    assert_eq!(day["timezone"], "Europe/Berlin");
+    assert_eq!(day["date_range"], "2024-01-16 to 2024-01-16");
+    let allday = &day["events"][0];
+    assert_eq!(allday["all_day"], true);
+    assert_eq!((allday["start"].as_str(), allday["end"].as_str()), (Some("2024-01-16"), Some("2024-01-16")));
+    assert_eq!(allday["calendar_name"], "Default");
+    assert_eq!(allday["location"], Value::Null);
+    let late = &day["events"][1];
+    assert_eq!(late["start"], "2024-01-16T00:30:00+01:00");
+    assert_eq!(late["end"], "2024-01-16T01:00:00+01:00");
+    assert_eq!(late["all_day"], false);
+    assert_eq!(day["events"][2]["start"], "2024-01-16T09:00:00+01:00");
+    assert_eq!(day["events"][2]["end"], "2024-01-16T09:30:00+01:00");
+    assert_eq!(day["events"][2]["location"], "Room 3");
+
+    // The multi-day event ends (inclusive) on the 15th, and its DTEND is exclusive.
+    let before = f.get(json!({"start_date": "2024-01-14", "end_date": "2024-01-15"})).await;
+    assert_eq!(ids(&before), ["c-multiday", "e-ends-at-midnight"]);
+    assert_eq!(before["events"][0]["end"], "2024-01-15");
+
+    let clinic = f.get(json!({"start_date": "2024-01-16", "calendar_name": "clinic"})).await;
+    assert_eq!(ids(&clinic), ["h-clinic"]);
+    assert_eq!(clinic["events"][0]["calendar_name"], "Clinic");
+}
+
+#[tokio::test]
+async fn the_same_day_in_utc_selects_different_timed_events() {
+    let f = Fixture::with_file(tz("UTC"), Some(EDGES));
+    let day = f.get(json!({"start_date": "2024-01-16", "end_date": "2024-01-16"})).await;
+    assert_eq!(ids(&day), ["b-allday", "f-floating", "h-clinic", "d-newyork"]);
+    assert_eq!(day["events"][3]["start"], "2024-01-16T23:00:00+00:00");
+}
+
+#[tokio::test]
+async fn max_results_truncates_and_reports_the_total() {
+    let f = Fixture::with_file(tz("Europe/Berlin"), Some(EDGES));
+    let day = f.get(json!({"start_date": "2024-01-16", "max_results": 2})).await;
+    assert_eq!(ids(&day), ["b-allday", "a-late-utc"]);
+    assert_eq!((day["count"].as_u64(), day["total_count"].as_u64()), (Some(2), Some(4)));
+    assert_eq!(day["truncated"], true);
+}
+
+#[tokio::test]
+async fn a_long_description_is_cut_and_flagged() {
+    let long = "x".repeat(5000);
+    let ics = format!(
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nBEGIN:VEVENT\r\nUID:long\r\nSUMMARY:Long\r\n\
+         DTSTART:20240116T100000Z\r\nDTEND:20240116T110000Z\r\nDESCRIPTION:{long}\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    );
+    let f = Fixture::with_file(tz("UTC"), Some(&ics));
+    let day = f.get(json!({"start_date": "2024-01-16"})).await;
+    let description = day["events"][0]["description"].as_str().unwrap();
+    assert!(description.chars().count() <= 501 && description.ends_with('…'), "{}", description.len());
+    assert_eq!(day["truncated"], true);
+    assert_eq!(day["count"], 1);
+}
+
+#[tokio::test]
+async fn writes_are_atomic_and_keep_foreign_components() {
+    let f = Fixture::with_file(tz("Europe/Berlin"), Some(EDGES));
+    let created = f
+        .create(json!({"title": "Follow-up", "start_datetime": "2024-01-16T14:00"}), "s1", "c1")
+        .await;
+    assert_eq!(created["created"], true);
+    let text = f.text();
+    // The old text is kept byte for byte; the new VEVENT goes before END:VCALENDAR.
+    let prefix = EDGES.trim_end_matches("END:VCALENDAR\r\n");
+    assert!(text.starts_with(prefix));
+    assert!(text.ends_with("END:VCALENDAR\r\n"));
+    assert!(text.contains("X-FOREIGN-PROP:untouched"));
+    assert_eq!(vevent_count(&text), 9);
+    assert!(super::super::ics::parse(&text, tz("UTC")).is_ok());
+    let dir = f.path().parent().unwrap().to_path_buf();
+    assert!(stray_files(&dir, &f.path()).is_empty(), "temp files left behind");
+}
+
+#[tokio::test]
+async fn concurrent_creates_from_many_sessions_all_land() {
+    let f = std::sync::Arc::new(Fixture::new(tz("UTC")));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let f = f.clone();
+        tasks.spawn(async move {
+            let args = json!({"title": format!("Slot {i}"), "start_datetime": format!("2024-03-01T{:02}:00Z", 8 + i)});
+            f.create(args, &format!("session-{i}"), "call-1").await
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        assert_eq!(done.unwrap()["created"], true);
+    }
+    assert_eq!(vevent_count(&f.text()), 12);
+    let listed = f.get(json!({"start_date": "2024-03-01", "max_results": 100})).await;
+    assert_eq!(listed["count"], 12);
+}
+
+#[tokio::test]
+async fn a_malformed_file_fails_clearly_and_is_not_overwritten() {
+    let garbage = "this is not a calendar\nPatient: Zebulon Quixote\n";
+    let f = Fixture::with_file(tz("UTC"), Some(garbage));
+    let path = f.path().display().to_string();
+    let listed = f.call("get_calendar_events", json!({"start_date": "2024-01-16"}), "s", "c").await;
+    let err = listed.unwrap_err();
+    assert_eq!(err, ToolError::Backend("the calendar data could not be read".into()));
+    let created = f
+        .call("create_calendar_event", json!({"title": "X", "start_datetime": "2024-01-16T10:00Z"}), "s", "c")
+        .await;
+    let err = created.unwrap_err();
+    assert_eq!(err.code(), "backend_error");
+    for message in [err.to_string(), err.public_message()] {
+        assert!(!message.contains(&path) && !message.contains("Zebulon"), "{message}");
+    }
+    assert_eq!(f.text(), garbage);
+}
+
+#[tokio::test]
+async fn a_missing_file_and_its_directory_are_created_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested").join("deeper").join("calendar.ics");
+    let config = CalendarBackendConfig { path: path.clone(), timezone: "Europe/Berlin".into(), ..Default::default() };
+    let tools = super::super::tools(&config).unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.spec().name).collect();
+    assert_eq!(names, ["get_calendar_events", "create_calendar_event"]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("BEGIN:VCALENDAR\r\n") && text.ends_with("END:VCALENDAR\r\n"));
+    assert_eq!(vevent_count(&text), 0);
+}
+
+#[test]
+fn caldav_and_unknown_zones_are_refused_naming_the_key() {
+    let caldav = CalendarBackendConfig {
+        kind: CalendarKind::Caldav,
+        url: Some("https://cal.example/dav".into()),
+        ..Default::default()
+    };
+    let err = RegistryError::from(super::super::tools(&caldav).err().unwrap());
+    assert!(err.to_string().contains("backends.calendar.kind"), "{err}");
+    let bad_zone = CalendarBackendConfig { timezone: "Mars/Olympus".into(), ..Default::default() };
+    let err = super::super::tools(&bad_zone).err().unwrap();
+    assert!(err.to_string().contains("backends.calendar.timezone"), "{err}");
+}
