@@ -1,0 +1,492 @@
+//! Reading NCBI E-utilities answers: the esearch `eSearchResult` and the efetch PubMed XML
+//! (`PubmedArticleSet`), both `retmode=xml`.
+//!
+//! The XML is read as a stream of events with quick-xml, keeping only the stack of open element
+//! names. A piece of text belongs to a field by where it sits, e.g. `Journal/Title` is the journal
+//! while `ArticleTitle` (with any inline `<i>`, `<sup>` markup inside) is the article's title. That
+//! keeps the parser small and tolerant: elements it does not know are skipped, never an error, and
+//! the same names nested elsewhere (a `PMID` inside `CommentsCorrections`, an `ArticleIdList`
+//! inside a reference) are not confused with the article's own.
+
+use quick_xml::events::{BytesStart, Event};
+use quick_xml::{Reader, XmlVersion};
+
+/// Why an answer could not be read. Internal only: never shown with the body it came from.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ParseError {
+    #[error("answer is not well-formed XML: {0}")]
+    Xml(String),
+    #[error("esearch answer has no eSearchResult/Count")]
+    NoCount,
+    #[error("esearch reported an error")]
+    SearchReported,
+}
+
+/// What esearch found: the total count and the first page of PMIDs, best match first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchHits {
+    pub total: u64,
+    pub pmids: Vec<String>,
+}
+
+/// Parse an esearch (`retmode=xml`) `eSearchResult`. No hits is an empty list, not an error; an
+/// `ERROR` element (NCBI's backend failures) is. Only the top-level `Count` is the total: the
+/// `TranslationStack` repeats `Count` per term.
+pub fn search_hits(xml: &str) -> Result<SearchHits, ParseError> {
+    let mut reader = Reader::from_str(xml.trim_start_matches('\u{feff}'));
+    let mut stack: Vec<String> = Vec::new();
+    let mut text = String::new();
+    let mut total = None;
+    let mut pmids = Vec::new();
+    loop {
+        match reader.read_event().map_err(|e| ParseError::Xml(e.to_string()))? {
+            Event::Start(start) => {
+                stack.push(start.local_name().as_ref().to_string());
+                text.clear();
+            }
+            Event::Text(t) => text.push_str(&t.xml10_content()),
+            Event::End(_) => {
+                let path: Vec<&str> = stack.iter().map(String::as_str).collect();
+                match path.as_slice() {
+                    ["eSearchResult", "Count"] => {
+                        total = Some(text.trim().parse::<u64>().map_err(|_| ParseError::NoCount)?);
+                    }
+                    ["eSearchResult", "IdList", "Id"] => {
+                        let id = text.trim();
+                        if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
+                            pmids.push(id.to_string());
+                        }
+                    }
+                    ["eSearchResult", "ERROR"] => return Err(ParseError::SearchReported),
+                    _ => {}
+                }
+                stack.pop();
+                text.clear();
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    let total = total.ok_or(ParseError::NoCount)?;
+    Ok(SearchHits { total, pmids })
+}
+
+/// One article as PubMed describes it; empty strings where a field is missing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Article {
+    pub pmid: String,
+    pub title: String,
+    /// "Lastname Initials" (or a collective name), in the listed order.
+    pub authors: Vec<String>,
+    pub journal: String,
+    pub year: Option<String>,
+    pub doi: Option<String>,
+    /// Paragraphs of the abstract; structured ones are prefixed with their label ("RESULTS: …").
+    pub abstract_paragraphs: Vec<String>,
+}
+
+/// The elements whose text we keep, by where they sit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Field {
+    Pmid,
+    Title,
+    Journal,
+    Year,
+    MedlineDate,
+    AbstractText,
+    LastName,
+    Initials,
+    ForeName,
+    CollectiveName,
+    Doi,
+    ElocationDoi,
+}
+
+/// An open element: its local name and the one attribute we may need (`Label`, `IdType`,
+/// `EIdType`).
+struct Open {
+    name: String,
+    attr: Option<String>,
+}
+
+#[derive(Default)]
+struct AuthorParts {
+    last: String,
+    initials: String,
+    fore: String,
+    collective: String,
+}
+
+impl AuthorParts {
+    fn display(&self) -> Option<String> {
+        let last = collapse(&self.last);
+        if !last.is_empty() {
+            let given =
+                if self.initials.trim().is_empty() { initials_of(&self.fore) } else { collapse(&self.initials) };
+            return Some(if given.is_empty() { last } else { format!("{last} {given}") });
+        }
+        let collective = collapse(&self.collective);
+        (!collective.is_empty()).then_some(collective)
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    article: Article,
+    author: Option<AuthorParts>,
+    abstract_buf: String,
+    abstract_label: Option<String>,
+    elocation_doi: Option<String>,
+    medline_date: String,
+    text: String,
+}
+
+/// Parse an efetch `PubmedArticleSet`. Book articles and unknown elements are skipped.
+pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
+    let mut reader = Reader::from_str(xml);
+    let mut stack: Vec<Open> = Vec::new();
+    let mut out = Vec::new();
+    let mut current: Option<Builder> = None;
+    loop {
+        let event = reader.read_event().map_err(|e| ParseError::Xml(e.to_string()))?;
+        match event {
+            Event::Start(start) => {
+                let open = open(&start);
+                if open.name == "PubmedArticle" {
+                    current = Some(Builder::default());
+                }
+                stack.push(open);
+                if let Some(builder) = current.as_mut() {
+                    on_start(builder, &stack);
+                }
+            }
+            Event::Empty(start) => {
+                // `<AbstractText/>` and friends carry no text; nothing to record.
+                let _ = start;
+            }
+            Event::End(_) => {
+                if let Some(builder) = current.as_mut() {
+                    on_end(builder, &stack);
+                }
+                if let Some(closed) = stack.pop() {
+                    if closed.name == "PubmedArticle" {
+                        if let Some(builder) = current.take() {
+                            out.push(finish(builder));
+                        }
+                    }
+                }
+            }
+            Event::Text(text) => push_text(&mut current, &stack, &text.xml10_content()),
+            Event::CData(data) => push_text(&mut current, &stack, &data.xml10_content()),
+            Event::GeneralRef(reference) => {
+                let resolved = match reference.resolve_char_ref() {
+                    Ok(Some(c)) => Some(c),
+                    Ok(None) => predefined_entity(&reference),
+                    Err(_) => None,
+                };
+                if let Some(c) = resolved {
+                    push_text(&mut current, &stack, c.encode_utf8(&mut [0u8; 4]));
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn open(start: &BytesStart<'_>) -> Open {
+    let name = start.local_name().as_ref().to_string();
+    let attr_name = match name.as_str() {
+        "AbstractText" => Some("Label"),
+        "ArticleId" => Some("IdType"),
+        "ELocationID" => Some("EIdType"),
+        _ => None,
+    };
+    let attr = attr_name.and_then(|key| {
+        start
+            .try_get_attribute(key)
+            .ok()
+            .flatten()
+            .and_then(|a| a.normalized_value(XmlVersion::Implicit1_0).ok().map(|v| v.into_owned()))
+    });
+    Open { name, attr }
+}
+
+fn predefined_entity(name: &str) -> Option<char> {
+    match name {
+        "lt" => Some('<'),
+        "gt" => Some('>'),
+        "amp" => Some('&'),
+        "quot" => Some('"'),
+        "apos" => Some('\''),
+        _ => None,
+    }
+}
+
+/// Is the stack's tail exactly `names` (innermost last)?
+fn ends_with(stack: &[Open], names: &[&str]) -> bool {
+    stack.len() >= names.len() && stack[stack.len() - names.len()..].iter().zip(names).all(|(o, n)| o.name == *n)
+}
+
+fn contains(stack: &[Open], name: &str) -> bool {
+    stack.iter().any(|o| o.name == name)
+}
+
+/// Which field the innermost text belongs to. Inline markup inside a title or an abstract
+/// paragraph (`<i>`, `<sub>`…) still belongs to it, hence `contains` for those two.
+fn field(stack: &[Open]) -> Option<Field> {
+    if contains(stack, "ArticleTitle") && contains(stack, "Article") {
+        return Some(Field::Title);
+    }
+    if ends_with_anywhere(stack, &["Article", "Abstract", "AbstractText"]) {
+        return Some(Field::AbstractText);
+    }
+    let in_author = ends_with_parent(stack, &["Article", "AuthorList", "Author"]);
+    let last = stack.last().map(|o| o.name.as_str());
+    match last {
+        Some("PMID") if ends_with(stack, &["MedlineCitation", "PMID"]) => Some(Field::Pmid),
+        Some("Title") if ends_with(stack, &["Article", "Journal", "Title"]) => Some(Field::Journal),
+        Some("Year") if ends_with(stack, &["Journal", "JournalIssue", "PubDate", "Year"]) => Some(Field::Year),
+        Some("MedlineDate") if ends_with(stack, &["JournalIssue", "PubDate", "MedlineDate"]) => {
+            Some(Field::MedlineDate)
+        }
+        Some("LastName") if in_author => Some(Field::LastName),
+        Some("Initials") if in_author => Some(Field::Initials),
+        Some("ForeName") if in_author => Some(Field::ForeName),
+        Some("CollectiveName") if in_author => Some(Field::CollectiveName),
+        Some("ArticleId") if ends_with(stack, &["PubmedData", "ArticleIdList", "ArticleId"]) => {
+            is_doi(stack).then_some(Field::Doi)
+        }
+        Some("ELocationID") if ends_with(stack, &["Article", "ELocationID"]) => {
+            is_doi(stack).then_some(Field::ElocationDoi)
+        }
+        _ => None,
+    }
+}
+
+fn is_doi(stack: &[Open]) -> bool {
+    stack.last().and_then(|o| o.attr.as_deref()).is_some_and(|t| t.eq_ignore_ascii_case("doi"))
+}
+
+/// `names` appear consecutively somewhere in the stack (the text may sit deeper, in markup).
+fn ends_with_anywhere(stack: &[Open], names: &[&str]) -> bool {
+    (names.len()..=stack.len()).any(|end| ends_with(&stack[..end], names))
+}
+
+/// The element one level up from the innermost is the tail of `names`.
+fn ends_with_parent(stack: &[Open], names: &[&str]) -> bool {
+    stack.len() > 1 && ends_with(&stack[..stack.len() - 1], names)
+}
+
+fn on_start(builder: &mut Builder, stack: &[Open]) {
+    if ends_with(stack, &["Article", "AuthorList", "Author"]) {
+        builder.author = Some(AuthorParts::default());
+    } else if ends_with(stack, &["Article", "Abstract", "AbstractText"]) {
+        builder.abstract_buf.clear();
+        builder.abstract_label = stack.last().and_then(|o| o.attr.clone()).filter(|l| !l.trim().is_empty());
+    }
+    builder.text.clear();
+}
+
+fn on_end(builder: &mut Builder, stack: &[Open]) {
+    if ends_with(stack, &["Article", "AuthorList", "Author"]) {
+        if let Some(name) = builder.author.take().and_then(|a| a.display()) {
+            builder.article.authors.push(name);
+        }
+        return;
+    }
+    if ends_with(stack, &["Article", "Abstract", "AbstractText"]) {
+        let text = collapse(&builder.abstract_buf);
+        if !text.is_empty() {
+            let paragraph = match builder.abstract_label.take() {
+                Some(label) => format!("{}: {text}", label.trim()),
+                None => text,
+            };
+            builder.article.abstract_paragraphs.push(paragraph);
+        }
+        return;
+    }
+    let text = std::mem::take(&mut builder.text);
+    let article = &mut builder.article;
+    match field(stack) {
+        Some(Field::Pmid) if article.pmid.is_empty() => article.pmid = collapse(&text),
+        Some(Field::Journal) => article.journal = collapse(&text),
+        Some(Field::Year) => article.year = Some(collapse(&text)),
+        Some(Field::MedlineDate) => builder.medline_date = collapse(&text),
+        Some(Field::Doi) if article.doi.is_none() => article.doi = Some(collapse(&text)).filter(|d| !d.is_empty()),
+        Some(Field::ElocationDoi) => builder.elocation_doi = Some(collapse(&text)).filter(|d| !d.is_empty()),
+        _ => {}
+    }
+}
+
+fn push_text(current: &mut Option<Builder>, stack: &[Open], text: &str) {
+    let Some(builder) = current.as_mut() else { return };
+    match field(stack) {
+        Some(Field::Title) => builder.article.title.push_str(text),
+        Some(Field::AbstractText) => builder.abstract_buf.push_str(text),
+        Some(part @ (Field::LastName | Field::Initials | Field::ForeName | Field::CollectiveName)) => {
+            if let Some(author) = builder.author.as_mut() {
+                let target = match part {
+                    Field::LastName => &mut author.last,
+                    Field::Initials => &mut author.initials,
+                    Field::ForeName => &mut author.fore,
+                    _ => &mut author.collective,
+                };
+                target.push_str(text);
+            }
+        }
+        Some(_) => builder.text.push_str(text),
+        None => {}
+    }
+}
+
+fn finish(builder: Builder) -> Article {
+    let mut article = builder.article;
+    article.title = collapse(&article.title);
+    if article.year.is_none() {
+        // MedlineDate is free text such as "1998 Dec-1999 Jan": its first four digits are the year.
+        let digits: String = builder.medline_date.chars().skip_while(|c| !c.is_ascii_digit()).take(4).collect();
+        if digits.len() == 4 && digits.chars().all(|c| c.is_ascii_digit()) {
+            article.year = Some(digits);
+        }
+    }
+    if article.doi.is_none() {
+        article.doi = builder.elocation_doi;
+    }
+    article
+}
+
+/// Whitespace runs (pretty-printing, line breaks) become one space.
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// "J Michael" → "JM", for records without an `Initials` element.
+fn initials_of(fore: &str) -> String {
+    fore.split(|c: char| c.is_whitespace() || c == '-').filter_map(|part| part.chars().next()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PUBMED1: &str = include_str!("../../../tests/fixtures/pubmed/biopython_pubmed1.xml");
+    const PUBMED2: &str = include_str!("../../../tests/fixtures/pubmed/biopython_pubmed2.xml");
+    const PUBMED4: &str = include_str!("../../../tests/fixtures/pubmed/biopython_pubmed4.xml");
+    const ESEARCH: &str = include_str!("../../../tests/fixtures/pubmed/biopython_esearch1.xml");
+    const ESEARCH_HISTORY: &str = include_str!("../../../tests/fixtures/pubmed/biopython_esearch2.xml");
+    const ESEARCH_TRANSLATED: &str = include_str!("../../../tests/fixtures/pubmed/biopython_esearch3.xml");
+    const ESEARCH_NONE: &str = include_str!("../../../tests/fixtures/pubmed/biopython_esearch8.xml");
+
+    #[test]
+    fn esearch_gives_count_and_ids_in_order() {
+        let hits = search_hits(ESEARCH).unwrap();
+        assert_eq!(hits.total, 63);
+        assert_eq!(hits.pmids.len(), 20);
+        assert_eq!(hits.pmids[0], "41282813");
+        assert_eq!(hits.pmids[19], "37810457");
+        let hits = search_hits(ESEARCH_HISTORY).unwrap();
+        assert_eq!((hits.total, hits.pmids.len()), (42249, 100));
+        let hits = search_hits(ESEARCH_TRANSLATED).unwrap();
+        assert_eq!(hits.total, 2651);
+        assert_eq!(hits.pmids, vec!["11121077", "11121076", "11121075", "11121074", "11121073", "11121072"]);
+    }
+
+    #[test]
+    fn esearch_without_hits_is_empty_not_an_error() {
+        let hits = search_hits(ESEARCH_NONE).unwrap();
+        assert_eq!(hits, SearchHits { total: 0, pmids: vec![] });
+    }
+
+    #[test]
+    fn esearch_error_bodies_are_errors() {
+        let reported = "<eSearchResult><ERROR>Search Backend failed: Exception:\n'retstart' cannot be larger \
+            than 9998.</ERROR></eSearchResult>";
+        assert_eq!(search_hits(reported), Err(ParseError::SearchReported));
+        assert_eq!(search_hits("<html><body>busy</body></html>"), Err(ParseError::NoCount));
+        assert!(search_hits("<eSearchResult><Count>x</Count></eSearchResult>").is_err());
+        assert!(search_hits("<eSearchResult><Count>1</Wrong>").is_err());
+    }
+
+    #[test]
+    fn pubmed1_two_articles_with_season_date_and_doi_from_pubmeddata() {
+        let articles = articles(PUBMED1).unwrap();
+        assert_eq!(articles.len(), 2);
+        let first = &articles[0];
+        assert_eq!(first.pmid, "12091962");
+        assert_eq!(first.title, "The treatment of AIDS behind the walls of correctional facilities.");
+        assert_eq!(first.authors, vec!["Olivero JM"]);
+        assert_eq!(first.journal, "Social justice (San Francisco, Calif.)");
+        assert_eq!(first.year.as_deref(), Some("1990"));
+        assert_eq!(first.doi, None);
+        assert!(first.abstract_paragraphs.is_empty());
+        let second = &articles[1];
+        assert_eq!(second.pmid, "9997");
+        assert_eq!(second.doi.as_deref(), Some("10.1016/0005-2795(76)90109-4"));
+        assert_eq!(second.year.as_deref(), Some("1976"));
+        assert!(second.abstract_paragraphs[0].starts_with("Electron paramagnetic resonance"));
+    }
+
+    #[test]
+    fn pubmed2_entities_and_many_authors() {
+        let articles = articles(PUBMED2).unwrap();
+        assert_eq!(articles.len(), 2);
+        let first = &articles[0];
+        assert_eq!(first.pmid, "11748933");
+        assert_eq!(first.doi.as_deref(), Some("10.1006/cryo.2001.2328"));
+        assert_eq!(first.authors.len(), 8);
+        assert_eq!(first.authors[0], "Taddei AR");
+        assert_eq!(first.journal, "Cryobiology");
+        // `&lt;` inside the abstract is resolved, not dropped.
+        assert!(first.abstract_paragraphs[0].contains("(P < 0.001)"), "{:?}", first.abstract_paragraphs);
+        let second = &articles[1];
+        assert_eq!(second.pmid, "11700088");
+        assert_eq!(second.title, "Proton MRI of (13)C distribution by J and chemical shift editing.");
+        assert_eq!(second.authors.last().map(String::as_str), Some("De Luca F"));
+    }
+
+    #[test]
+    fn pubmed4_structured_abstract_inline_markup_and_references_ignored() {
+        let articles = articles(PUBMED4).unwrap();
+        assert_eq!(articles.len(), 1);
+        let article = &articles[0];
+        assert_eq!(article.pmid, "27797938");
+        assert_eq!(
+            article.title,
+            "Leucocyte telomere length, genetic variants at the TERT gene region and risk of pancreatic cancer."
+        );
+        assert_eq!(article.journal, "Gut");
+        assert_eq!(article.year.as_deref(), Some("2017"));
+        assert_eq!(article.doi.as_deref(), Some("10.1136/gutjnl-2016-312510"));
+        assert_eq!(article.authors[0], "Bao Y");
+        assert!(article.authors.len() > 20);
+        let labels: Vec<&str> = article.abstract_paragraphs.iter().filter_map(|p| p.split(':').next()).collect();
+        assert_eq!(labels, vec!["OBJECTIVE", "DESIGN", "RESULTS", "CONCLUSIONS"]);
+        assert!(
+            article.abstract_paragraphs[2].contains("p trend =0.048")
+                || article.abstract_paragraphs[2].contains("ptrend=0.048")
+        );
+    }
+
+    #[test]
+    fn medline_date_and_elocation_doi_fallbacks() {
+        let xml = r#"<PubmedArticleSet><PubmedArticle><MedlineCitation><PMID>1</PMID><Article>
+            <Journal><JournalIssue><PubDate><MedlineDate>1998 Dec-1999 Jan</MedlineDate></PubDate></JournalIssue>
+            <Title>J</Title></Journal><ArticleTitle>T</ArticleTitle>
+            <ELocationID EIdType="doi">10.1/x</ELocationID>
+            <AuthorList><Author><CollectiveName>ACME Study Group</CollectiveName></Author>
+            <Author><LastName>Doe</LastName><ForeName>Jane Ann</ForeName></Author></AuthorList>
+            </Article></MedlineCitation></PubmedArticle></PubmedArticleSet>"#;
+        let articles = articles(xml).unwrap();
+        assert_eq!(articles[0].year.as_deref(), Some("1998"));
+        assert_eq!(articles[0].doi.as_deref(), Some("10.1/x"));
+        assert_eq!(articles[0].authors, vec!["ACME Study Group", "Doe JA"]);
+    }
+
+    #[test]
+    fn malformed_xml_is_an_error_and_empty_set_is_empty() {
+        assert!(articles("<PubmedArticleSet><PubmedArticle></Wrong>").is_err());
+        assert_eq!(articles("<PubmedArticleSet></PubmedArticleSet>").unwrap(), vec![]);
+    }
+}

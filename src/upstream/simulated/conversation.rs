@@ -1,0 +1,175 @@
+//! The default conversation of a simulated session: the ordered items (messages, function calls,
+//! function-call outputs) that `previous_item_id`, retrieve/truncate/delete and the next response
+//! work from. Audio bytes are never kept, only item metadata, so a long session stays small.
+
+use serde_json::Value;
+
+use super::events::new_id;
+
+/// Items kept; older ones are forgotten first (the real service truncates old turns too).
+const MAX_ITEMS: usize = 500;
+
+/// Why an item could not be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    #[error("previous_item_id does not name an item in the conversation")]
+    PreviousNotFound,
+    #[error("an item with this id already exists")]
+    DuplicateId,
+}
+
+/// The conversation: items in order.
+#[derive(Debug)]
+pub struct Conversation {
+    /// `conv_…`, reported in every response object.
+    pub id: String,
+    items: Vec<Value>,
+}
+
+impl Default for Conversation {
+    fn default() -> Self {
+        Self { id: new_id("conv"), items: Vec::new() }
+    }
+}
+
+impl Conversation {
+    /// Place `item` after `previous` (`None` = at the end, `"root"` = at the start) and return the
+    /// id of the item now before it, for `previous_item_id`.
+    pub fn place(&mut self, previous: Option<&str>, item: Value) -> Result<Option<String>, PlaceError> {
+        if let Some(id) = item_id(&item)
+            && self.position(id).is_some()
+        {
+            return Err(PlaceError::DuplicateId);
+        }
+        let at = match previous {
+            None => self.items.len(),
+            Some("root") => 0,
+            Some(id) => self.position(id).ok_or(PlaceError::PreviousNotFound)? + 1,
+        };
+        self.items.insert(at, item);
+        let before = at.checked_sub(1).and_then(|i| self.items.get(i)).and_then(item_id).map(str::to_string);
+        if self.items.len() > MAX_ITEMS {
+            self.items.remove(0);
+        }
+        Ok(before)
+    }
+
+    /// Replace the item with the same id (its finished form); returns the id before it.
+    /// An item that is not (or no longer) present is appended.
+    pub fn finish(&mut self, item: Value) -> Option<String> {
+        let Some(position) = item_id(&item).and_then(|id| self.position(id)) else {
+            return self.place(None, item).ok().flatten();
+        };
+        self.items[position] = item;
+        position.checked_sub(1).and_then(|i| self.items.get(i)).and_then(item_id).map(str::to_string)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Value> {
+        self.position(id).and_then(|i| self.items.get(i))
+    }
+
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Value> {
+        self.position(id).and_then(|i| self.items.get_mut(i))
+    }
+
+    /// Remove an item; `false` if there was none with that id.
+    pub fn remove(&mut self, id: &str) -> bool {
+        match self.position(id) {
+            Some(position) => {
+                self.items.remove(position);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The `function_call` item with this `call_id`.
+    pub fn find_call(&self, call_id: &str) -> Option<&Value> {
+        self.items
+            .iter()
+            .rev()
+            .find(|item| item["type"] == "function_call" && item["call_id"].as_str() == Some(call_id))
+    }
+
+    /// The items since the model last produced anything (an assistant message or a function call):
+    /// what the next response has to answer.
+    pub fn since_last_model_turn(&self) -> &[Value] {
+        let start = self.items.iter().rposition(is_model_output).map_or(0, |i| i + 1);
+        &self.items[start..]
+    }
+
+    /// Characters of text in the conversation, for the usage estimate.
+    pub fn text_chars(&self) -> usize {
+        self.items.iter().map(|item| item.to_string().len()).sum()
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        self.items.iter().position(|item| item_id(item) == Some(id))
+    }
+}
+
+/// An item's `id`.
+pub fn item_id(item: &Value) -> Option<&str> {
+    item.get("id").and_then(Value::as_str)
+}
+
+fn is_model_output(item: &Value) -> bool {
+    item["type"] == "function_call" || (item["type"] == "message" && item["role"] == "assistant")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message(id: &str, role: &str) -> Value {
+        json!({"id": id, "type": "message", "role": role, "content": []})
+    }
+
+    #[test]
+    fn placing_reports_the_previous_item() {
+        let mut conversation = Conversation::default();
+        assert_eq!(conversation.place(None, message("a", "user")), Ok(None));
+        assert_eq!(conversation.place(None, message("b", "assistant")), Ok(Some("a".into())));
+        assert_eq!(conversation.place(Some("root"), message("c", "user")), Ok(None));
+        assert_eq!(conversation.place(Some("a"), message("d", "user")), Ok(Some("a".into())));
+        assert_eq!(conversation.place(Some("zzz"), message("e", "user")), Err(PlaceError::PreviousNotFound));
+        assert_eq!(conversation.place(None, message("a", "user")), Err(PlaceError::DuplicateId));
+        let order: Vec<&str> = conversation.since_last_model_turn().iter().filter_map(item_id).collect();
+        assert!(order.is_empty(), "the assistant item b is last: {order:?}");
+    }
+
+    #[test]
+    fn trailing_items_start_after_the_last_model_output() {
+        let mut conversation = Conversation::default();
+        conversation.place(None, message("u1", "user")).expect("placed");
+        conversation
+            .place(None, json!({"id": "f1", "type": "function_call", "call_id": "call_1", "name": "x"}))
+            .expect("placed");
+        conversation
+            .place(None, json!({"id": "o1", "type": "function_call_output", "call_id": "call_1", "output": "{}"}))
+            .expect("placed");
+        let trailing: Vec<&str> = conversation.since_last_model_turn().iter().filter_map(item_id).collect();
+        assert_eq!(trailing, ["o1"]);
+        assert_eq!(conversation.find_call("call_1").and_then(item_id), Some("f1"));
+        assert!(conversation.remove("o1"));
+        assert!(conversation.since_last_model_turn().is_empty());
+    }
+
+    #[test]
+    fn finishing_replaces_in_place_and_old_items_are_forgotten() {
+        let mut conversation = Conversation::default();
+        conversation.place(None, message("a", "user")).expect("placed");
+        conversation.place(None, message("b", "assistant")).expect("placed");
+        let before =
+            conversation.finish(json!({"id": "b", "type": "message", "role": "assistant", "status": "completed"}));
+        assert_eq!(before.as_deref(), Some("a"));
+        assert_eq!(conversation.get("b").map(|item| item["status"].clone()), Some(json!("completed")));
+        for n in 0..MAX_ITEMS + 10 {
+            conversation.place(None, message(&format!("m{n}"), "user")).expect("placed");
+        }
+        assert!(conversation.get("a").is_none());
+        assert_eq!(conversation.since_last_model_turn().len(), MAX_ITEMS);
+    }
+}
