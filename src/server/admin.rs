@@ -2,7 +2,6 @@
 //! tool through the same validation, policy and audit path as a model's call, without confirmation.
 //! Also `POST /v1/sessions`, which mints single-use session tickets for browsers.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -97,7 +96,7 @@ pub async fn invoke_tool(
                         ctx: CallContext { session_id: session_id.clone(), call_id: call_id.clone(), principal: principal.clone() },
                         user: user.clone(),
                         limiter: deps.limiter.clone(),
-                        taint: Arc::default(),
+                        taint: table.taint(),
                         span,
                     };
                     let result = match tokio::spawn(job.run()).await {
@@ -107,7 +106,7 @@ pub async fn invoke_tool(
                     next.extend(table.on_tool_finished(&call_id, result));
                 }
                 Action::Output { output: text, .. } => output = Some(text),
-                Action::Client(_) | Action::Expire { .. } | Action::Taint(_) => {}
+                Action::Client(_) | Action::Expire { .. } => {}
             }
         }
         pending = next;

@@ -1,5 +1,6 @@
 //! The browser client, embedded in the binary: `GET /` (the page) and `GET /assets/{file}` (its
-//! ES modules, the capture AudioWorklet, the stylesheet, the icon).
+//! ES modules — the client, its audio half, the page's logic and labels —, the capture
+//! AudioWorklet, the stylesheet, the icon).
 //!
 //! Every response carries `cache-control: no-cache` (a new binary serves new assets at once) and a
 //! strict `content-security-policy`: everything from this origin only, no inline scripts or styles,
@@ -41,6 +42,7 @@ pub const INDEX: Asset = Asset {
 pub const ASSETS: &[Asset] = &[
     INDEX,
     Asset { name: "voxgate-client.js", content_type: JS, body: include_str!("../../assets/voxgate-client.js") },
+    Asset { name: "voxgate-audio.js", content_type: JS, body: include_str!("../../assets/voxgate-audio.js") },
     Asset { name: "pcm-capture-worklet.js", content_type: JS, body: include_str!("../../assets/pcm-capture-worklet.js") },
     Asset { name: "app.js", content_type: JS, body: include_str!("../../assets/app.js") },
     Asset { name: "labels.js", content_type: JS, body: include_str!("../../assets/labels.js") },
@@ -137,7 +139,7 @@ mod tests {
 
     #[tokio::test]
     async fn modules_and_worklet_are_javascript() {
-        for name in ["voxgate-client.js", "pcm-capture-worklet.js", "app.js", "labels.js"] {
+        for name in ["voxgate-client.js", "voxgate-audio.js", "pcm-capture-worklet.js", "app.js", "labels.js"] {
             let response = asset(Path(name.to_string())).await;
             assert_eq!(response.status(), StatusCode::OK, "{name}");
             assert_eq!(header_of(&response, header::CONTENT_TYPE), "text/javascript; charset=utf-8", "{name}");

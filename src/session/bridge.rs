@@ -66,8 +66,6 @@ pub(super) struct Bridge {
     /// The tracing span of each call not yet finished.
     pub tool_spans: HashMap<String, tracing::Span>,
     pub started_at: Instant,
-    /// Strings this session's PHI tools returned; shared read-only with tool tasks.
-    pub taint: std::sync::Arc<crate::policy::screening::TaintSet>,
     /// A send to the client timed out: nothing more is sent to it and the session closes (1008).
     pub client_stalled: bool,
 }
@@ -113,7 +111,6 @@ impl Bridge {
             last_activity: Instant::now(),
             tool_spans: HashMap::new(),
             started_at: Instant::now(),
-            taint: Default::default(),
             client_stalled: false,
             info,
             deps,
@@ -257,7 +254,6 @@ impl Bridge {
                         self.gate.on_output_sent();
                     }
                 }
-                Action::Taint(result) => std::sync::Arc::make_mut(&mut self.taint).add_result(&result),
             }
         }
     }
@@ -311,7 +307,7 @@ impl Bridge {
             },
             user: self.info.user.clone(),
             limiter: self.deps.limiter.clone(),
-            taint: self.taint.clone(),
+            taint: self.calls.taint(),
             span,
         };
         let handle = self.tool_tasks.spawn(job.run());

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation};
 use crate::policy::Principal;
 use crate::policy::phi::args_sha256;
+use crate::policy::screening::{TaintSet, screen_text};
 use crate::protocol::voxgate as events;
 use crate::tools::registry::{RegisteredTool, ToolRegistry};
 use crate::tools::{ToolError, ToolOutput};
@@ -37,8 +38,6 @@ pub enum Action {
     Expire { call_id: String, after: Duration },
     /// Send the model the call's `function_call_output`.
     Output { call_id: String, output: String },
-    /// A PHI tool returned this result: its strings taint the session for outbound screening.
-    Taint(Value),
 }
 
 /// Why a call was declined (CONTRACT §4 `reason`).
@@ -128,6 +127,9 @@ pub struct CallTable {
     skip_confirmation: bool,
     confirmation_timeout: Duration,
     registry: Arc<ToolRegistry>,
+    /// Every string this session's people-identifying tools returned, screened against what
+    /// third-party tools would send (shared read-only with tool tasks).
+    taint: Arc<TaintSet>,
     calls: HashMap<String, Call>,
 }
 
@@ -148,6 +150,7 @@ impl CallTable {
             skip_confirmation: false,
             confirmation_timeout,
             registry,
+            taint: Arc::default(),
             calls: HashMap::new(),
         }
     }
@@ -156,6 +159,11 @@ impl CallTable {
     pub fn without_confirmation(mut self) -> Self {
         self.skip_confirmation = true;
         self
+    }
+
+    /// What outbound screening checks against (see `policy::screening`).
+    pub fn taint(&self) -> Arc<TaintSet> {
+        self.taint.clone()
     }
 
     /// Is this call id one voxgate owns (known to the table)?
@@ -189,7 +197,13 @@ impl CallTable {
             accepted_at: now,
             phi,
             args_sha256: args_sha256(raw_args),
-            audit_arguments: if phi { None } else { parsed.as_ref().ok().cloned() },
+            // A third-party query that screening would block may hold PHI: keep it out of the log.
+            audit_arguments: match &tool {
+                Some(t) if !phi && !(t.spec().third_party && screen_text(raw_args, &self.taint).is_err()) => {
+                    parsed.as_ref().ok().cloned()
+                }
+                _ => None,
+            },
             args: None,
             tool: tool.clone(),
             confirmation: Confirmation::NotRequired,
@@ -288,8 +302,8 @@ impl CallTable {
         match call.outcome.take() {
             Some(Outcome::Completed { output }) => {
                 let text = serde_json::to_string(&output.result).unwrap_or_else(|_| "{}".into());
-                if call.phi {
-                    actions.push(Action::Taint(output.result));
+                if call.tool.as_ref().is_some_and(|t| t.spec().results_identify_people()) {
+                    Arc::make_mut(&mut self.taint).add_result(&output.result);
                 }
                 actions.push(Action::Output { call_id: call_id.to_string(), output: text });
                 actions.push(Action::Client(events::completed(call_id, &name, duration_ms, &output.citations)));

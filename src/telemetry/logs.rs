@@ -47,8 +47,28 @@ fn filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
         Some(value) => (LOG_ENV, value),
         None => ("telemetry.log_level", config.log_level.clone()),
     };
-    EnvFilter::try_new(&directives).map_err(|err| TelemetryError::LogFilter {
+    let filter = EnvFilter::try_new(&directives).map_err(|err| TelemetryError::LogFilter {
         source_key: source,
         reason: err.to_string(),
-    })
+    })?;
+    Ok(cap_payload_loggers(filter))
+}
+
+/// Libraries that log whole frames, headers or bodies at debug/trace (the WebSocket crates log
+/// every frame: transcripts, tool results). They are held at `info` whatever the filter asks, so
+/// turning on trace logging to debug voxgate can never write PHI or tokens.
+const PAYLOAD_LOGGERS: &[&str] = &[
+    "tungstenite", "tokio_tungstenite", "hyper", "hyper_util", "h2", "reqwest", "rustls", "redis", "axum",
+];
+
+fn cap_payload_loggers(mut filter: EnvFilter) -> EnvFilter {
+    let verbose = filter.max_level_hint().is_some_and(|level| level > tracing::level_filters::LevelFilter::INFO);
+    if verbose {
+        for target in PAYLOAD_LOGGERS {
+            if let Ok(directive) = format!("{target}=info").parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
+    }
+    filter
 }

@@ -176,6 +176,15 @@ impl ToolError {
     }
 }
 
+impl ToolSpec {
+    /// Results that name people (calendar events, files) taint the session for outbound
+    /// screening. A calculator handles PHI in its arguments, but its advice text names no one:
+    /// tainting with it would block ordinary literature searches on the same topic.
+    pub fn results_identify_people(&self) -> bool {
+        self.phi && matches!(self.category, Category::Calendar | Category::File)
+    }
+}
+
 /// A server-owned tool.
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync + 'static {

@@ -1,47 +1,53 @@
 /**
- * In-band confirmation in the page, against voxgate's built-in simulated model (no API key, the
- * out-of-the-box set-up): a typed request makes the model call `create_calendar_event`; the dialog
- * shows the prompt, the arguments as readable rows and a countdown; Approve → the event is in the
+ * In-band confirmation in the page: a typed request makes the model call `create_calendar_event`
+ * (the model is a fake realtime upstream, so the call and its arguments are fixed; the tool, its
+ * policy, the confirmation and the calendar file are voxgate's real ones). The dialog shows the
+ * seed's prompt, the arguments as readable rows and a countdown; Approve → the event is in the
  * calendar file and the page shows done; Decline → declined, no event; no answer → expired.
  */
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { activityOf, connectPage, openPage, screenshot, startVoxgate, typeRequest, waitUntil } from "./support/harness.js";
+import { FakeUpstream } from "./support/fake-upstream.js";
+import { activityOf, calendarEvents, connectPage, openPage, screenshot, startVoxgate, typeRequest, waitUntil } from "./support/harness.js";
 
-/** A request the simulated model answers with `create_calendar_event`. */
-const BOOKING = "Book a meeting with Dr. Smith at 2pm tomorrow";
-
-/**
- * The calendar's events as {summary} (lines unfolded, text unescaped).
- * @param {string} ics
- */
-function calendarEvents(ics) {
-  const unfolded = ics.replace(/\r?\n[ \t]/g, "");
-  const events = [];
-  for (const block of unfolded.split("BEGIN:VEVENT").slice(1)) {
-    const summary = (block.match(/^SUMMARY[^:\n]*:(.*)$/m) || [])[1] || "";
-    events.push({ summary: summary.trim().replace(/\\([,;\\])/g, "$1").replace(/\\n/gi, "\n") });
-  }
-  return events;
+/** Tomorrow (UTC, voxgate's default calendar time zone) at hh:mm, as ISO 8601 local time. */
+function tomorrowAt(hours, minutes = 0) {
+  const day = new Date(Date.now() + 24 * 3600 * 1000).toISOString().slice(0, 10);
+  return `${day}T${String(hours).padStart(2, "0")}:${String(minutes).padStart(2, "0")}:00`;
 }
 
+const BOOKING_ARGS = {
+  title: "Meeting with Dr. Smith",
+  start_datetime: tomorrowAt(14),
+  end_datetime: tomorrowAt(14, 30),
+  location: "Ward 7 office",
+};
+
+/** The fake model books the meeting when asked to. */
+const RULES = [{ match: /book a meeting/i, name: "create_calendar_event", arguments: BOOKING_ARGS }];
+
 /**
- * Start voxgate and a page, connect, type the booking request and wait for the dialog.
+ * Start the fake model, voxgate and a page; connect, type the booking request, wait for the dialog.
  * @param {import("node:test").TestContext} t
  * @param {{confirmationTimeoutMs?: number}} [options]
  */
 async function bookingDialog(t, options = {}) {
-  const voxgate = await startVoxgate(options);
+  const fake = new FakeUpstream({ rules: RULES });
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl, ...options });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });
   t.after(() => browser.close());
   const { page } = browser;
   await connectPage(page);
-  await typeRequest(page, BOOKING);
+  await typeRequest(page, "Please book a meeting with Dr. Smith at 2pm tomorrow");
   const dialog = page.getByRole("dialog", { name: /Create a calendar event/ });
   await dialog.waitFor({ state: "visible", timeout: 15_000 });
-  return { voxgate, browser, page, dialog };
+  const call = fake.calls.find((c) => c.name === "create_calendar_event");
+  assert.ok(call, "the fake model made the call");
+  return { fake, voxgate, browser, page, dialog, call };
 }
 
 /**
@@ -56,111 +62,131 @@ function readDialog(page) {
       label: row.querySelector("dt").textContent,
       value: row.querySelector("dd").textContent,
     }));
+    const approve = dialog.querySelector("[data-testid=confirm-approve]");
+    const decline = dialog.querySelector("[data-testid=confirm-decline]");
     return {
       open: dialog.open,
       modal: dialog.matches(":modal"),
       ariaModal: dialog.getAttribute("aria-modal"),
+      describedBy: dialog.getAttribute("aria-describedby"),
       callId: dialog.dataset.callId,
       title: dialog.querySelector("[data-testid=confirm-title]").textContent,
       prompt: dialog.querySelector("[data-testid=confirm-prompt]").textContent,
+      raw: dialog.querySelector("[data-testid=confirm-raw]").textContent,
       countdown: dialog.querySelector("[data-testid=confirm-countdown]").textContent,
       focusInside: dialog.contains(document.activeElement),
       focused: document.activeElement && document.activeElement.dataset.testid,
+      buttons: [approve.textContent, decline.textContent],
       rows,
     };
   });
 }
 
 /**
- * The checks every booking dialog must pass; returns the title argument shown.
+ * The checks every booking dialog must pass.
  * @param {Awaited<ReturnType<typeof readDialog>>} shown
+ * @param {{call_id: string}} call
  */
-function assertDialog(shown) {
+function assertDialog(shown, call) {
   assert.ok(shown.open && shown.modal, "a modal dialog");
   assert.equal(shown.ariaModal, "true");
+  assert.equal(shown.describedBy, "confirm-prompt", "screen readers hear the prompt");
+  assert.equal(shown.callId, call.call_id, "the dialog is for the model's call");
   assert.ok(shown.focusInside, "focus moved into the dialog");
   assert.equal(shown.focused, "confirm-approve", "Approve has focus (Enter approves)");
+  assert.deepEqual(shown.buttons, ["Approve", "Decline"]);
+  // The seed's prompt, filled in by voxgate.
   assert.match(shown.prompt, /^I'd like to create a calendar event/, "the seed's prompt is shown");
+  assert.ok(shown.prompt.includes(BOOKING_ARGS.title), `the prompt names the event (${shown.prompt})`);
+  // The arguments as readable rows, not raw JSON only.
   const byLabel = Object.fromEntries(shown.rows.map((r) => [r.label, r.value]));
-  for (const label of ["Title", "Start", "End"]) {
-    assert.ok(byLabel[label] && byLabel[label] !== "—", `argument row "${label}" is shown (${JSON.stringify(shown.rows)})`);
+  assert.equal(byLabel.Title, BOOKING_ARGS.title);
+  assert.equal(byLabel.Location, BOOKING_ARGS.location);
+  for (const label of ["Start", "End"]) {
+    assert.ok(byLabel[label], `argument row "${label}" is shown (${JSON.stringify(shown.rows)})`);
+    assert.doesNotMatch(byLabel[label], /^\d{4}-\d{2}-\d{2}T/, `${label} is in words, not ISO 8601`);
+    assert.match(byLabel[label], /14:(00|30)/, `${label} shows the time`);
   }
-  // Dates are in words, not raw ISO 8601.
-  assert.doesNotMatch(byLabel.Start, /^\d{4}-\d{2}-\d{2}T/, "the start is readable");
+  assert.deepEqual(JSON.parse(shown.raw), BOOKING_ARGS, "the exact request is available too");
   assert.match(shown.countdown, /^Expires in \d+:\d{2}$/, "a countdown to expiry");
-  return byLabel.Title;
 }
 
-test("approve: the event is created and the page shows done", { timeout: 90_000 }, async (t) => {
-  const { voxgate, browser, page } = await bookingDialog(t);
-  const shown = await readDialog(page);
-  const title = assertDialog(shown);
+/**
+ * Wait until the page shows the booking call in `state`, and return its activity item.
+ * @param {import("playwright-core").Page} page
+ * @param {string} state
+ */
+async function activityReaches(page, state) {
+  await page.waitForFunction((wanted) => {
+    const item = document.querySelector("[data-testid=activity-item][data-tool=create_calendar_event]");
+    return item && item.dataset.state === wanted;
+  }, state, { timeout: 15_000 });
+  return activityOf(page, "create_calendar_event");
+}
+
+test("approve (Enter): the event is in the calendar file and the page shows done", { timeout: 90_000 }, async (t) => {
+  const { fake, voxgate, browser, page, call } = await bookingDialog(t);
+  assertDialog(await readDialog(page), call);
   const pending = await activityOf(page, "create_calendar_event");
   assert.equal(pending.state, "awaiting_confirmation");
   assert.equal(pending.label, "Creating a calendar event");
   assert.match(pending.stateText, /waiting for your confirmation/);
+  assert.equal(calendarEvents(voxgate.calendar()).length, 0, "nothing is written before the decision");
   await screenshot(page, "calendar-confirmation");
 
   await page.keyboard.press("Enter");
   await page.getByTestId("confirm-dialog").waitFor({ state: "hidden" });
-  await page.waitForFunction(() => {
-    const item = document.querySelector("[data-testid=activity-item][data-tool=create_calendar_event]");
-    return item && item.dataset.state === "done";
-  }, null, { timeout: 15_000 });
+  const done = await activityReaches(page, "done");
+  assert.equal(done.stateText, "done");
   const events = await waitUntil(() => {
     const found = calendarEvents(voxgate.calendar());
     return found.length > 0 && found;
   }, { message: "the event in the calendar file" });
-  assert.equal(events.length, 1, "exactly one event");
-  assert.ok(events[0].summary.includes(title) || title.includes(events[0].summary), `calendar has "${title}" (got "${events[0].summary}")`);
-  assert.equal((await activityOf(page, "create_calendar_event")).stateText, "done");
+  assert.deepEqual(events, [{ summary: BOOKING_ARGS.title, location: BOOKING_ARGS.location }], "exactly this event");
+  const output = await fake.waitFor(() => fake.outputFor(call.call_id));
+  assert.equal(output.output.created, true, `the model got the result (${JSON.stringify(output.output)})`);
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").first().waitFor();
+  assert.equal(await page.evaluate(() => document.activeElement && document.activeElement.dataset.testid), "text-input",
+    "focus returns where it was");
   await screenshot(page, "calendar-approved");
   assert.deepEqual(browser.problems, []);
 });
 
 test("decline (Escape): declined in the page, no event", { timeout: 90_000 }, async (t) => {
-  const { voxgate, browser, page } = await bookingDialog(t);
-  assertDialog(await readDialog(page));
+  const { fake, voxgate, browser, page, call } = await bookingDialog(t);
+  assertDialog(await readDialog(page), call);
   await page.keyboard.press("Escape");
   await page.getByTestId("confirm-dialog").waitFor({ state: "hidden" });
-  await page.waitForFunction(() => {
-    const item = document.querySelector("[data-testid=activity-item][data-tool=create_calendar_event]");
-    return item && item.dataset.state === "declined";
-  }, null, { timeout: 15_000 });
-  const item = await activityOf(page, "create_calendar_event");
+  const item = await activityReaches(page, "declined");
   assert.equal(item.code, "user_declined");
-  assert.match(item.stateText, /you declined/);
+  assert.equal(item.stateText, "declined — you declined");
+  const output = await fake.waitFor(() => fake.outputFor(call.call_id));
+  assert.equal(output.output.error.code, "user_declined", "the model is told");
   assert.equal(calendarEvents(voxgate.calendar()).length, 0, "no event was created");
   await screenshot(page, "calendar-declined");
   assert.deepEqual(browser.problems, []);
 });
 
-test("decline (button): declined, no event", { timeout: 90_000 }, async (t) => {
-  const { voxgate, page } = await bookingDialog(t);
-  await page.getByTestId("confirm-decline").click();
-  await page.waitForFunction(() => {
-    const item = document.querySelector("[data-testid=activity-item][data-tool=create_calendar_event]");
-    return item && item.dataset.state === "declined";
-  }, null, { timeout: 15_000 });
-  assert.equal((await activityOf(page, "create_calendar_event")).code, "user_declined");
+test("decline (button, found by its accessible name): declined, no event", { timeout: 90_000 }, async (t) => {
+  const { voxgate, page, dialog } = await bookingDialog(t);
+  await dialog.getByRole("button", { name: "Decline", exact: true }).click();
+  const item = await activityReaches(page, "declined");
+  assert.equal(item.code, "user_declined");
   assert.equal(calendarEvents(voxgate.calendar()).length, 0, "no event was created");
 });
 
 test("no answer: the request expires in the page, no event", { timeout: 90_000 }, async (t) => {
-  const { voxgate, browser, page } = await bookingDialog(t, { confirmationTimeoutMs: 4000 });
-  const shown = await readDialog(page);
-  assertDialog(shown);
+  const { fake, voxgate, browser, page, call } = await bookingDialog(t, { confirmationTimeoutMs: 4000 });
+  assertDialog(await readDialog(page), call);
   const secondsLeft = Number(await page.getByTestId("confirm-countdown").getAttribute("data-seconds-left"));
   assert.ok(secondsLeft >= 1 && secondsLeft <= 4, `the countdown follows expires_at_ms (${secondsLeft} s left)`);
   await screenshot(page, "calendar-countdown");
-  await page.waitForFunction(() => {
-    const item = document.querySelector("[data-testid=activity-item][data-tool=create_calendar_event]");
-    return item && item.dataset.state === "declined";
-  }, null, { timeout: 15_000 });
-  const item = await activityOf(page, "create_calendar_event");
+  const item = await activityReaches(page, "declined");
   assert.equal(item.code, "expired");
-  assert.match(item.stateText, /expired/);
+  assert.equal(item.stateText, "declined — expired (no answer in time)");
   assert.equal(await page.getByTestId("confirm-dialog").isVisible(), false, "the dialog closed");
+  const output = await fake.waitFor(() => fake.outputFor(call.call_id));
+  assert.equal(output.output.error.code, "confirmation_expired", "the model is told");
   assert.equal(calendarEvents(voxgate.calendar()).length, 0, "no event was created");
   await screenshot(page, "calendar-expired");
   assert.deepEqual(browser.problems, []);

@@ -11,8 +11,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { FakeUpstream, pcmStats } from "./support/fake-upstream.js";
-import { connectPage, openPage, screenshot, sleep, speechWav, startVoxgate, waitUntil } from "./support/harness.js";
+import { FakeUpstream, pcmStats, toneFrequency } from "./support/fake-upstream.js";
+import { connectPage, openPage, screenshot, sleep, speechWav, startVoxgate, toneWav } from "./support/harness.js";
 
 /** Bytes of one 20 ms chunk of PCM16 mono at 24 kHz. */
 const CHUNK_BYTES = 960;
@@ -101,4 +101,35 @@ test("microphone audio reaches the upstream as PCM16 24 kHz; output audio plays;
   await page.getByTestId("mic-button").click();
   await page.waitForFunction(() => document.querySelector("[data-testid=mic-button]").getAttribute("aria-pressed") === "false");
   assert.deepEqual(browser.problems, [], "no page errors or CSP violations");
+});
+
+test("a 1 kHz tone from the microphone arrives upstream at 1 kHz: the page resamples to 24 kHz correctly", { timeout: 90_000 }, async (t) => {
+  const wavDir = mkdtempSync(path.join(tmpdir(), "voxgate-wav-"));
+  t.after(() => rmSync(wavDir, { recursive: true, force: true }));
+  const fake = new FakeUpstream();
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl, wav: toneWav(1000, wavDir) });
+  t.after(() => browser.close());
+  const { page } = browser;
+  await connectPage(page, { processingOff: true });
+  await page.getByTestId("mic-button").click();
+  await fake.waitFor(() => fake.audioBuffer.length >= 2 * 48_000, 20_000);
+  const rate = await page.evaluate(() => window.voxgate.mic.context.sampleRate);
+  // Skip the first half second (the capture starting up); then the tone is steady.
+  const steady = fake.audioBuffer.subarray(24_000);
+  const hz = toneFrequency(steady);
+  t.diagnostic(`capture context at ${rate} Hz; tone arrived at ${hz.toFixed(1)} Hz`);
+  // Had the page sent ${rate} Hz samples labelled 24 kHz, the tone would arrive at 1000 * 24000 / rate Hz.
+  assert.ok(Math.abs(hz - 1000) < 10, `the tone arrives at 1000 Hz (got ${hz.toFixed(1)} Hz)`);
+  const stats = pcmStats(steady);
+  assert.ok(stats.rms > 4000, `the tone keeps its level through the anti-alias filter (rms ${stats.rms.toFixed(0)})`);
+  await page.getByTestId("mic-button").click();
+  await page.waitForFunction(() => !window.voxgate.microphoneActive);
+  const appendsAtStop = fake.appends.length;
+  await sleep(300);
+  assert.ok(fake.appends.length - appendsAtStop <= 1, "capture stops with the button");
+  assert.deepEqual(browser.problems, []);
 });

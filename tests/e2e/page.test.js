@@ -1,12 +1,14 @@
 /**
- * The page itself: served from the binary under a strict CSP, loads with no errors, connects to the
- * simulated model, converses by text, shows errors in an alert region, carries a token in the
- * subprotocol, and offers Reconnect after the server drops the session.
+ * The page itself: served from the binary under a strict CSP, loads with no errors, connects,
+ * converses by text (both sides in the transcript), shows errors in an alert region, carries a token
+ * in the subprotocol, and offers Reconnect after the server drops the session. The model is a fake
+ * realtime upstream (support/fake-upstream.js).
  */
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
+import { FakeUpstream } from "./support/fake-upstream.js";
 import { connectPage, openPage, screenshot, startVoxgate, typeRequest } from "./support/harness.js";
 
 const JWT_SECRET = "e2e-test-secret-that-is-long-enough-0123456789";
@@ -22,6 +24,17 @@ function jwt(claims, secret) {
   return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
 }
 
+/**
+ * A fake model, stopped after the test.
+ * @param {import("node:test").TestContext} t
+ */
+async function fakeModel(t) {
+  const fake = new FakeUpstream();
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  return { fake, upstreamUrl };
+}
+
 /** @param {import("playwright-core").Page} page */
 const statusOf = (page) => page.evaluate(() => {
   const el = document.querySelector("[data-testid=connection-status]");
@@ -29,7 +42,8 @@ const statusOf = (page) => page.evaluate(() => {
 });
 
 test("the page and its modules are served with a strict CSP and load without errors", { timeout: 60_000 }, async (t) => {
-  const voxgate = await startVoxgate();
+  const { upstreamUrl } = await fakeModel(t);
+  const voxgate = await startVoxgate({ upstreamUrl });
   t.after(() => voxgate.stop());
   const page = await fetch(`${voxgate.baseUrl}/`);
   assert.equal(page.status, 200);
@@ -39,7 +53,7 @@ test("the page and its modules are served with a strict CSP and load without err
   assert.match(csp, /script-src 'self'(;|$)/);
   assert.match(csp, /connect-src 'self' ws: wss:/);
   assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
-  for (const file of ["voxgate-client.js", "pcm-capture-worklet.js", "app.js", "labels.js"]) {
+  for (const file of ["voxgate-client.js", "voxgate-audio.js", "pcm-capture-worklet.js", "app.js", "labels.js"]) {
     const res = await fetch(`${voxgate.baseUrl}/assets/${file}`);
     assert.equal(res.status, 200, file);
     assert.equal(res.headers.get("content-type"), "text/javascript; charset=utf-8", file);
@@ -64,8 +78,9 @@ test("the page and its modules are served with a strict CSP and load without err
   assert.deepEqual(browser.problems, [], "no page errors, no CSP violations");
 });
 
-test("connect, a typed exchange with the simulated model, disconnect", { timeout: 60_000 }, async (t) => {
-  const voxgate = await startVoxgate();
+test("connect, a typed exchange in the transcript, disconnect", { timeout: 60_000 }, async (t) => {
+  const { fake, upstreamUrl } = await fakeModel(t);
+  const voxgate = await startVoxgate({ upstreamUrl });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });
   t.after(() => browser.close());
@@ -80,7 +95,15 @@ test("connect, a typed exchange with the simulated model, disconnect", { timeout
   await page.locator("[data-testid=transcript-entry][data-role=user]", { hasText: "Hello, can you hear me?" }).waitFor();
   const answer = page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").first();
   await answer.waitFor({ timeout: 15_000 });
-  assert.ok((await answer.getByTestId("transcript-text").textContent()).trim().length > 0, "the assistant answered");
+  assert.equal(await answer.getByTestId("transcript-text").textContent(), "Hello from the fake model.");
+  assert.equal(await page.getByTestId("text-input").inputValue(), "", "the text box is cleared after sending");
+  // What the page sent reached the model: the client's session settings and the typed message.
+  const created = fake.eventsOf("conversation.item.create").find((e) => e.item && e.item.type === "message");
+  assert.deepEqual(created.item.content, [{ type: "input_text", text: "Hello, can you hear me?" }]);
+  const update = fake.eventsOf("session.update").find((e) => e.session && e.session.audio);
+  assert.ok(update, "the client's session.update reached the model");
+  assert.deepEqual(update.session.audio.input.format, { type: "audio/pcm", rate: 24000 });
+  assert.ok(fake.urls[0].includes("model="), `voxgate asked for a model (${fake.urls[0]})`);
   await screenshot(page, "page-conversation");
 
   await page.getByTestId("disconnect-button").click();
@@ -92,7 +115,8 @@ test("connect, a typed exchange with the simulated model, disconnect", { timeout
 });
 
 test("errors from the server appear in the alert region", { timeout: 60_000 }, async (t) => {
-  const voxgate = await startVoxgate();
+  const { upstreamUrl } = await fakeModel(t);
+  const voxgate = await startVoxgate({ upstreamUrl });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });
   t.after(() => browser.close());
@@ -111,7 +135,8 @@ test("errors from the server appear in the alert region", { timeout: 60_000 }, a
 });
 
 test("a token travels in the subprotocol; a bad one is refused with a clear error", { timeout: 60_000 }, async (t) => {
-  const voxgate = await startVoxgate({ toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\n` });
+  const { fake, upstreamUrl } = await fakeModel(t);
+  const voxgate = await startVoxgate({ upstreamUrl, toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\n` });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });
   t.after(() => browser.close());
@@ -130,11 +155,14 @@ test("a token travels in the subprotocol; a bad one is refused with a clear erro
   await page.getByTestId("token-input").fill(token);
   await connectPage(page);
   assert.equal(await page.evaluate(() => window.voxgate.ws.protocol), "realtime", "voxgate selects `realtime`, never the token");
+  assert.equal(fake.connections, 1, "the refused attempt never reached the model");
   assert.ok(!voxgate.log().includes(token), "the token is not logged");
+  assert.ok(!JSON.stringify(fake.headers).includes(token), "the token is not passed upstream");
 });
 
 test("a server restart drops the session with a reason; Reconnect opens a new one", { timeout: 90_000 }, async (t) => {
-  let voxgate = await startVoxgate();
+  const { upstreamUrl } = await fakeModel(t);
+  let voxgate = await startVoxgate({ upstreamUrl });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });
   t.after(() => browser.close());
@@ -154,7 +182,7 @@ test("a server restart drops the session with a reason; Reconnect opens a new on
   assert.equal(await page.getByTestId("reconnect-button").isVisible(), true);
   await screenshot(page, "page-dropped");
 
-  voxgate = await startVoxgate({ listen: addr });
+  voxgate = await startVoxgate({ upstreamUrl, listen: addr });
   await page.getByTestId("reconnect-button").click();
   await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "open");
   assert.equal(await page.getByTestId("reconnect-button").isVisible(), false);

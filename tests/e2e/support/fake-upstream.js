@@ -1,6 +1,7 @@
 /**
  * A fake OpenAI Realtime server (GA wire protocol) for the browser tests: voxgate connects to it
- * as its upstream (`upstream.kind = "openai"`, `upstream.url = ws://127.0.0.1:PORT/v1/realtime`).
+ * as its upstream (`upstream.kind = "openai"`, `upstream.url = ws://127.0.0.1:PORT/v1/realtime`; any
+ * path is accepted).
  *
  * It records what arrives — every event, and the PCM16 audio of `input_audio_buffer.append` with
  * timestamps — and answers like the real service, as far as the tests need:
@@ -48,6 +49,33 @@ export function pcmStats(pcm) {
 }
 
 /**
+ * The frequency of a steady tone in PCM16 LE audio taken to be at 24 kHz, from its rising zero
+ * crossings (with a little hysteresis so noise near zero does not count). Audio sent at another
+ * rate but labelled 24 kHz shows up here as a wrong frequency.
+ * @param {Buffer} pcm
+ * @returns {number} Hz
+ */
+export function toneFrequency(pcm) {
+  const samples = pcm.length >> 1;
+  const threshold = 500;
+  let crossings = 0;
+  let first = -1;
+  let last = -1;
+  let below = false;
+  for (let i = 0; i < samples; i += 1) {
+    const v = pcm.readInt16LE(i * 2);
+    if (v < -threshold) below = true;
+    else if (v > threshold && below) {
+      below = false;
+      if (first < 0) first = i;
+      else crossings += 1;
+      last = i;
+    }
+  }
+  return crossings > 0 ? (crossings * RATE) / (last - first) : 0;
+}
+
+/**
  * @typedef {object} Rule  a function call the fake model makes when the user's text matches
  * @property {RegExp} match
  * @property {string} name
@@ -65,7 +93,12 @@ export class FakeUpstream {
     this.appends = [];
     this.audio = [];
     this.connections = 0;
+    /** @type {Array<import("node:http").IncomingHttpHeaders>} upgrade request headers, per connection */
     this.headers = [];
+    /** @type {string[]} upgrade request URLs (path and query), per connection */
+    this.urls = [];
+    /** @type {Array<{name: string, call_id: string, arguments: object}>} function calls this fake made */
+    this.calls = [];
     this.counter = 0;
     this.socket = null;
     this.activeResponse = null;
@@ -76,7 +109,7 @@ export class FakeUpstream {
 
   /** @returns {Promise<string>} the ws:// URL voxgate should use */
   async start() {
-    this.server = new WebSocketServer({ host: "127.0.0.1", port: 0, path: "/v1/realtime" });
+    this.server = new WebSocketServer({ host: "127.0.0.1", port: 0 });
     await new Promise((resolve) => this.server.on("listening", resolve));
     this.server.on("connection", (socket, request) => this.onConnection(socket, request));
     const { port } = /** @type {import("node:net").AddressInfo} */ (this.server.address());
@@ -99,6 +132,24 @@ export class FakeUpstream {
     return this.events.filter((e) => e.type === type);
   }
 
+  /**
+   * The `function_call_output` voxgate sent for a call, with its output parsed, or undefined.
+   * @param {string} callId
+   * @returns {{call_id: string, output: any} | undefined}
+   */
+  outputFor(callId) {
+    const event = this.events.find((e) => e.type === "conversation.item.create" && e.item
+      && e.item.type === "function_call_output" && e.item.call_id === callId);
+    if (!event) return undefined;
+    let output;
+    try {
+      output = JSON.parse(event.item.output);
+    } catch {
+      output = event.item.output;
+    }
+    return { call_id: callId, output };
+  }
+
   /** @param {string} prefix */
   nextId(prefix) {
     this.counter += 1;
@@ -118,6 +169,7 @@ export class FakeUpstream {
   onConnection(socket, request) {
     this.connections += 1;
     this.headers.push(request.headers);
+    this.urls.push(request.url || "");
     this.socket = socket;
     socket.on("message", (data, isBinary) => {
       if (isBinary) return;
@@ -243,6 +295,7 @@ export class FakeUpstream {
     const itemId = this.nextId("item");
     const callId = this.nextId("call");
     const argText = JSON.stringify(args);
+    this.calls.push({ name, call_id: callId, arguments: args });
     const base = { response_id: response.id, output_index: 0 };
     const item = { id: itemId, type: "function_call", status: "in_progress", name, call_id: callId, arguments: "" };
     this.send({ type: "response.output_item.added", ...base, item });

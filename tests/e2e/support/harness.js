@@ -1,7 +1,7 @@
 /**
  * Browser-test harness: the real voxgate binary on a free loopback port with a temp config, Debian's
  * headless Chromium driven by playwright-core with a fake microphone, a WAV made by espeak-ng, and
- * screenshots under test-artifacts/e2e/.
+ * screenshots under tests/e2e/screenshots/ (git-ignored).
  *
  * Environment:
  *   VOXGATE_BIN   the voxgate binary (default: target/debug/voxgate)
@@ -18,7 +18,8 @@ import { chromium } from "playwright-core";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const ROOT = path.resolve(HERE, "../../..");
-export const ARTIFACTS = path.join(ROOT, "test-artifacts", "e2e");
+/** Screenshots of each state the tests reach; git-ignored, looked at by people, never asserted on. */
+export const SCREENSHOTS = path.join(HERE, "..", "screenshots");
 
 /** How long to wait for the server to say `listening on`. */
 const START_TIMEOUT_MS = 20_000;
@@ -62,7 +63,12 @@ const tomlString = (s) => JSON.stringify(s);
  */
 
 /**
- * Start the real voxgate binary with a temp config.
+ * Start the real voxgate binary with a temp config (its own audit log, calendar file and files
+ * folder, in a temp dir that is also its working directory).
+ *
+ * `upstreamUrl` points voxgate at a fake realtime server (`kind = "openai"`, key `test`); without
+ * it the upstream is the built-in simulated model. `confirmationTimeoutMs` is passed the way an
+ * operator would, as `VOXGATE_TOOLS__CONFIRMATION_TIMEOUT_MS`.
  * @param {{toml?: string, upstreamUrl?: string, confirmationTimeoutMs?: number, listen?: string, env?: Record<string,string>}} [options]
  * @returns {Promise<Voxgate>}
  */
@@ -80,19 +86,21 @@ export async function startVoxgate({ toml = "", upstreamUrl, confirmationTimeout
     `[backends.files]\nroot = ${tomlString(path.join(dir, "files"))}\n`,
   ];
   if (upstreamUrl) {
-    sections.push(`[upstream]\nkind = "openai"\nurl = ${tomlString(upstreamUrl)}\napi_key = "test-key"\n`);
+    sections.push(`[upstream]\nkind = "openai"\nurl = ${tomlString(upstreamUrl)}\napi_key = "test"\n`);
   }
-  if (confirmationTimeoutMs) sections.push(`[tools]\nconfirmation_timeout_ms = ${confirmationTimeoutMs}\n`);
   if (toml) sections.push(toml);
   const configPath = path.join(dir, "voxgate.toml");
   writeFileSync(configPath, sections.join("\n"));
 
-  const childEnv = { ...process.env, NO_COLOR: "1", ...env };
+  const ownEnv = { ...env };
+  if (confirmationTimeoutMs) ownEnv.VOXGATE_TOOLS__CONFIRMATION_TIMEOUT_MS = String(confirmationTimeoutMs);
+  const childEnv = { ...process.env, NO_COLOR: "1", ...ownEnv };
   for (const key of Object.keys(childEnv)) {
-    if (key.startsWith("VOXGATE_") && key !== "VOXGATE_BIN" && !(key in env)) delete childEnv[key];
+    // The developer's own VOXGATE_* settings must not leak into a test's configuration.
+    if (key.startsWith("VOXGATE_") && !(key in ownEnv)) delete childEnv[key];
   }
   delete childEnv.OPENAI_API_KEY; // without a key the upstream is the simulated model
-  const child = spawn(bin, ["--config", configPath], { env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(bin, ["--config", configPath], { cwd: dir, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal)));
   const addr = await new Promise((resolve, reject) => {
@@ -154,6 +162,19 @@ export function speechWav(text, dir) {
 }
 
 /**
+ * A WAV of a steady sine tone for the fake microphone (sox, 48 kHz mono 16-bit, -6 dBFS): lets a
+ * test check the frequency that arrives upstream, i.e. that the page resampled to 24 kHz correctly.
+ * @param {number} freq Hz
+ * @param {string} dir
+ * @returns {string} the WAV's path
+ */
+export function toneWav(freq, dir) {
+  const wav = path.join(dir, `tone-${freq}.wav`);
+  execFileSync("sox", ["-n", "-r", "48000", "-c", "1", "-b", "16", wav, "synth", "10", "sine", String(freq), "gain", "-6"]);
+  return wav;
+}
+
+/**
  * A browser with a page on voxgate. The page's console errors, uncaught exceptions and CSP
  * violations are collected in `problems`.
  * @param {{baseUrl: string, wav?: string}} options
@@ -209,8 +230,8 @@ export async function openPage({ baseUrl, wav }) {
  * @param {string} name
  */
 export async function screenshot(page, name) {
-  mkdirSync(ARTIFACTS, { recursive: true });
-  await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`), fullPage: true });
 }
 
 /**
@@ -226,8 +247,30 @@ export async function connectPage(page, { token, processingOff = false } = {}) {
       await page.getByTestId(id).uncheck();
     }
   }
+  // The first open or closed status after the click: a session that opens and is closed at once
+  // (the upstream unreachable) is reported as such, not as a timeout.
+  await page.waitForFunction(() => typeof window.voxgate === "object");
+  await page.evaluate(() => {
+    // @ts-ignore
+    window.__connectOutcome = new Promise((resolve) => {
+      const onStatus = (event) => {
+        if (event.detail.state !== "open" && event.detail.state !== "closed") return;
+        window.voxgate.removeEventListener("status", onStatus);
+        resolve(event.detail.state);
+      };
+      window.voxgate.addEventListener("status", onStatus);
+    });
+  });
   await page.getByTestId("connect-button").click();
-  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "open");
+  const outcome = await page.evaluate(() => window.__connectOutcome);
+  const shown = await page.evaluate(() => ({
+    state: document.querySelector("[data-testid=connection-status]").dataset.state,
+    status: document.querySelector("[data-testid=connection-status]").textContent.trim(),
+    errors: [...document.querySelectorAll("[data-testid=error-message]")].map((e) => e.textContent.trim()),
+  }));
+  if (outcome !== "open" || shown.state !== "open") {
+    throw new Error(`the page did not connect: ${shown.status}; errors: ${shown.errors.join(" | ")}`);
+  }
 }
 
 /**
@@ -282,4 +325,19 @@ export async function recordActivityStates(page) {
       }
     }).observe(list, { subtree: true, childList: true, attributes: true, attributeFilter: ["data-state"] });
   });
+}
+
+/**
+ * The calendar's events as {summary, location} (lines unfolded, text unescaped).
+ * @param {string} ics
+ */
+export function calendarEvents(ics) {
+  const unfolded = ics.replace(/\r?\n[ \t]/g, "");
+  const unescape = (v) => (v || "").trim().replace(/\\n/gi, "\n").replace(/\\([,;\\])/g, "$1");
+  const events = [];
+  for (const block of unfolded.split("BEGIN:VEVENT").slice(1)) {
+    const field = (name) => unescape((block.match(new RegExp(`^${name}[^:\\n]*:(.*)$`, "m")) || [])[1]);
+    events.push({ summary: field("SUMMARY"), location: field("LOCATION") });
+  }
+  return events;
 }
