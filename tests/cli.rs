@@ -4,17 +4,10 @@
 mod support;
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
-use support::Client;
-use tokio::io::{AsyncBufReadExt, BufReader};
-
-fn binary() -> PathBuf {
-    std::env::var_os("VOXGATE_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_voxgate")))
-}
+use support::{Client, binary, spawn_voxgate};
 
 fn write_config(text: &str) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -60,46 +53,6 @@ fn a_bad_config_names_the_key_and_exits_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("server.listen"));
-}
-
-/// Start the binary; returns the child and the address it logged.
-pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::process::Child, String) {
-    let path = dir.join("voxgate.toml");
-    std::fs::write(&path, config).unwrap();
-    let mut child = tokio::process::Command::new(binary())
-        .arg("--config")
-        .arg(&path)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
-    for reader in [Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, Box::new(stderr)] {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(reader).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(line).await;
-            }
-        });
-    }
-    let addr = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(line) = rx.recv().await {
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                return rest.split_whitespace().next().unwrap().trim_matches('"').to_string();
-            }
-        }
-        panic!("voxgate exited before listening");
-    })
-    .await
-    .expect("voxgate did not start");
-    // Keep draining the logs so the child never blocks on a full pipe.
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    (child, addr)
 }
 
 #[tokio::test]

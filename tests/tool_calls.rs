@@ -7,37 +7,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Client, FakeConn, FakeUpstream, TestProxy};
+use support::{Client, FakeConn, FakeUpstream, TestProxy, model_calls};
 
 const WELLS: &str = r#"{"calculator_name":"wells_dvt","parameters":{"active_cancer":true,"paralysis_recent":false,"bedridden_3days":true,"localized_tenderness":true,"entire_leg_swollen":false,"calf_swelling_3cm":true,"pitting_edema":true,"collateral_veins":false,"alternative_diagnosis":false}}"#;
-
-fn event_args(call_id: &str, name: &str, args: &str) -> Vec<Value> {
-    let item_id = format!("item_{call_id}");
-    let half = args.len() / 2;
-    let item = |status: &str, arguments: &str| json!({"id": item_id, "type": "function_call", "status": status, "name": name, "call_id": call_id, "arguments": arguments});
-    vec![
-        json!({"type": "response.output_item.added", "event_id": "event_a", "response_id": "resp_1", "output_index": 0, "item": item("in_progress", "")}),
-        json!({"type": "conversation.item.added", "event_id": "event_b", "previous_item_id": null, "item": item("in_progress", "")}),
-        json!({"type": "response.function_call_arguments.delta", "event_id": "event_c", "response_id": "resp_1", "item_id": item_id, "output_index": 0, "call_id": call_id, "delta": &args[..half]}),
-        json!({"type": "response.function_call_arguments.delta", "event_id": "event_d", "response_id": "resp_1", "item_id": item_id, "output_index": 0, "call_id": call_id, "delta": &args[half..]}),
-        json!({"type": "response.function_call_arguments.done", "event_id": "event_e", "response_id": "resp_1", "item_id": item_id, "output_index": 0, "call_id": call_id, "name": name, "arguments": args}),
-        json!({"type": "conversation.item.done", "event_id": "event_f", "item": item("completed", args)}),
-        json!({"type": "response.output_item.done", "event_id": "event_g", "response_id": "resp_1", "output_index": 0, "item": item("completed", args)}),
-    ]
-}
-
-/// The model makes these calls in one response.
-async fn model_calls(up: &mut FakeConn, calls: &[(&str, &str, &str)]) {
-    up.send_json(&json!({"type": "response.created", "event_id": "event_rc", "response": {"id": "resp_1", "object": "realtime.response", "status": "in_progress", "output": []}})).await;
-    let mut output = Vec::new();
-    for (call_id, name, args) in calls {
-        for event in event_args(call_id, name, args) {
-            up.send_json(&event).await;
-        }
-        output.push(json!({"id": format!("item_{call_id}"), "type": "function_call", "status": "completed", "name": name, "call_id": call_id, "arguments": args}));
-    }
-    up.send_json(&json!({"type": "response.done", "event_id": "event_rd", "response": {"id": "resp_1", "object": "realtime.response", "status": "completed", "output": output}})).await;
-}
 
 async fn session(fake: &mut FakeUpstream, proxy: &TestProxy) -> (Client, FakeConn, Value) {
     let mut client = proxy.client().await;

@@ -5,10 +5,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -399,3 +401,79 @@ impl Drop for RedisServer {
         self.stop();
     }
 }
+
+/// The voxgate binary under test (`VOXGATE_BIN` overrides the one cargo built).
+pub fn binary() -> PathBuf {
+    std::env::var_os("VOXGATE_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_voxgate")))
+}
+
+/// Start the binary; returns the child and the address it logged.
+pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::process::Child, String) {
+    let path = dir.join("voxgate.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = tokio::process::Command::new(binary())
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+    for reader in [Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, Box::new(stderr)] {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(reader).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(line).await;
+            }
+        });
+    }
+    let addr = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = rx.recv().await {
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                return rest.split_whitespace().next().unwrap().trim_matches('"').to_string();
+            }
+        }
+        panic!("voxgate exited before listening");
+    })
+    .await
+    .expect("voxgate did not start");
+    // Keep draining the logs so the child never blocks on a full pipe.
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    (child, addr)
+}
+
+
+/// The events a model sends for one function call (GA shapes).
+pub fn event_args(call_id: &str, name: &str, args: &str) -> Vec<Value> {
+    let item_id = format!("item_{call_id}");
+    let half = args.len() / 2;
+    let item = |status: &str, arguments: &str| json!({"id": item_id, "type": "function_call", "status": status, "name": name, "call_id": call_id, "arguments": arguments});
+    vec![
+        json!({"type": "response.output_item.added", "event_id": "event_a", "response_id": "resp_1", "output_index": 0, "item": item("in_progress", "")}),
+        json!({"type": "conversation.item.added", "event_id": "event_b", "previous_item_id": null, "item": item("in_progress", "")}),
+        json!({"type": "response.function_call_arguments.delta", "event_id": "event_c", "response_id": "resp_1", "item_id": item_id, "output_index": 0, "call_id": call_id, "delta": &args[..half]}),
+        json!({"type": "response.function_call_arguments.delta", "event_id": "event_d", "response_id": "resp_1", "item_id": item_id, "output_index": 0, "call_id": call_id, "delta": &args[half..]}),
+        json!({"type": "response.function_call_arguments.done", "event_id": "event_e", "response_id": "resp_1", "item_id": item_id, "output_index": 0, "call_id": call_id, "name": name, "arguments": args}),
+        json!({"type": "conversation.item.done", "event_id": "event_f", "item": item("completed", args)}),
+        json!({"type": "response.output_item.done", "event_id": "event_g", "response_id": "resp_1", "output_index": 0, "item": item("completed", args)}),
+    ]
+}
+
+/// The model makes these calls in one response.
+pub async fn model_calls(up: &mut FakeConn, calls: &[(&str, &str, &str)]) {
+    up.send_json(&json!({"type": "response.created", "event_id": "event_rc", "response": {"id": "resp_1", "object": "realtime.response", "status": "in_progress", "output": []}})).await;
+    let mut output = Vec::new();
+    for (call_id, name, args) in calls {
+        for event in event_args(call_id, name, args) {
+            up.send_json(&event).await;
+        }
+        output.push(json!({"id": format!("item_{call_id}"), "type": "function_call", "status": "completed", "name": name, "call_id": call_id, "arguments": args}));
+    }
+    up.send_json(&json!({"type": "response.done", "event_id": "event_rd", "response": {"id": "resp_1", "object": "realtime.response", "status": "completed", "output": output}})).await;
+}
+

@@ -1,7 +1,7 @@
 /**
  * A fake NCBI E-utilities server (`backends.pubmed.base_url = http://127.0.0.1:PORT/entrez/eutils`)
  * so `search_pubmed` runs for real — esearch, efetch, parsing, citations — without leaving the
- * machine. It answers `esearch.fcgi` (JSON) with the PMIDs of its articles and `efetch.fcgi` with a
+ * machine. It answers `esearch.fcgi` (JSON with `retmode=json`, else XML) with the PMIDs of its articles and `efetch.fcgi` with a
  * minimal PubmedArticleSet built from them, and records every request.
  */
 
@@ -60,12 +60,20 @@ export class FakeEutils {
     this.requests.push(url);
     if (url.pathname.endsWith("/esearch.fcgi")) {
       const ids = this.articles.map((a) => a.pmid);
-      const body = {
-        header: { type: "esearch", version: "0.3" },
-        esearchresult: { count: String(ids.length), retmax: String(ids.length), retstart: "0", idlist: ids },
-      };
-      res.writeHead(200, { "content-type": "application/json; charset=UTF-8" });
-      res.end(JSON.stringify(body));
+      if (url.searchParams.get("retmode") === "json") {
+        const body = {
+          header: { type: "esearch", version: "0.3" },
+          esearchresult: { count: String(ids.length), retmax: String(ids.length), retstart: "0", idlist: ids },
+        };
+        res.writeHead(200, { "content-type": "application/json; charset=UTF-8" });
+        res.end(JSON.stringify(body));
+        return;
+      }
+      // E-utilities' default answer is XML.
+      const idList = ids.map((pmid) => `<Id>${pmid}</Id>`).join("");
+      res.writeHead(200, { "content-type": "text/xml; charset=UTF-8" });
+      res.end(`<?xml version="1.0" encoding="UTF-8" ?>\n<!DOCTYPE eSearchResult>\n<eSearchResult><Count>${ids.length}</Count>`
+        + `<RetMax>${ids.length}</RetMax><RetStart>0</RetStart><IdList>${idList}</IdList></eSearchResult>\n`);
       return;
     }
     if (url.pathname.endsWith("/efetch.fcgi")) {

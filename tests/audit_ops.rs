@@ -1,0 +1,182 @@
+//! What ops and compliance rely on, end to end: the audit log survives `kill -9` (restart writes
+//! `abandoned` finishes and `audit verify` passes), the Redis mirror loses and duplicates nothing
+//! across a Redis restart, and `/metrics` moves as a scripted session says it should.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Client, FakeUpstream, RedisServer, TestProxy, binary, model_calls, read_jsonl, spawn_voxgate};
+
+const BMI: &str = r#"{"calculator_name":"bmi","parameters":{"weight_kg":70,"height_cm":175}}"#;
+
+fn event_args_for_tomorrow(title: &str) -> String {
+    let day = chrono::Utc::now().date_naive() + chrono::Days::new(1);
+    json!({"title": title, "start_datetime": format!("{day}T14:00:00Z"), "end_datetime": format!("{day}T15:00:00Z")}).to_string()
+}
+
+fn finishes<'a>(records: &'a [Value], call_id: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["event"] == "call_finished" && r["call_id"] == call_id).collect()
+}
+
+#[tokio::test]
+async fn kill_9_mid_calls_then_restart_records_abandoned_calls_and_verifies() {
+    let mut fake = FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nkind = \"openai\"\nurl = \"ws://{}/v1/realtime\"\napi_key = \"sk-test\"\n\
+         [audit]\npath = \"{}\"\n[backends.calendar]\npath = \"{}\"\n",
+        fake.addr,
+        audit.display(),
+        dir.path().join("cal.ics").display()
+    );
+    let (mut child, addr) = spawn_voxgate(&config, dir.path()).await;
+    let mut client = Client::connect(&format!("ws://{addr}/v1/realtime"), &["realtime", "voxgate.v1"]).await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    client.until("voxgate.session.ready").await;
+    // One call parked for confirmation, one inline call that completes.
+    model_calls(&mut up, &[("call_parked", "create_calendar_event", &event_args_for_tomorrow("Ward round")), ("call_done", "calculate_medical_score", BMI)]).await;
+    client.until("voxgate.tool_call.confirmation_requested").await;
+    up.until("conversation.item.create").await;
+
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let before = read_jsonl(&audit);
+    assert_eq!(finishes(&before, "call_parked").len(), 0, "the parked call was open at the crash");
+    assert_eq!(finishes(&before, "call_done").len(), 1);
+
+    // The restart closes what the crash left open, exactly once.
+    let (mut child, _) = spawn_voxgate(&config, dir.path()).await;
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap().success());
+
+    let after = read_jsonl(&audit);
+    let parked = finishes(&after, "call_parked");
+    assert_eq!(parked.len(), 1, "{after:?}");
+    assert_eq!(parked[0]["status"], "abandoned");
+    assert_eq!(finishes(&after, "call_done").len(), 1);
+    let verify = std::process::Command::new(binary()).args(["audit", "verify"]).arg(&audit).output().unwrap();
+    let report = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "{report}");
+    assert!(report.contains("1 abandoned"), "{report}");
+
+    // A tampered line breaks the chain.
+    let text = std::fs::read_to_string(&audit).unwrap();
+    std::fs::write(&audit, text.replacen("\"completed\"", "\"failed\"", 1)).unwrap();
+    let verify = std::process::Command::new(binary()).args(["audit", "verify"]).arg(&audit).output().unwrap();
+    assert_eq!(verify.status.code(), Some(3), "{}", String::from_utf8_lossy(&verify.stdout));
+}
+
+async fn stream_entries(url: &str) -> Vec<(String, String)> {
+    let client = redis::Client::open(url).unwrap();
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return Vec::new() };
+    let entries: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg("voxgate:audit").arg("-").arg("+").query_async(&mut conn).await.unwrap_or_default();
+    entries.into_iter().map(|(id, mut fields)| (id, fields.pop().map(|(_, v)| v).unwrap_or_default())).collect()
+}
+
+/// Wait until the stream holds exactly the file's lines, in order, each once.
+async fn assert_mirrored(proxy: &TestProxy, url: &str) {
+    let mut last = Vec::new();
+    for _ in 0..100 {
+        let file: Vec<String> = std::fs::read_to_string(proxy.audit_path()).unwrap().lines().map(str::to_string).collect();
+        last = stream_entries(url).await;
+        let ids: Vec<String> = (1..=file.len()).map(|seq| format!("{seq}-1")).collect();
+        if last.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>() == ids && last.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>() == file {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("stream does not match the file: {last:?}");
+}
+
+#[tokio::test]
+async fn the_redis_mirror_survives_a_redis_restart_without_loss_or_duplicates() {
+    let mut redis = RedisServer::start();
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, &format!("[redis]\nurl = \"{}\"\n", redis.url())).await;
+    let mut client = proxy.client().await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    client.until("voxgate.session.ready").await;
+
+    for call in ["m1", "m2"] {
+        model_calls(&mut up, &[(call, "calculate_medical_score", BMI)]).await;
+        up.until("conversation.item.create").await;
+    }
+    assert_mirrored(&proxy, &redis.url()).await;
+
+    // Redis goes away (and comes back empty: no persistence). Calls go on; nothing is lost.
+    redis.stop();
+    for call in ["m3", "m4"] {
+        model_calls(&mut up, &[(call, "calculate_medical_score", BMI)]).await;
+        up.until("conversation.item.create").await;
+    }
+    redis.restart();
+    model_calls(&mut up, &[("m5", "calculate_medical_score", BMI)]).await;
+    up.until("conversation.item.create").await;
+    assert_mirrored(&proxy, &redis.url()).await;
+    assert_eq!(proxy.audit_records().len(), 10, "five calls, a start and a finish each");
+}
+
+fn metric(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_move_as_a_scripted_session_says() {
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, "").await;
+    let mut client = proxy.client().await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    client.until("voxgate.session.ready").await;
+
+    model_calls(&mut up, &[("c1", "calculate_medical_score", BMI), ("c2", "create_calendar_event", &event_args_for_tomorrow("Ward round"))]).await;
+    client.until("voxgate.tool_call.confirmation_requested").await;
+    client.send_json(json!({"type": "voxgate.tool_call.confirm", "call_id": "c2", "approved": false})).await;
+    client.until("voxgate.tool_call.declined").await;
+    model_calls(&mut up, &[("c3", "no_such_tool", "{}")]).await;
+    client.send_text("not json").await;
+    client.until("error").await;
+    let audio = json!({"type": "input_audio_buffer.append", "audio": "AAAA"}).to_string();
+    for _ in 0..5 {
+        client.send_text(&audio).await;
+    }
+    for _ in 0..5 {
+        up.until("input_audio_buffer.append").await;
+    }
+
+    let (status, body) = proxy.http_get("/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(metric(&body, "voxgate_sessions_active"), 1.0, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_tool_calls_total{tool="calculate_medical_score",status="completed"}"#), 1.0, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_tool_calls_total{tool="create_calendar_event",status="declined"}"#), 1.0, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_tool_confirmations_total{tool="create_calendar_event",decision="declined"}"#), 1.0, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_tool_duration_seconds_count{tool="calculate_medical_score"}"#), 1.0, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_tool_duration_seconds_bucket{le="+Inf",tool="calculate_medical_score"}"#), 1.0, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_tool_duration_seconds_bucket{le="1.0",tool="calculate_medical_score"}"#), 1.0, "a local calculation is fast: {body}");
+    assert!(metric(&body, r#"voxgate_tool_errors_total{tool="other",code="unknown_tool"}"#) >= 1.0, "{body}");
+    assert!(metric(&body, r#"voxgate_frames_total{direction="client_to_upstream"}"#) >= 5.0, "{body}");
+    assert!(metric(&body, r#"voxgate_frames_total{direction="upstream_to_client"}"#) >= 1.0, "{body}");
+    assert_eq!(metric(&body, "voxgate_upstream_connect_seconds_count"), 1.0, "{body}");
+    assert!(metric(&body, r#"voxgate_client_errors_total{code="voxgate_invalid_json"}"#) >= 1.0, "{body}");
+    assert!(metric(&body, r#"voxgate_audit_records_total{event="call_finished"}"#) >= 3.0, "{body}");
+
+    drop(client);
+    for _ in 0..50 {
+        let (_, body) = proxy.http_get("/metrics").await;
+        if metric(&body, "voxgate_sessions_active") == 0.0 {
+            assert_eq!(metric(&body, r#"voxgate_sessions_total{outcome="client_closed"}"#), 1.0, "{body}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the session did not end");
+}
