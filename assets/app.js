@@ -244,6 +244,8 @@ function activityItem(callId, name) {
     item = el("li", { class: "activity-item", "data-testid": "activity-item", "data-call-id": callId, "data-tool": name });
     item.append(el("span", { class: "activity-icon", "aria-hidden": "true" }));
     item.append(el("span", { class: "activity-label", "data-testid": "activity-label" }, toolActivityLabel(name)));
+    // Read aloud as "Creating a calendar event: done", not as one run-on word.
+    item.append(el("span", { class: "visually-hidden" }, ": "));
     item.append(el("span", { class: "activity-state", "data-testid": "activity-state" }));
     els.activity.prepend(item);
     activityItems.set(callId, item);
@@ -441,7 +443,7 @@ function decide(approved) {
   const callId = current.call_id;
   client.confirm(callId, approved);
   const item = activityItems.get(callId);
-  if (item && !approved) item.querySelector(".activity-state").textContent = "declining…";
+  if (item) item.querySelector(".activity-state").textContent = approved ? "approved — starting…" : "declining…";
   showNextConfirmation();
 }
 
@@ -477,6 +479,8 @@ els.dialog.addEventListener("keydown", (event) => {
   decide(true);
 });
 els.dialog.addEventListener("close", () => {
-  // Closed by the browser (not by us) while a decision is pending: treat as Decline.
-  if (current) decide(false);
+  // Closed by the browser (not by us) while a decision is pending: treat as Decline. Chromium closes
+  // a modal dialog on Escape without a `cancel` event when there was no user activation since it
+  // opened. `close` fires asynchronously: if the dialog is open again, it shows a newer request.
+  if (current && !els.dialog.open) decide(false);
 });

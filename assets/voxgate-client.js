@@ -17,8 +17,11 @@
  * @module voxgate-client
  */
 
-/** Sample rate of the audio on the wire (input and output): PCM16 mono little-endian. */
-export const WIRE_SAMPLE_RATE = 24000;
+import {
+  PcmPlayer, WIRE_SAMPLE_RATE, bytesToBase64, closeCapture, decodePcm16, levelFromRms, openCapture,
+} from "./voxgate-audio.js";
+
+export { WIRE_SAMPLE_RATE, bytesToBase64, decodePcm16, levelFromRms };
 
 /** The subprotocol that asks voxgate for `voxgate.*` events. */
 export const EVENTS_PROTOCOL = "voxgate.v1";
@@ -101,48 +104,6 @@ function emptyStats() {
     truncatesSent: 0,
     interruptions: 0,
   };
-}
-
-/**
- * Base64 of bytes (btoa over a binary string, built in slices to bound argument counts).
- * @param {Uint8Array} bytes
- * @returns {string}
- */
-export function bytesToBase64(bytes) {
-  let binary = "";
-  const step = 0x8000;
-  for (let i = 0; i < bytes.length; i += step) {
-    binary += String.fromCharCode.apply(null, bytes.subarray(i, i + step));
-  }
-  return btoa(binary);
-}
-
-/**
- * Decode base64 PCM16 little-endian mono into float samples in [-1, 1).
- * @param {string} b64
- * @returns {Float32Array}
- */
-export function decodePcm16(b64) {
-  const binary = atob(b64);
-  const n = binary.length >> 1;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i += 1) {
-    let v = binary.charCodeAt(2 * i) | (binary.charCodeAt(2 * i + 1) << 8);
-    if (v >= 0x8000) v -= 0x10000;
-    out[i] = v / 0x8000;
-  }
-  return out;
-}
-
-/**
- * Map an RMS amplitude to a 0..1 meter level (-60 dBFS .. 0 dBFS).
- * @param {number} rms
- * @returns {number}
- */
-export function levelFromRms(rms) {
-  if (!(rms > 0)) return 0;
-  const db = 20 * Math.log10(rms);
-  return Math.max(0, Math.min(1, (db + 60) / 60));
 }
 
 /**
@@ -230,7 +191,13 @@ export class VoxgateClient extends EventTarget {
     /** @type {Set<string>} assistant items cut by a barge-in (late audio for them is dropped) */
     this.truncatedItems = new Set();
     this.mic = null;
-    this.player = null;
+    /** @type {Promise<void>|null} the capture being opened, if any */
+    this.micStarting = null;
+    this.micCancelled = false;
+    /** @type {PcmPlayer|null} the assistant's audio (null with `playback: false`) */
+    this.player = this.options.playback
+      ? new PcmPlayer({ stats: () => this.stats, onState: (detail) => this.emit("playback", detail) })
+      : null;
   }
 
   // ---------------------------------------------------------------- connection
@@ -253,7 +220,8 @@ export class VoxgateClient extends EventTarget {
     if (trimmed) protocols.push(TOKEN_PROTOCOL_PREFIX + trimmed);
 
     this.resetSession();
-    this.ensurePlayer();
+    // Connect runs from a click: the moment browsers allow an AudioContext to start.
+    if (this.player) this.player.ensureContext();
     this.setStatus({ state: "connecting" });
     let ws;
     try {
@@ -370,8 +338,23 @@ export class VoxgateClient extends EventTarget {
    * @param {Partial<Pick<ClientOptions, "echoCancellation"|"noiseSuppression"|"autoGainControl"|"deviceId">>} [overrides]
    * @returns {Promise<void>}
    */
-  async startMicrophone(overrides = {}) {
-    if (this.mic) return;
+  startMicrophone(overrides = {}) {
+    if (this.mic) return Promise.resolve();
+    // A second call while the first is still opening the device waits for the same capture.
+    if (!this.micStarting) {
+      this.micCancelled = false;
+      this.micStarting = this.openMicrophone(overrides).finally(() => {
+        this.micStarting = null;
+      });
+    }
+    return this.micStarting;
+  }
+
+  /**
+   * @param {Partial<ClientOptions>} overrides
+   * @returns {Promise<void>}
+   */
+  async openMicrophone(overrides) {
     const opts = { ...this.options, ...overrides };
     const audio = {
       channelCount: 1,
@@ -389,13 +372,21 @@ export class VoxgateClient extends EventTarget {
         denied ? "microphone access was denied" : "no microphone could be opened");
       throw err;
     }
+    let mic;
     try {
-      this.mic = await this.buildCapture(stream, opts.chunkMs);
+      mic = await this.buildCapture(stream, opts.chunkMs);
     } catch (err) {
       stream.getTracks().forEach((t) => t.stop());
       this.emitError("microphone", "capture_failed", "the audio capture could not start");
       throw err;
     }
+    if (this.micCancelled) {
+      // stopMicrophone() (or a disconnect) came while the device was opening: honour it.
+      this.micCancelled = false;
+      closeCapture(mic);
+      return;
+    }
+    this.mic = mic;
     this.emit("microphone", { active: true });
   }
 
@@ -403,22 +394,8 @@ export class VoxgateClient extends EventTarget {
    * @param {MediaStream} stream
    * @param {number} chunkMs
    */
-  async buildCapture(stream, chunkMs) {
-    const context = new AudioContext({ latencyHint: "interactive" });
-    const workletUrl = this.options.workletUrl || new URL("./pcm-capture-worklet.js", import.meta.url);
-    await context.audioWorklet.addModule(workletUrl);
-    const source = context.createMediaStreamSource(stream);
-    const node = new AudioWorkletNode(context, "voxgate-pcm-capture", {
-      numberOfInputs: 1,
-      numberOfOutputs: 0,
-      channelCount: 1,
-      channelCountMode: "explicit",
-      processorOptions: { targetRate: WIRE_SAMPLE_RATE, chunkMs },
-    });
-    node.port.onmessage = (event) => this.onCaptureChunk(event.data);
-    source.connect(node);
-    if (context.state !== "running") await context.resume();
-    return { stream, context, source, node };
+  buildCapture(stream, chunkMs) {
+    return openCapture(stream, { chunkMs, workletUrl: this.options.workletUrl, onChunk: (data) => this.onCaptureChunk(data) });
   }
 
   /** @param {{type: string, pcm: ArrayBuffer, rms: number, peak: number}} data */
@@ -436,17 +413,12 @@ export class VoxgateClient extends EventTarget {
   /** Stop the microphone (tracks stopped, capture context closed). */
   stopMicrophone() {
     const mic = this.mic;
-    if (!mic) return;
-    this.mic = null;
-    try {
-      mic.node.port.postMessage({ type: "flush" });
-      mic.source.disconnect();
-      mic.node.port.onmessage = null;
-    } catch {
-      // Nodes already gone.
+    if (!mic) {
+      if (this.micStarting) this.micCancelled = true;
+      return;
     }
-    mic.stream.getTracks().forEach((t) => t.stop());
-    mic.context.close().catch(() => {});
+    this.mic = null;
+    closeCapture(mic);
     this.emit("level", { level: 0, rms: 0, peak: 0 });
     this.emit("microphone", { active: false });
   }
@@ -458,69 +430,9 @@ export class VoxgateClient extends EventTarget {
 
   // ---------------------------------------------------------------- playback
 
-  /** Create (or resume) the playback context; call from a user gesture for autoplay rules. */
-  ensurePlayer() {
-    if (!this.options.playback) return null;
-    if (!this.player) {
-      const context = new AudioContext({ latencyHint: "interactive" });
-      this.player = { context, playHead: 0, sources: new Set(), itemId: null, contentIndex: 0, itemChunks: [] };
-    }
-    if (this.player.context.state === "suspended") this.player.context.resume().catch(() => {});
-    return this.player;
-  }
-
-  /**
-   * Queue one base64 PCM16 24 kHz chunk of assistant audio, gapless after the previous one.
-   * @param {string} itemId
-   * @param {number} contentIndex
-   * @param {string} b64
-   */
-  playChunk(itemId, contentIndex, b64) {
-    const samples = decodePcm16(b64);
-    const ms = (samples.length / WIRE_SAMPLE_RATE) * 1000;
-    this.stats.audioChunksReceived += 1;
-    this.stats.audioMsReceived += ms;
-    const player = this.ensurePlayer();
-    if (!player || samples.length === 0) return;
-    const ctx = player.context;
-    if (player.itemId !== itemId) {
-      player.itemId = itemId;
-      player.contentIndex = contentIndex || 0;
-      player.itemChunks = [];
-      this.emit("playback", { state: "started", item_id: itemId });
-    }
-    const buffer = ctx.createBuffer(1, samples.length, WIRE_SAMPLE_RATE);
-    buffer.copyToChannel(samples, 0);
-    const source = ctx.createBufferSource();
-    source.buffer = buffer;
-    source.connect(ctx.destination);
-    const startAt = Math.max(player.playHead, ctx.currentTime + 0.02);
-    const chunk = { source, start: startAt, duration: buffer.duration, cut: false };
-    source.onended = () => this.onChunkEnded(chunk, itemId);
-    source.start(startAt);
-    player.playHead = startAt + buffer.duration;
-    player.sources.add(chunk);
-    player.itemChunks.push(chunk);
-    this.stats.audioChunksScheduled += 1;
-  }
-
-  /**
-   * @param {{start: number, duration: number, cut: boolean}} chunk
-   * @param {string} itemId
-   */
-  onChunkEnded(chunk, itemId) {
-    const player = this.player;
-    if (!player || !player.sources.delete(chunk)) return;
-    if (!chunk.cut) {
-      this.stats.audioChunksPlayed += 1;
-      this.stats.msPlayed += chunk.duration * 1000;
-    }
-    if (player.sources.size === 0) this.emit("playback", { state: "ended", item_id: itemId });
-  }
-
   /** @returns {boolean} whether assistant audio is playing or queued */
   get playing() {
-    return !!this.player && this.player.sources.size > 0;
+    return !!this.player && this.player.playing;
   }
 
   /**
@@ -531,40 +443,14 @@ export class VoxgateClient extends EventTarget {
    * @returns {number|null} ms of the current item that were played, or null if nothing was playing
    */
   stopPlayback({ truncate = true } = {}) {
-    const player = this.player;
-    if (!player || player.sources.size === 0) return null;
-    const now = player.context.currentTime;
-    let playedMs = 0;
-    for (const chunk of player.itemChunks) {
-      playedMs += Math.max(0, Math.min(chunk.duration, now - chunk.start)) * 1000;
+    const cut = this.player ? this.player.stop() : null;
+    if (!cut) return null;
+    if (truncate && cut.itemId) {
+      this.truncatedItems.add(cut.itemId);
+      const event = { type: "conversation.item.truncate", item_id: cut.itemId, content_index: cut.contentIndex, audio_end_ms: cut.audioEndMs };
+      if (this.send(event)) this.stats.truncatesSent += 1;
     }
-    for (const chunk of player.sources) {
-      const heard = Math.max(0, Math.min(chunk.duration, now - chunk.start));
-      chunk.cut = true;
-      this.stats.msPlayed += heard * 1000;
-      if (heard >= chunk.duration) this.stats.audioChunksPlayed += 1;
-      try {
-        chunk.source.stop();
-      } catch {
-        // Never started.
-      }
-      chunk.source.disconnect();
-    }
-    player.sources.clear();
-    player.playHead = 0;
-    const itemId = player.itemId;
-    const audioEndMs = Math.floor(playedMs);
-    this.stats.interruptions += 1;
-    if (truncate && itemId) {
-      this.truncatedItems.add(itemId);
-      if (this.send({ type: "conversation.item.truncate", item_id: itemId, content_index: player.contentIndex, audio_end_ms: audioEndMs })) {
-        this.stats.truncatesSent += 1;
-      }
-    }
-    player.itemId = null;
-    player.itemChunks = [];
-    this.emit("playback", { state: "interrupted", item_id: itemId, audio_end_ms: audioEndMs });
-    return audioEndMs;
+    return cut.audioEndMs;
   }
 
   // ---------------------------------------------------------------- incoming events
@@ -744,7 +630,12 @@ VoxgateClient.prototype.handlers = {
   },
   "response.output_audio.delta"(event) {
     if (this.truncatedItems.has(event.item_id)) return;
-    this.playChunk(event.item_id, event.content_index, event.delta);
+    if (this.player) this.player.play(event.item_id, event.content_index, event.delta);
+    else {
+      // Not playing, but still counted: the stats say what arrived.
+      this.stats.audioChunksReceived += 1;
+      this.stats.audioMsReceived += (decodePcm16(event.delta || "").length / WIRE_SAMPLE_RATE) * 1000;
+    }
   },
   "response.audio.delta"(event) {
     this.handlers["response.output_audio.delta"].call(this, event);

@@ -266,3 +266,30 @@ async fn sdk_passes_its_key_as_the_token() {
     assert!(!refused.status.success());
     let _ = Duration::from_secs(1);
 }
+
+#[tokio::test]
+async fn session_caps_refuse_before_the_upgrade() {
+    let toml = format!("{}[server]\nmax_sessions = 3\nmax_sessions_per_user = 2\n", jwt_toml());
+    let proxy = TestProxy::start(&toml).await;
+    let url = proxy.url("");
+    let bearer = |sub: &str| format!("Bearer {}", hs256(claims(sub, &["clinician"])));
+    let a = bearer("dr.a");
+    let first = Client::try_connect(&url, &["realtime"], &[("authorization", &a)]).await.unwrap();
+    let second = Client::try_connect(&url, &["realtime"], &[("authorization", &a)]).await.unwrap();
+    assert_eq!(status_of(&url, &["realtime"], &[("authorization", &a)]).await, 429, "per-user cap");
+    let b = bearer("dr.b");
+    let third = Client::try_connect(&url, &["realtime"], &[("authorization", &b)]).await.unwrap();
+    assert_eq!(status_of(&url, &["realtime"], &[("authorization", &bearer("dr.c"))]).await, 503, "process cap");
+    // A session that ends frees its place.
+    drop(first);
+    let mut admitted = false;
+    for _ in 0..50 {
+        if status_of(&url, &["realtime"], &[("authorization", &a)]).await == 101 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(admitted, "the freed place is given again");
+    drop((second, third));
+}

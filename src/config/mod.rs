@@ -88,6 +88,8 @@ pub struct ServerConfig {
     pub client_send_timeout_ms: u64,
     /// A session with no frame in either direction for this long is closed (0 = never).
     pub idle_timeout_ms: u64,
+    /// A connection must send its whole HTTP request head within this time.
+    pub handshake_timeout_ms: u64,
     /// voxgate pings the client this often so dead peers are noticed (0 = never).
     pub ping_interval_ms: u64,
     /// Accept `auth.mode = "none"` on a non-loopback address (a loud warning is still logged).
@@ -104,7 +106,8 @@ impl Default for ServerConfig {
             max_sessions_per_user: 20,
             drain_timeout_ms: 10_000,
             client_send_timeout_ms: 5_000,
-            idle_timeout_ms: 0,
+            idle_timeout_ms: 30 * 60 * 1000,
+            handshake_timeout_ms: 10_000,
             ping_interval_ms: 20_000,
             allow_unauthenticated_public: false,
         }

@@ -12,6 +12,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if server.max_sessions == 0 {
         return Err(ConfigError::new("server.max_sessions", "must be at least 1"));
     }
+    if server.handshake_timeout_ms == 0 {
+        return Err(ConfigError::new("server.handshake_timeout_ms", "must be at least 1"));
+    }
+    if server.client_send_timeout_ms == 0 {
+        return Err(ConfigError::new("server.client_send_timeout_ms", "must be at least 1"));
+    }
     if server.max_sessions_per_user == 0 {
         return Err(ConfigError::new("server.max_sessions_per_user", "must be at least 1"));
     }

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod assets;
 mod error;
 pub mod health;
+mod listener;
 pub mod realtime;
 pub mod state;
 
@@ -57,7 +58,7 @@ pub enum StartError {
 pub struct RunningServer {
     local_addr: SocketAddr,
     state: AppState,
-    serve: JoinHandle<std::io::Result<()>>,
+    serve: JoinHandle<()>,
     audit_writer: AuditWriter,
 }
 
@@ -116,9 +117,8 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
 
     let app = router(state.clone());
     let drained = state.shutdown.token().clone();
-    let serve = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await }).await
-    });
+    let handshake_timeout = Duration::from_millis(config.server.handshake_timeout_ms);
+    let serve = tokio::spawn(listener::serve(listener, app, handshake_timeout, drained));
     Ok(RunningServer { local_addr, state, serve, audit_writer })
 }
 
@@ -142,8 +142,8 @@ impl RunningServer {
         if tokio::time::timeout(limit, state.shutdown.tracker().wait()).await.is_err() {
             tracing::warn!(sessions = state.live.len(), "drain timed out; closing the remaining sessions");
         }
-        if let Err(err) = serve.await.unwrap_or(Ok(())) {
-            tracing::warn!(error = %err, "the HTTP server stopped with an error");
+        if serve.await.is_err() {
+            tracing::warn!("the accept loop ended abnormally");
         }
         // The sessions held the last audit handles; the writer ends once they are gone.
         drop(state);

@@ -1,0 +1,201 @@
+//! One measured phase: N ready sessions each send a 20 ms audio frame every 20 ms and time the
+//! echo of every frame.
+//!
+//! Timeline: all sessions are opened first (setup cost is not measured), then they start together,
+//! spread evenly over one 20 ms period so the load is smooth rather than 50 bursts a second. A
+//! warm-up lets buffers and allocators settle; only frames *sent* inside the measure window count,
+//! and the process probes (CPU, RSS) are read exactly at the window's edges.
+//!
+//! The send clock is a real-time source: a late tick is sent at once (burst), like a microphone
+//! whose audio piled up. How late the load generator itself was is recorded as "send lag", so a
+//! saturated generator shows up as such instead of as relay latency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::client::Ws;
+use crate::frames::{AppendTemplate, delta_stamp, fast_type};
+use crate::procfs;
+
+pub const FRAME_INTERVAL: Duration = Duration::from_millis(20);
+/// How long after the window a session waits for its last echoes before counting them lost.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// A process whose cost is read at the window's edges.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub name: String,
+    pub pid: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProbeReading {
+    pub name: String,
+    pub cpu_s: f64,
+    pub rss_end: u64,
+}
+
+/// What one phase measured.
+#[derive(Debug, Default)]
+pub struct PhaseResult {
+    /// Round trips of frames sent in the window, µs.
+    pub rtt_us: Vec<u32>,
+    /// How late each in-window frame left the generator, µs.
+    pub lag_us: Vec<u32>,
+    pub sent: u64,
+    pub received: u64,
+    pub failed_sessions: usize,
+    pub window: Duration,
+    pub probes: Vec<ProbeReading>,
+    /// Busy time of the whole machine over the window, in cores.
+    pub machine_busy_cores: f64,
+}
+
+pub struct PhasePlan {
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub template: Arc<AppendTemplate>,
+    /// The run's clock zero: stamps are microseconds since it.
+    pub epoch: std::time::Instant,
+}
+
+/// Drive already-open sessions through one phase; the sessions are consumed and closed.
+pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> PhaseResult {
+    let n = sessions.len().max(1);
+    let start = Instant::now() + Duration::from_millis(200);
+    let window_start = start + plan.warmup;
+    let window_end = window_start + plan.measure;
+    let mut tasks = Vec::with_capacity(sessions.len());
+    for (i, ws) in sessions.into_iter().enumerate() {
+        let first = start + FRAME_INTERVAL.mul_f64(i as f64 / n as f64);
+        let schedule = Schedule { first, window_start, window_end, epoch: plan.epoch };
+        tasks.push(tokio::spawn(drive(ws, schedule, plan.template.clone())));
+    }
+
+    tokio::time::sleep_until(window_start).await;
+    let before: Vec<_> = probes.iter().map(|p| procfs::cpu_time(p.pid)).collect();
+    let machine_before = procfs::machine_cpu();
+    tokio::time::sleep_until(window_end).await;
+    let machine_after = procfs::machine_cpu();
+    let mut result = PhaseResult { window: plan.measure, ..PhaseResult::default() };
+    for (probe, cpu0) in probes.iter().zip(before) {
+        let cpu = match (cpu0, procfs::cpu_time(probe.pid)) {
+            (Some(a), Some(b)) => b.saturating_sub(a).as_secs_f64(),
+            _ => f64::NAN,
+        };
+        result.probes.push(ProbeReading {
+            name: probe.name.clone(),
+            cpu_s: cpu,
+            rss_end: procfs::rss_bytes(probe.pid).unwrap_or(0),
+        });
+    }
+    if let (Some((busy0, _)), Some((busy1, _))) = (machine_before, machine_after) {
+        result.machine_busy_cores = busy1.saturating_sub(busy0).as_secs_f64() / plan.measure.as_secs_f64();
+    }
+
+    let mut finished = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        match task.await {
+            Ok(Ok(session)) => finished.push(session),
+            _ => result.failed_sessions += 1,
+        }
+    }
+    let mut open = Vec::with_capacity(finished.len());
+    for session in finished {
+        result.rtt_us.extend_from_slice(&session.rtt_us);
+        result.lag_us.extend_from_slice(&session.lag_us);
+        result.sent += session.sent;
+        result.received += session.received;
+        if session.failed {
+            result.failed_sessions += 1;
+        }
+        if let Some(ws) = session.ws {
+            open.push(ws);
+        }
+    }
+    crate::client::close_all(open).await;
+    result
+}
+
+#[derive(Clone, Copy)]
+struct Schedule {
+    first: Instant,
+    window_start: Instant,
+    window_end: Instant,
+    epoch: std::time::Instant,
+}
+
+struct SessionOutcome {
+    rtt_us: Vec<u32>,
+    lag_us: Vec<u32>,
+    sent: u64,
+    received: u64,
+    failed: bool,
+    ws: Option<Ws>,
+}
+
+async fn drive(ws: Ws, s: Schedule, template: Arc<AppendTemplate>) -> anyhow::Result<SessionOutcome> {
+    let (mut sink, mut stream) = ws.split();
+    let epoch_us = |t: Instant| t.into_std().saturating_duration_since(s.epoch).as_micros() as u64;
+    let window = (epoch_us(s.window_start), epoch_us(s.window_end));
+    // The last sequence number is known up front: ticks are on a fixed grid that stops at the window's end.
+    let total = (s.window_end.saturating_duration_since(s.first).as_nanos()).div_ceil(FRAME_INTERVAL.as_nanos()) as u64;
+    let sent_in_window = AtomicU64::new(0);
+
+    let writer = async {
+        let mut lag_us = Vec::new();
+        let mut ticks = tokio::time::interval_at(s.first, FRAME_INTERVAL);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
+        for seq in 0..total {
+            let scheduled = ticks.tick().await;
+            let now = Instant::now();
+            let t_us = epoch_us(now);
+            let frame = template.stamped(seq as u32, t_us);
+            if sink.send(Message::text(frame)).await.is_err() {
+                return (lag_us, true);
+            }
+            if (window.0..window.1).contains(&t_us) {
+                sent_in_window.fetch_add(1, Ordering::Relaxed);
+                lag_us.push(now.saturating_duration_since(scheduled).as_micros() as u32);
+            }
+        }
+        (lag_us, false)
+    };
+
+    let reader = async {
+        let mut rtt_us = Vec::new();
+        let mut received = 0u64;
+        let deadline = s.window_end + GRACE;
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(Ok(frame))) => frame,
+                Ok(_) => return (rtt_us, received, true),
+                Err(_) => return (rtt_us, received, false),
+            };
+            let Message::Text(text) = frame else { continue };
+            let bytes = text.as_bytes();
+            if fast_type(bytes) != Some("response.output_audio.delta") {
+                continue;
+            }
+            let Some((seq, t_us)) = delta_stamp(bytes) else { continue };
+            let now_us = epoch_us(Instant::now());
+            if (window.0..window.1).contains(&t_us) {
+                rtt_us.push(now_us.saturating_sub(t_us) as u32);
+                received += 1;
+            }
+            if u64::from(seq) + 1 >= total {
+                return (rtt_us, received, false);
+            }
+        }
+    };
+
+    let ((lag_us, write_failed), (rtt_us, received, read_failed)) = tokio::join!(writer, reader);
+    let failed = write_failed || read_failed;
+    let ws = if failed { None } else { sink.reunite(stream).ok() };
+    Ok(SessionOutcome { rtt_us, lag_us, sent: sent_in_window.into_inner(), received, failed, ws })
+}

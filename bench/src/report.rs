@@ -1,0 +1,348 @@
+//! The figures of one run and how they are printed: Markdown tables for docs/performance.md and a
+//! JSON document for anything that wants to compare runs. Every voxgate figure sits next to the
+//! same figure for the bare relay and the direct connection *of the same run*, and ratios are
+//! taken only within a run.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::load::PhaseResult;
+use crate::run::{Options, Path};
+use crate::stats::Summary;
+use crate::tools::ToolTimes;
+
+/// One (path, N) cell, pooled over rounds.
+#[derive(Debug)]
+pub struct PathPhase {
+    pub path: &'static str,
+    pub sessions: usize,
+    pub rtt: Summary,
+    pub lag: Summary,
+    pub sent: u64,
+    pub received: u64,
+    pub expected: u64,
+    pub failed_sessions: usize,
+    pub window_s: f64,
+    /// CPU seconds over the window: the relay or voxgate (absent for direct), echo, load generator.
+    pub target_cpu_s: Option<f64>,
+    pub echo_cpu_s: f64,
+    pub generator_cpu_s: f64,
+    pub machine_busy_cores: f64,
+    /// Target RSS growth per session at the window's end over the freshly started process, bytes.
+    pub rss_per_active: Option<f64>,
+    pub tools_under_load: Option<ToolRun>,
+    rtt_samples: Vec<u32>,
+    lag_samples: Vec<u32>,
+}
+
+impl PathPhase {
+    pub fn from_result(path: Path, n: usize, expected: u64, fresh_rss: u64, mut r: PhaseResult, tools: Option<ToolTimes>) -> Self {
+        let cpu = |name: &str| r.probes.iter().find(|p| p.name == name).map(|p| p.cpu_s);
+        let target = r.probes.iter().find(|p| p.name == "relay" || p.name == "voxgate");
+        let rss_per_active = target.map(|t| (t.rss_end.saturating_sub(fresh_rss)) as f64 / n.max(1) as f64);
+        Self {
+            path: path.name(),
+            sessions: n,
+            rtt: Summary::of(&mut r.rtt_us),
+            lag: Summary::of(&mut r.lag_us),
+            sent: r.sent,
+            received: r.received,
+            expected,
+            failed_sessions: r.failed_sessions,
+            window_s: r.window.as_secs_f64(),
+            target_cpu_s: target.map(|t| t.cpu_s),
+            echo_cpu_s: cpu("echo").unwrap_or(f64::NAN),
+            generator_cpu_s: cpu("load generator").unwrap_or(f64::NAN),
+            machine_busy_cores: r.machine_busy_cores,
+            rss_per_active,
+            tools_under_load: tools.map(|t| ToolRun::new(path, "under N=100 audio load", t)),
+            rtt_samples: r.rtt_us,
+            lag_samples: r.lag_us,
+        }
+    }
+
+    /// Pool another round of the same cell into this one.
+    fn merge(&mut self, mut other: PathPhase) {
+        self.rtt_samples.append(&mut other.rtt_samples);
+        self.lag_samples.append(&mut other.lag_samples);
+        self.rtt = Summary::of(&mut self.rtt_samples);
+        self.lag = Summary::of(&mut self.lag_samples);
+        self.sent += other.sent;
+        self.received += other.received;
+        self.expected += other.expected;
+        self.failed_sessions += other.failed_sessions;
+        let w = self.window_s + other.window_s;
+        self.machine_busy_cores = (self.machine_busy_cores * self.window_s + other.machine_busy_cores * other.window_s) / w;
+        self.window_s = w;
+        self.target_cpu_s = match (self.target_cpu_s, other.target_cpu_s) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.echo_cpu_s += other.echo_cpu_s;
+        self.generator_cpu_s += other.generator_cpu_s;
+        self.rss_per_active = match (self.rss_per_active, other.rss_per_active) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Share of the real-time frame count that came back.
+    pub fn delivered(&self) -> f64 {
+        self.received as f64 / self.expected.max(1) as f64
+    }
+
+    /// Real time held: no session failed, ≥ 99 % of the frames back, p99 under the limit.
+    pub fn holds(&self, p99_limit_ms: f64) -> bool {
+        self.failed_sessions == 0 && self.delivered() >= 0.99 && self.rtt.p99 < p99_limit_ms
+    }
+
+    /// Frames relayed in the window, both directions counted (one round trip = 2 frames).
+    fn relayed_frames(&self) -> f64 {
+        (self.sent + self.received) as f64
+    }
+
+    fn per_10k(&self, cpu_s: f64) -> f64 {
+        cpu_s / self.relayed_frames().max(1.0) * 10_000.0
+    }
+}
+
+#[derive(Debug)]
+pub struct ToolRun {
+    pub path: &'static str,
+    pub condition: &'static str,
+    pub times: Summary,
+    pub not_ok: usize,
+}
+
+impl ToolRun {
+    pub fn new(path: Path, condition: &'static str, mut t: ToolTimes) -> Self {
+        Self { path: path.name(), condition, times: Summary::of(&mut t.us), not_ok: t.not_ok }
+    }
+}
+
+#[derive(Debug)]
+pub struct IdleMemory {
+    pub path: &'static str,
+    pub sessions: usize,
+    pub before: u64,
+    pub after: u64,
+    pub setup_s: f64,
+}
+
+impl IdleMemory {
+    fn per_session(&self) -> f64 {
+        self.after.saturating_sub(self.before) as f64 / self.sessions.max(1) as f64
+    }
+}
+
+#[derive(Debug)]
+pub struct CapacityStep {
+    pub path: &'static str,
+    pub sessions: usize,
+    pub held: bool,
+    pub p99: f64,
+    pub delivered: f64,
+    pub busy_cores: f64,
+}
+
+#[derive(Debug)]
+pub struct Report {
+    started: Instant,
+    pub machine: String,
+    pub frame_bytes: usize,
+    pub options: String,
+    pub phases: Vec<PathPhase>,
+    pub tools: Vec<ToolRun>,
+    pub idle: Vec<IdleMemory>,
+    pub capacity: Vec<CapacityStep>,
+    pub capacity_limit_ms: f64,
+    /// Per path, the largest N that held real time.
+    pub capacity_found: Vec<(&'static str, usize)>,
+    /// write + fsync of one audit-sized line in the run's temp dir, ms.
+    pub fsync: Option<Summary>,
+    pub errors: Vec<String>,
+    pub elapsed_s: f64,
+}
+
+impl Report {
+    pub fn new(opts: &Options, frame_bytes: usize) -> Self {
+        let options = format!(
+            "N = {:?}, {} round(s) × {:.0} s measured after {:.0} s warm-up, {} audio bytes per frame",
+            opts.sessions,
+            opts.rounds,
+            opts.measure.as_secs_f64(),
+            opts.warmup.as_secs_f64(),
+            opts.audio_bytes
+        );
+        Self {
+            started: Instant::now(),
+            machine: crate::procfs::machine(),
+            frame_bytes,
+            options,
+            phases: Vec::new(),
+            tools: Vec::new(),
+            idle: Vec::new(),
+            capacity: Vec::new(),
+            capacity_limit_ms: opts.capacity_p99_ms,
+            capacity_found: Vec::new(),
+            fsync: None,
+            errors: Vec::new(),
+            elapsed_s: 0.0,
+        }
+    }
+
+    pub fn clock(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    pub fn add_phase(&mut self, phase: PathPhase) {
+        match self.phases.iter_mut().find(|p| p.path == phase.path && p.sessions == phase.sessions) {
+            Some(existing) => existing.merge(phase),
+            None => self.phases.push(phase),
+        }
+    }
+
+    fn find(&self, path: Path, n: usize) -> Option<&PathPhase> {
+        self.phases.iter().find(|p| p.path == path.name() && p.sessions == n)
+    }
+
+    fn sessions(&self) -> Vec<usize> {
+        let mut ns: Vec<usize> = self.phases.iter().map(|p| p.sessions).collect();
+        ns.sort_unstable();
+        ns.dedup();
+        ns
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "Machine: {}. Frames: {} bytes of JSON. {}. Run took {:.0} s.\n", self.machine, self.frame_bytes, self.options, self.elapsed_s);
+        let _ = writeln!(s, "Round trip per frame (ms); added = path − direct at the same percentile:\n");
+        let _ = writeln!(s, "| N | path | p50 | p99 | p99.9 | added p50 | added p99 | added p99.9 | delivered | generator send lag p99 |");
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for n in self.sessions() {
+            let direct = self.find(Path::Direct, n);
+            for path in [Path::Direct, Path::Relay, Path::Voxgate] {
+                let Some(p) = self.find(path, n) else { continue };
+                let added = |f: fn(&Summary) -> f64| match direct {
+                    Some(d) if path != Path::Direct => format!("{:+.2}", f(&p.rtt) - f(&d.rtt)),
+                    _ => "—".into(),
+                };
+                let _ = writeln!(
+                    s,
+                    "| {n} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {:.2} % | {:.2} |",
+                    p.path, p.rtt.p50, p.rtt.p99, p.rtt.p999, added(|r| r.p50), added(|r| r.p99), added(|r| r.p999),
+                    p.delivered() * 100.0, p.lag.p99
+                );
+            }
+        }
+        let _ = writeln!(s, "\nvoxgate's added latency as a multiple of the bare relay's:\n");
+        let _ = writeln!(s, "| N | p50 | p99 | p99.9 |");
+        let _ = writeln!(s, "|---:|---:|---:|---:|");
+        for n in self.sessions() {
+            let (Some(d), Some(r), Some(v)) = (self.find(Path::Direct, n), self.find(Path::Relay, n), self.find(Path::Voxgate, n)) else { continue };
+            let ratio = |f: fn(&Summary) -> f64| ratio(f(&v.rtt) - f(&d.rtt), f(&r.rtt) - f(&d.rtt));
+            let _ = writeln!(s, "| {n} | {} | {} | {} |", ratio(|x| x.p50), ratio(|x| x.p99), ratio(|x| x.p999));
+        }
+        let _ = writeln!(s, "\nCPU seconds per 10k relayed frames (both directions counted) and machine load:\n");
+        let _ = writeln!(s, "| N | bare relay | voxgate | voxgate ÷ relay | echo | load generator | machine busy (cores) relay / voxgate run | RSS per active session relay / voxgate |");
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for n in self.sessions() {
+            let r = self.find(Path::Relay, n);
+            let v = self.find(Path::Voxgate, n);
+            let cpu = |p: Option<&PathPhase>| p.and_then(|p| p.target_cpu_s.map(|c| p.per_10k(c)));
+            let any = v.or(r);
+            let _ = writeln!(
+                s,
+                "| {n} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
+                fmt3(cpu(r)),
+                fmt3(cpu(v)),
+                match (cpu(v), cpu(r)) { (Some(a), Some(b)) => ratio(a, b), _ => "—".into() },
+                fmt3(any.map(|p| p.per_10k(p.echo_cpu_s))),
+                fmt3(any.map(|p| p.per_10k(p.generator_cpu_s))),
+                fmt2(r.map(|p| p.machine_busy_cores)),
+                fmt2(v.map(|p| p.machine_busy_cores)),
+                kib(r.and_then(|p| p.rss_per_active)),
+                kib(v.and_then(|p| p.rss_per_active)),
+            );
+        }
+        if !self.tools.is_empty() {
+            let _ = writeln!(s, "\nTool dispatch, `arguments.done` sent → `function_call_output` received by the upstream (ms). Direct and bare relay: the client answers with a canned output; voxgate: voxgate runs `calculate_medical_score` (BMI):\n");
+            let _ = writeln!(s, "| path | condition | calls | p50 | p99 | p99.9 | max | error outputs |");
+            let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+            for t in &self.tools {
+                let _ = writeln!(s, "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} |", t.path, t.condition, t.times.count, t.times.p50, t.times.p99, t.times.p999, t.times.max, t.not_ok);
+            }
+        }
+        if let Some(f) = &self.fsync {
+            let _ = writeln!(s, "\nfsync floor (write + fdatasync of one 400-byte line next to the audit log, ms): p50 {:.3}, p99 {:.3}, p99.9 {:.3}, max {:.3}.", f.p50, f.p99, f.p999, f.max);
+        }
+        if !self.idle.is_empty() {
+            let _ = writeln!(s, "\nMemory per idle session (VmRSS growth after opening the sessions, then 2 s quiet):\n");
+            let _ = writeln!(s, "| path | sessions | RSS before | RSS after | per session | setup time |");
+            let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+            for m in &self.idle {
+                let _ = writeln!(s, "| {} | {} | {:.1} MiB | {:.1} MiB | {:.1} KiB | {:.1} s |", m.path, m.sessions, mib(m.before), mib(m.after), m.per_session() / 1024.0, m.setup_s);
+            }
+        }
+        if !self.capacity.is_empty() {
+            let _ = writeln!(s, "\nCapacity (real time held = every session alive, ≥ 99 % of frames back, p99 < {} ms):\n", self.capacity_limit_ms);
+            let _ = writeln!(s, "| path | N | held | p99 (ms) | delivered | machine busy (cores) |");
+            let _ = writeln!(s, "|---|---:|---|---:|---:|---:|");
+            for c in &self.capacity {
+                let _ = writeln!(s, "| {} | {} | {} | {:.2} | {:.2} % | {:.2} |", c.path, c.sessions, if c.held { "yes" } else { "no" }, c.p99, c.delivered * 100.0, c.busy_cores);
+            }
+            for (path, n) in &self.capacity_found {
+                let _ = writeln!(s, "\nLargest N that held real time, {path}: {n}.");
+            }
+        }
+        for e in &self.errors {
+            let _ = writeln!(s, "\nERROR: {e}");
+        }
+        s
+    }
+
+    pub fn json(&self) -> Value {
+        let summary = |x: &Summary| json!({"count": x.count, "p50_ms": x.p50, "p99_ms": x.p99, "p999_ms": x.p999, "max_ms": x.max});
+        json!({
+            "machine": self.machine,
+            "options": self.options,
+            "frame_bytes": self.frame_bytes,
+            "elapsed_s": self.elapsed_s,
+            "phases": self.phases.iter().map(|p| json!({
+                "path": p.path, "sessions": p.sessions, "rtt": summary(&p.rtt), "send_lag": summary(&p.lag),
+                "sent": p.sent, "received": p.received, "expected": p.expected, "failed_sessions": p.failed_sessions,
+                "window_s": p.window_s, "target_cpu_s": p.target_cpu_s, "echo_cpu_s": p.echo_cpu_s,
+                "generator_cpu_s": p.generator_cpu_s, "machine_busy_cores": p.machine_busy_cores,
+                "rss_per_active_bytes": p.rss_per_active,
+            })).collect::<Vec<_>>(),
+            "tools": self.tools.iter().map(|t| json!({"path": t.path, "condition": t.condition, "times": summary(&t.times), "error_outputs": t.not_ok})).collect::<Vec<_>>(),
+            "idle": self.idle.iter().map(|m| json!({"path": m.path, "sessions": m.sessions, "rss_before": m.before, "rss_after": m.after, "per_session_bytes": m.per_session()})).collect::<Vec<_>>(),
+            "capacity": self.capacity.iter().map(|c| json!({"path": c.path, "sessions": c.sessions, "held": c.held, "p99_ms": c.p99, "delivered": c.delivered})).collect::<Vec<_>>(),
+            "capacity_found": self.capacity_found.iter().map(|(p, n)| json!({"path": p, "sessions": n})).collect::<Vec<_>>(),
+            "fsync": self.fsync.as_ref().map(summary),
+            "errors": self.errors,
+        })
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b.abs() < 1e-9 || !a.is_finite() || !b.is_finite() { "—".into() } else { format!("{:.2}×", a / b) }
+}
+
+fn fmt3(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.3}"))
+}
+
+fn fmt2(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.2}"))
+}
+
+fn kib(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{:.1} KiB", v / 1024.0))
+}
+
+fn mib(v: u64) -> f64 {
+    v as f64 / (1024.0 * 1024.0)
+}

@@ -1,0 +1,324 @@
+//! `bench run`: one complete measurement, every path in the same run so that the ratios compare
+//! like with like on a shared, noisy machine.
+//!
+//! Order: for each N, rounds of {direct, bare relay, voxgate} in a rotating order (so no path always
+//! runs first or last); then inline-tool dispatch (idle, and under N = 100 audio load in full mode);
+//! then memory per idle session; then the capacity search. The relay and voxgate are started fresh
+//! for every phase so each one's memory baseline is its own; the echo lives for the whole run.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::children::{self, Running};
+use crate::client;
+use crate::frames::AppendTemplate;
+use crate::load::{self, PhasePlan, PhaseResult, Probe};
+use crate::procfs;
+use crate::report::{CapacityStep, IdleMemory, PathPhase, Report, ToolRun};
+use crate::tools;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Direct,
+    Relay,
+    Voxgate,
+}
+
+impl Path {
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Direct => "direct",
+            Path::Relay => "bare relay",
+            Path::Voxgate => "voxgate",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub sessions: Vec<usize>,
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub rounds: usize,
+    pub audio_bytes: usize,
+    pub tool_calls: usize,
+    pub tools_under_load: bool,
+    pub idle_sessions: usize,
+    pub capacity: bool,
+    pub capacity_p99_ms: f64,
+    pub voxgate: Option<PathBuf>,
+    pub setup_parallelism: usize,
+}
+
+struct Ctx {
+    opts: Options,
+    tmp: PathBuf,
+    echo: Running,
+    voxgate: Option<PathBuf>,
+    plan: PhasePlan,
+    report: Report,
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let tmp = std::env::temp_dir().join(format!("voxgate-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).context("creating the temp dir")?;
+    let echo = children::echo(&tmp).await?;
+    let voxgate = children::voxgate_binary(opts.voxgate.clone());
+    let template = Arc::new(AppendTemplate::new(opts.audio_bytes));
+    let mut report = Report::new(&opts, template.len());
+    if voxgate.is_none() {
+        report.errors.push("voxgate release binary not found (cargo build --release --bin voxgate); voxgate path skipped".into());
+    }
+    let plan = PhasePlan { warmup: opts.warmup, measure: opts.measure, template, epoch: std::time::Instant::now() };
+    let mut ctx = Ctx { opts, tmp, echo, voxgate, plan, report };
+
+    let sessions = ctx.opts.sessions.clone();
+    for &n in &sessions {
+        for round in 0..ctx.opts.rounds {
+            let mut order = [Path::Direct, Path::Relay, Path::Voxgate];
+            order.rotate_left(round % 3);
+            for path in order {
+                if let Some(phase) = ctx.phase(path, n).await {
+                    ctx.report.add_phase(phase);
+                }
+            }
+        }
+    }
+    for path in [Path::Direct, Path::Relay, Path::Voxgate] {
+        ctx.tool_dispatch(path).await;
+    }
+    if ctx.opts.tool_calls > 0 {
+        ctx.fsync_floor();
+    }
+    if ctx.opts.idle_sessions > 0 {
+        for path in [Path::Relay, Path::Voxgate] {
+            ctx.idle_memory(path).await;
+        }
+    }
+    if ctx.opts.capacity {
+        for path in [Path::Relay, Path::Voxgate] {
+            ctx.capacity(path).await;
+        }
+    }
+    ctx.report.elapsed_s = started.elapsed().as_secs_f64();
+    ctx.echo.stop().await;
+    let _ = std::fs::remove_dir_all(&ctx.tmp);
+    Ok(ctx.report)
+}
+
+impl Ctx {
+    /// Start what serves `path` (nothing for direct) and return it with the URL to dial.
+    async fn target(&self, path: Path) -> anyhow::Result<(Option<Running>, String)> {
+        match path {
+            Path::Direct => Ok((None, self.echo.url())),
+            Path::Relay => {
+                let relay = children::relay(&self.tmp, &self.echo.url()).await?;
+                let url = relay.url();
+                Ok((Some(relay), url))
+            }
+            Path::Voxgate => {
+                let binary = self.voxgate.as_ref().context("no voxgate binary")?;
+                let voxgate = children::voxgate(binary, &self.tmp, &self.echo.url()).await?;
+                let url = voxgate.url();
+                Ok((Some(voxgate), url))
+            }
+        }
+    }
+
+    fn skip(&self, path: Path) -> bool {
+        path == Path::Voxgate && self.voxgate.is_none()
+    }
+
+    /// One measured phase of `n` sessions on `path`; failures are recorded, not fatal.
+    async fn phase(&mut self, path: Path, n: usize) -> Option<PathPhase> {
+        if self.skip(path) {
+            return None;
+        }
+        eprintln!("[{:>5.0}s] {} N={n} …", self.report.clock(), path.name());
+        match self.phase_inner(path, n, false).await {
+            Ok(phase) => {
+                eprintln!(
+                    "         p50 {:.2} ms  p99 {:.2} ms  delivered {}/{}  busy {:.2} cores",
+                    phase.rtt.p50, phase.rtt.p99, phase.received, phase.expected, phase.machine_busy_cores
+                );
+                Some(phase)
+            }
+            Err(err) => {
+                let message = format!("{} N={n}: {err:#}", path.name());
+                eprintln!("         FAILED: {message}");
+                self.report.errors.push(message);
+                None
+            }
+        }
+    }
+
+    async fn phase_inner(&mut self, path: Path, n: usize, with_tools: bool) -> anyhow::Result<PathPhase> {
+        let (process, url) = self.target(path).await?;
+        let result = self.measure(path, n, with_tools, process.as_ref(), &url).await;
+        if let Some(process) = process {
+            process.stop().await;
+        }
+        result
+    }
+
+    async fn measure(&mut self, path: Path, n: usize, with_tools: bool, process: Option<&Running>, url: &str) -> anyhow::Result<PathPhase> {
+        let fresh_rss = process.and_then(|p| procfs::rss_bytes(p.pid)).unwrap_or(0);
+        let sessions = client::open_many(url, n, self.opts.setup_parallelism).await?;
+        let mut probes = vec![Probe { name: "echo".into(), pid: self.echo.pid }, Probe { name: "load generator".into(), pid: std::process::id() }];
+        if let Some(process) = process {
+            probes.insert(0, Probe { name: process.name.clone(), pid: process.pid });
+        }
+        let tool_task = if with_tools {
+            let ws = client::open(url, Duration::from_secs(30)).await?;
+            let calls = (self.opts.warmup + self.opts.measure).as_millis() as usize / 50;
+            Some(tokio::spawn(tools::run(ws, calls.max(1), path != Path::Voxgate, Duration::from_millis(40))))
+        } else {
+            None
+        };
+        let result: PhaseResult = load::run(sessions, &self.plan, &probes).await;
+        let tools = match tool_task {
+            Some(task) => Some(task.await.context("tool task panicked")??),
+            None => None,
+        };
+        let expected = (n as f64 * self.opts.measure.as_secs_f64() / load::FRAME_INTERVAL.as_secs_f64()).round() as u64;
+        Ok(PathPhase::from_result(path, n, expected, fresh_rss, result, tools))
+    }
+
+    async fn tool_dispatch(&mut self, path: Path) {
+        if self.skip(path) || self.opts.tool_calls == 0 {
+            return;
+        }
+        eprintln!("[{:>5.0}s] tool dispatch, {} …", self.report.clock(), path.name());
+        let outcome: anyhow::Result<ToolRun> = async {
+            let (process, url) = self.target(path).await?;
+            let ws = client::open(&url, Duration::from_secs(30)).await?;
+            let times = tools::run(ws, self.opts.tool_calls, path != Path::Voxgate, Duration::from_millis(5)).await;
+            if let Some(process) = process {
+                process.stop().await;
+            }
+            Ok(ToolRun::new(path, "idle", times?))
+        }
+        .await;
+        match outcome {
+            Ok(run) => self.report.tools.push(run),
+            Err(err) => self.report.errors.push(format!("tool dispatch {}: {err:#}", path.name())),
+        }
+        if self.opts.tools_under_load {
+            eprintln!("[{:>5.0}s] tool dispatch under N=100 audio load, {} …", self.report.clock(), path.name());
+            match self.phase_inner(path, 100, true).await {
+                Ok(phase) => {
+                    if let Some(run) = phase.tools_under_load {
+                        self.report.tools.push(run);
+                    }
+                }
+                Err(err) => self.report.errors.push(format!("tool dispatch under load {}: {err:#}", path.name())),
+            }
+        }
+    }
+
+    async fn idle_memory(&mut self, path: Path) {
+        if self.skip(path) {
+            return;
+        }
+        let n = self.opts.idle_sessions;
+        eprintln!("[{:>5.0}s] idle memory, {} × {n} …", self.report.clock(), path.name());
+        let outcome: anyhow::Result<IdleMemory> = async {
+            let (process, url) = self.target(path).await?;
+            let process = process.context("idle memory needs a process")?;
+            // One session first, so lazily built state (tool catalogue, pools) is in the baseline.
+            let warm = client::open(&url, Duration::from_secs(30)).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let before = procfs::rss_bytes(process.pid).unwrap_or(0);
+            let setup = Instant::now();
+            let sessions = client::open_many(&url, n, self.opts.setup_parallelism).await;
+            let setup_s = setup.elapsed().as_secs_f64();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let after = procfs::rss_bytes(process.pid).unwrap_or(0);
+            if let Ok(sessions) = sessions.as_ref().map(Vec::len) {
+                eprintln!("         {sessions} sessions in {setup_s:.1} s");
+            }
+            let sessions = sessions?;
+            client::close_all(sessions).await;
+            client::close_all(vec![warm]).await;
+            process.stop().await;
+            Ok(IdleMemory { path: path.name(), sessions: n, before, after, setup_s })
+        }
+        .await;
+        match outcome {
+            Ok(idle) => self.report.idle.push(idle),
+            Err(err) => self.report.errors.push(format!("idle memory {}: {err:#}", path.name())),
+        }
+    }
+
+    /// Largest N that keeps real time: every session alive, ≥ 99 % of frames back, p99 under the
+    /// limit. Starts from the main phases' verdicts (the largest N that held, the smallest that did
+    /// not), doubles until a miss, then bisects to within 10 %.
+    async fn capacity(&mut self, path: Path) {
+        if self.skip(path) {
+            return;
+        }
+        let limit = self.opts.capacity_p99_ms;
+        let mine = || self.report.phases.iter().filter(move |p| p.path == path.name());
+        let mut held = mine().filter(|p| p.holds(limit)).map(|p| p.sessions).max().unwrap_or(0);
+        let mut missed = mine().filter(|p| !p.holds(limit)).map(|p| p.sessions).min();
+        const CEILING: usize = 8000;
+        loop {
+            let n = match missed {
+                None if held >= CEILING => break,
+                None => (held.max(50) * 2).min(CEILING),
+                Some(miss) if held > 0 && miss as f64 / held as f64 <= 1.1 => break,
+                Some(miss) if miss <= 1 => break,
+                Some(miss) => (held + miss) / 2 / 10 * 10,
+            };
+            if n <= held {
+                break;
+            }
+            eprintln!("[{:>5.0}s] capacity, {} N={n} …", self.report.clock(), path.name());
+            let step = match self.phase_inner(path, n, false).await {
+                Ok(phase) => {
+                    eprintln!("         p99 {:.2} ms  delivered {}/{}", phase.rtt.p99, phase.received, phase.expected);
+                    CapacityStep { path: path.name(), sessions: n, held: phase.holds(limit), p99: phase.rtt.p99, delivered: phase.delivered(), busy_cores: phase.machine_busy_cores }
+                }
+                Err(err) => {
+                    eprintln!("         FAILED: {err:#}");
+                    CapacityStep { path: path.name(), sessions: n, held: false, p99: f64::NAN, delivered: 0.0, busy_cores: f64::NAN }
+                }
+            };
+            if step.held {
+                held = n;
+            } else {
+                missed = Some(missed.map_or(n, |m| m.min(n)));
+            }
+            self.report.capacity.push(step);
+        }
+        self.report.capacity_found.push((path.name(), held));
+    }
+
+    /// What one durable append costs on the disk the audit log is on: voxgate answers a tool call
+    /// only after its `call_finished` record is fsynced, so this is the floor of inline dispatch.
+    fn fsync_floor(&mut self) {
+        let outcome = (|| -> std::io::Result<Vec<u32>> {
+            use std::io::Write as _;
+            let path = self.tmp.join("fsync-probe.jsonl");
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+            let line = format!("{}\n", "x".repeat(400));
+            let mut times = Vec::with_capacity(200);
+            for _ in 0..200 {
+                let t = Instant::now();
+                file.write_all(line.as_bytes())?;
+                file.sync_data()?;
+                times.push(t.elapsed().as_micros() as u32);
+            }
+            let _ = std::fs::remove_file(&path);
+            Ok(times)
+        })();
+        match outcome {
+            Ok(mut times) => self.report.fsync = Some(crate::stats::Summary::of(&mut times)),
+            Err(err) => self.report.errors.push(format!("fsync probe: {err}")),
+        }
+    }
+}

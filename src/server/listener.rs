@@ -1,0 +1,55 @@
+//! The accept loop. axum's own `serve` cannot bound how long a connection may take to send its
+//! request head, so a client that opens a socket and says nothing would hold it forever; here
+//! every connection gets hyper's `header_read_timeout` (`server.handshake_timeout_ms`), keeps
+//! HTTP/1.1 upgrades (the realtime WebSocket), and is told to finish when the drain begins.
+
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Serve `app` on `listener` until `stop` is cancelled. Upgraded sockets are not this loop's:
+/// their sessions are tracked by the drain (see `crate::shutdown`).
+pub async fn serve(listener: TcpListener, app: Router, handshake_timeout: Duration, stop: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.cancelled() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(err) => {
+                // Out of file descriptors and the like: back off rather than spin.
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Audio frames are small and latency-bound.
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(handshake_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                _ = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "client connection ended with an error");
+            }
+        });
+    }
+}
