@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures::{SinkExt, StreamExt};
-use serde_json::json;
 use support::{Client, FakeMode, FakeUpstream, TestProxy, transcript};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;

@@ -143,11 +143,16 @@ impl Bridge {
                     bridge.begin_close(outcome, true).await;
                 }
                 frame = client_rx.next(), if client_open => {
-                    bridge.last_activity = Instant::now();
+                    // Keep-alive traffic (our pings' pongs) is not activity.
+                    if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
+                        bridge.last_activity = Instant::now();
+                    }
                     client_open = bridge.handle_client_frame(frame).await;
                 }
                 frame = upstream_rx.next(), if upstream_open => {
-                    bridge.last_activity = Instant::now();
+                    if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
+                        bridge.last_activity = Instant::now();
+                    }
                     upstream_open = bridge.handle_upstream_frame(frame).await;
                 }
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
