@@ -50,7 +50,9 @@ fn tracing_free_debug(err: &anyhow::Error) {
     }
 }
 
-/// Accept a WebSocket, agreeing to the `realtime` subprotocol when offered.
+/// Accept a WebSocket, agreeing to the `realtime` subprotocol when offered. (The error type is
+/// tungstenite's callback signature, not ours.)
+#[allow(clippy::result_large_err)]
 pub fn accept_realtime(request: &Request, mut response: Response) -> Result<Response, tokio_tungstenite::tungstenite::handshake::server::ErrorResponse> {
     let offered = request
         .headers()
