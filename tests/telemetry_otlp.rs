@@ -3,63 +3,17 @@
 //! right parents and attributes, no PHI, and W3C trace context on a tool's outgoing HTTP request;
 //! and a dead collector never blocks span creation or shutdown.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+mod support;
+
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::otlp::{one_span, received, start_receiver};
 use voxgate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
 use voxgate::telemetry::{self, TelemetryError};
 
 /// Words that stand for patient data in these tests: none may reach the receiver.
 const PHI: [&str; 3] = ["Jane Roe", "1961-07-04", "MRN 4411"];
-
-struct Receiver {
-    child: Child,
-    port: u16,
-    out: PathBuf,
-}
-
-/// Starts the Python receiver on a free port and waits for its `PORT <n>` line.
-async fn start_receiver(dir: &Path) -> Receiver {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join(".venv-test/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/test (it creates .venv-test with opentelemetry-proto and \
-         protobuf), or: python3 -m venv .venv-test && .venv-test/bin/pip install \
-         opentelemetry-proto protobuf",
-        python.display()
-    );
-    let out = dir.join("received.jsonl");
-    let mut child = Command::new(python)
-        .arg(root.join("tests/support/otlp_receiver.py"))
-        .arg("0")
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start otlp_receiver.py");
-    let stdout = child.stdout.take().expect("receiver stdout");
-    let mut first = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        BufReader::new(stdout).read_line(&mut first),
-    )
-    .await
-    .expect("receiver printed no PORT line within 20 s")
-    .expect("read receiver stdout");
-    let port = first
-        .trim()
-        .strip_prefix("PORT ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| {
-            panic!("unexpected first receiver line {first:?} (is opentelemetry-proto installed?)")
-        });
-    Receiver { child, port, out }
-}
 
 fn config(endpoint: String, protocol: OtlpProtocol) -> TelemetryConfig {
     TelemetryConfig {
@@ -69,28 +23,6 @@ fn config(endpoint: String, protocol: OtlpProtocol) -> TelemetryConfig {
         log_level: "info".into(),
         service_name: "voxgate".into(),
     }
-}
-
-fn received(path: &Path) -> (String, Vec<Value>) {
-    let text = std::fs::read_to_string(path).expect("read receiver output");
-    let lines = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("receiver line is JSON"))
-        .collect();
-    (text, lines)
-}
-
-fn one_span<'a>(lines: &'a [Value], name: &str, attr: (&str, &str)) -> &'a Value {
-    let found: Vec<&Value> = lines
-        .iter()
-        .filter(|l| l["kind"] == "span" && l["name"] == name && l["attributes"][attr.0] == attr.1)
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "expected one {name} span with {attr:?}, got {found:?}"
-    );
-    found[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,8 @@
 //! WebSocket test client ([`Client`]).
 #![allow(dead_code)]
 
+pub mod otlp;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
