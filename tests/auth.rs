@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use support::{Client, FakeUpstream, RedisServer, TestProxy};
+use support::{Client, FakeUpstream, RedisServer, TestProxy, model_calls};
 
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -233,14 +233,26 @@ async fn admin_api() {
     let records = proxy.audit_records();
     assert_eq!(records.iter().filter(|r| r["event"] == "call_finished" && r["session_id"].as_str().unwrap().starts_with("admin_")).count(), 2);
 
+    // A call parked for confirmation when the administrator ends the session is declined.
+    let day = chrono::Utc::now().date_naive() + chrono::Days::new(1);
+    let args = json!({"title": "Ward round", "start_datetime": format!("{day}T09:00:00Z"), "end_datetime": format!("{day}T10:00:00Z")}).to_string();
+    model_calls(&mut up, &[("call_parked", "create_calendar_event", &args)]).await;
+    client.until("voxgate.tool_call.confirmation_requested").await;
+
     let id = sessions[0]["id"].as_str().unwrap();
     let response = http.delete(format!("{base}/admin/sessions/{id}")).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(response.status(), 204);
     assert_eq!(client.until("voxgate.session.closing").await["reason"], "ended by an administrator");
+    assert_eq!(client.until("voxgate.tool_call.declined").await["call_id"], "call_parked");
     let (code, _) = client.closed().await;
     assert_eq!(code, 1000);
     let _ = up.closed().await;
     assert_eq!(http.delete(format!("{base}/admin/sessions/{id}")).bearer_auth(ADMIN).send().await.unwrap().status(), 404);
+    let parked: Vec<Value> = proxy.audit_records().into_iter().filter(|r| r["call_id"] == "call_parked" && r["event"] == "call_finished").collect();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0]["status"], "declined");
+    assert_eq!(parked[0]["confirmation"], "session_closed");
+    assert!(!std::fs::read_to_string(proxy.calendar_path()).unwrap_or_default().contains("Ward round"));
 }
 
 #[tokio::test]
