@@ -59,7 +59,9 @@ pub(super) struct Bridge {
     pub injected: bool,
     pub tool_tasks: JoinSet<Result<ToolOutput, ToolError>>,
     pub task_calls: HashMap<tokio::task::Id, String>,
-    pub deadlines: DelayQueue<String>,
+    /// Confirmation deadlines; created on the first one, as an empty timer wheel is ≈ 6 KiB and
+    /// most sessions never park a call.
+    pub deadlines: Option<DelayQueue<String>>,
     pub audit_acks: FuturesUnordered<AuditAck>,
     pub closing: Option<Closing>,
     pub last_activity: Instant,
@@ -105,7 +107,7 @@ impl Bridge {
             injected: false,
             tool_tasks: JoinSet::new(),
             task_calls: HashMap::new(),
-            deadlines: DelayQueue::new(),
+            deadlines: None,
             audit_acks: FuturesUnordered::new(),
             closing: None,
             last_activity: Instant::now(),
@@ -158,7 +160,7 @@ impl Bridge {
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
                     bridge.handle_tool_finished(joined).await;
                 }
-                Some(expired) = bridge.deadlines.next(), if !bridge.deadlines.is_empty() => {
+                Some(expired) = next_deadline(&mut bridge.deadlines), if bridge.deadlines.as_ref().is_some_and(|d| !d.is_empty()) => {
                     let actions = bridge.calls.on_expired(expired.get_ref());
                     bridge.perform(actions).await;
                 }
@@ -251,7 +253,7 @@ impl Bridge {
                 }
                 Action::Spawn { call_id, tool, args } => self.spawn_tool(call_id, tool, args),
                 Action::Expire { call_id, after } => {
-                    self.deadlines.insert(call_id, after);
+                    self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
                 }
                 Action::Output { call_id, output } => {
                     let frame = events::function_call_output(&call_id, &output);
@@ -411,6 +413,13 @@ fn static_code(code: &str) -> Option<&'static str> {
 
 pub(super) fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
     CloseFrame { code, reason: reason.to_string().into() }
+}
+
+async fn next_deadline(deadlines: &mut Option<DelayQueue<String>>) -> Option<tokio_util::time::delay_queue::Expired<String>> {
+    match deadlines {
+        Some(deadlines) => deadlines.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

@@ -57,10 +57,15 @@ impl UpstreamError {
 }
 
 /// WebSocket settings for upstream sockets: large frames allowed (`session.updated` and
-/// `conversation.item.retrieved` can be big) but small write buffers, so idle sessions stay cheap.
+/// `conversation.item.retrieved` can be big) but small buffers, so idle sessions stay cheap.
+///
+/// tungstenite zero-fills its read buffer and never shrinks it; a frame larger than the buffer
+/// grows it by doubling, so a 16 KiB buffer that meets a 13 KiB `session.updated` ends at 32 KiB
+/// for the rest of the session. 4 KiB still holds a whole 2.6 KB audio delta, and a big frame
+/// grows it only to about its own size.
 pub fn ws_config(max_frame_bytes: usize) -> WebSocketConfig {
     WebSocketConfig::default()
-        .read_buffer_size(16 * 1024)
+        .read_buffer_size(4 * 1024)
         .write_buffer_size(0)
         .max_write_buffer_size(max_frame_bytes.saturating_mul(2))
         .max_message_size(Some(max_frame_bytes))
