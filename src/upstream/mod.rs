@@ -8,9 +8,11 @@ pub mod openai;
 pub mod simulated;
 
 use std::pin::Pin;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use futures::{Sink, Stream, StreamExt};
+use tokio_tungstenite::Connector;
 use tokio_tungstenite::tungstenite::{self, Message, protocol::WebSocketConfig};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
@@ -56,6 +58,16 @@ impl UpstreamError {
     }
 }
 
+/// One TLS client configuration for every upstream connection. Left to tokio-tungstenite, each
+/// `wss://` connect would parse the ~150 web-PKI root certificates again and keep its own copy for
+/// the session's life.
+static TLS: LazyLock<Connector> = LazyLock::new(|| {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    Connector::Rustls(Arc::new(config))
+});
+
 /// WebSocket settings for upstream sockets: large frames allowed (`session.updated` and
 /// `conversation.item.retrieved` can be big) but small buffers, so idle sessions stay cheap.
 ///
@@ -89,10 +101,11 @@ pub async fn connect(config: &UpstreamConfig, model: Option<&str>) -> Result<Ups
         }
         UpstreamKind::Openai | UpstreamKind::Azure => {
             let request = openai::build_request(config, model)?;
-            let connecting = tokio_tungstenite::connect_async_with_config(
+            let connecting = tokio_tungstenite::connect_async_tls_with_config(
                 request,
                 Some(ws_config(config.max_frame_bytes)),
                 true,
+                Some(TLS.clone()),
             );
             let (socket, _response) = match tokio::time::timeout(timeout, connecting).await {
                 Err(_) => return Err(UpstreamError::Timeout),
@@ -105,5 +118,18 @@ pub async fn connect(config: &UpstreamConfig, model: Option<&str>) -> Result<Ups
             let (sink, stream) = socket.split();
             Ok(UpstreamConn { sink: Box::pin(sink), stream: Box::pin(stream), connect_time: started.elapsed() })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_tls_configuration_with_the_web_pki_roots_is_shared() {
+        let Connector::Rustls(first) = TLS.clone() else { panic!("not rustls") };
+        let Connector::Rustls(second) = TLS.clone() else { panic!("not rustls") };
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(first.alpn_protocols.is_empty(), "WebSocket upgrades need HTTP/1.1, no ALPN");
     }
 }
