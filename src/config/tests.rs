@@ -50,9 +50,12 @@ fn key_of(text: &str, vars: &[(&str, &str)]) -> String {
     load_toml(text, vars).unwrap_err().key
 }
 
+/// (TOML, environment, the key the error must name)
+type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn every_validation_error_names_its_key() {
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    let cases: &[Case] = &[
         ("[server]\nlisten = \"nope\"", &[], "server.listen"),
         ("[server]\nlisten = 5", &[], "server.listen"),
         ("[server]\nlisen = \"127.0.0.1:1\"", &[], "server.lisen"),

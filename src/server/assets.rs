@@ -119,7 +119,7 @@ mod tests {
         String::from_utf8(bytes.to_vec()).unwrap()
     }
 
-    fn header_of<'a>(response: &'a Response, name: header::HeaderName) -> &'a str {
+    fn header_of(response: &Response, name: header::HeaderName) -> &str {
         response.headers().get(name).unwrap().to_str().unwrap()
     }
 

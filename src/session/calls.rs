@@ -199,7 +199,7 @@ impl CallTable {
             args_sha256: args_sha256(raw_args),
             // A third-party query that screening would block may hold PHI: keep it out of the log.
             audit_arguments: match &tool {
-                Some(t) if !phi && !(t.spec().third_party && screen_text(raw_args, &self.taint).is_err()) => {
+                Some(t) if !phi && (!t.spec().third_party || screen_text(raw_args, &self.taint).is_ok()) => {
                     parsed.as_ref().ok().cloned()
                 }
                 _ => None,
