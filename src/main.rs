@@ -99,8 +99,9 @@ fn run(config: Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {
         let telemetry = voxgate::telemetry::init(&config.telemetry).context("starting telemetry")?;
+        let stop = voxgate::shutdown::signal();
         let server = voxgate::server::start(config).await.context("starting the server")?;
-        voxgate::shutdown::signal().await;
+        stop.await;
         let audit = server.shutdown().await;
         telemetry.shutdown().await;
         audit.context("flushing the audit log")
