@@ -99,10 +99,7 @@ async fn the_redis_mirror_survives_a_redis_restart_without_loss_or_duplicates() 
     let mut redis = RedisServer::start();
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, &format!("[redis]\nurl = \"{}\"\n", redis.url())).await;
-    let mut client = proxy.client().await;
-    let mut up = fake.accept().await;
-    up.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (_client, mut up) = proxy.ready_session(&mut fake).await;
 
     for call in ["m1", "m2"] {
         model_calls(&mut up, &[(call, "calculate_medical_score", BMI)]).await;
@@ -133,10 +130,7 @@ fn metric(body: &str, series: &str) -> f64 {
 async fn metrics_move_as_a_scripted_session_says() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "").await;
-    let mut client = proxy.client().await;
-    let mut up = fake.accept().await;
-    up.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (mut client, mut up) = proxy.ready_session(&mut fake).await;
 
     model_calls(&mut up, &[("c1", "calculate_medical_score", BMI), ("c2", "create_calendar_event", &event_args_for_tomorrow("Ward round"))]).await;
     client.until("voxgate.tool_call.confirmation_requested").await;

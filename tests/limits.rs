@@ -30,10 +30,7 @@ async fn a_connection_that_never_sends_its_request_is_cut() {
 async fn an_idle_session_is_closed() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "[server]\nidle_timeout_ms = 300\nping_interval_ms = 100\n").await;
-    let mut client = proxy.client().await;
-    let mut up = fake.accept().await;
-    up.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (mut client, _up) = proxy.ready_session(&mut fake).await;
     let closing = client.until("voxgate.session.closing").await;
     assert_eq!(closing["reason"], "idle timeout");
     let (code, reason) = client.closed().await;
@@ -44,10 +41,7 @@ async fn an_idle_session_is_closed() {
 async fn pings_are_answered() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "").await;
-    let mut client = proxy.client().await;
-    let mut up = fake.accept().await;
-    up.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (mut client, _up) = proxy.ready_session(&mut fake).await;
     client.ws.send(Message::Ping(b"are you there".to_vec().into())).await.unwrap();
     let pong = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
@@ -65,10 +59,7 @@ async fn pings_are_answered() {
 async fn a_client_that_stops_reading_is_closed_with_1008() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "[server]\nclient_send_timeout_ms = 300\n").await;
-    let mut client = proxy.client().await;
-    let mut up = fake.accept().await;
-    up.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (mut client, mut up) = proxy.ready_session(&mut fake).await;
     // The model streams audio; the client reads nothing. 64 KiB frames fill the socket buffers
     // quickly; after that voxgate must give up on the client rather than queue without bound.
     let audio = "A".repeat(64 * 1024);

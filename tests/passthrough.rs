@@ -120,10 +120,7 @@ async fn a_recorded_session_replays_unchanged() {
 async fn bad_client_frames_get_errors_and_the_session_goes_on() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "[server]\nmax_frame_bytes = 4096\n").await;
-    let mut client = proxy.client().await;
-    let mut upstream = fake.accept().await;
-    upstream.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (mut client, mut upstream) = proxy.ready_session(&mut fake).await;
 
     let cases: Vec<(Message, &str)> = vec![
         (Message::text("not json at all"), "voxgate_invalid_json"),
@@ -270,10 +267,7 @@ async fn origin_allow_list_and_health() {
 async fn drain_closes_sessions_with_1012_after_telling_them() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "[server]\ndrain_timeout_ms = 2000\n").await;
-    let mut client = proxy.client().await;
-    let mut upstream = fake.accept().await;
-    upstream.open_session().await;
-    client.until("voxgate.session.ready").await;
+    let (mut client, _upstream) = proxy.ready_session(&mut fake).await;
     let stopping = tokio::spawn(proxy.stop());
     let closing = client.until("voxgate.session.closing").await;
     assert_eq!(closing["reason"], "service restart");

@@ -96,7 +96,6 @@ pub async fn invoke_tool(
                         ctx: CallContext { session_id: session_id.clone(), call_id: call_id.clone(), principal: principal.clone() },
                         user: user.clone(),
                         limiter: deps.limiter.clone(),
-                        taint: table.taint(),
                         span,
                     };
                     let result = match tokio::spawn(job.run()).await {

@@ -145,16 +145,11 @@ impl Bridge {
                     bridge.begin_close(outcome, true).await;
                 }
                 frame = client_rx.next(), if client_open => {
-                    // Keep-alive traffic (our pings' pongs) is not activity.
-                    if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
-                        bridge.last_activity = Instant::now();
-                    }
+                    bridge.note_activity(&frame);
                     client_open = bridge.handle_client_frame(frame).await;
                 }
                 frame = upstream_rx.next(), if upstream_open => {
-                    if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
-                        bridge.last_activity = Instant::now();
-                    }
+                    bridge.note_activity(&frame);
                     upstream_open = bridge.handle_upstream_frame(frame).await;
                 }
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
@@ -314,7 +309,6 @@ impl Bridge {
             },
             user: self.info.user.clone(),
             limiter: self.deps.limiter.clone(),
-            taint: self.calls.taint(),
             span,
         };
         let handle = self.tool_tasks.spawn(job.run());
@@ -355,6 +349,14 @@ impl Bridge {
         }
         if let Some(event_id) = self.gate.try_request(Instant::now(), events::event_id) {
             let _ = self.to_upstream.send(Message::text(events::response_create(&event_id))).await;
+        }
+    }
+
+    /// A frame in either direction keeps the session from idling out; keep-alive traffic (our
+    /// pings' pongs) does not.
+    fn note_activity(&mut self, frame: &Option<Result<Message, tungstenite::Error>>) {
+        if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
+            self.last_activity = Instant::now();
         }
     }
 

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation};
 use crate::policy::Principal;
 use crate::policy::phi::args_sha256;
-use crate::policy::screening::{TaintSet, screen_text};
+use crate::policy::screening::{TaintSet, screen_call};
 use crate::protocol::voxgate as events;
 use crate::tools::registry::{RegisteredTool, ToolRegistry};
 use crate::tools::{ToolError, ToolOutput};
@@ -127,9 +127,9 @@ pub struct CallTable {
     skip_confirmation: bool,
     confirmation_timeout: Duration,
     registry: Arc<ToolRegistry>,
-    /// Every string this session's people-identifying tools returned, screened against what
-    /// third-party tools would send (shared read-only with tool tasks).
-    taint: Arc<TaintSet>,
+    /// Every word this session's people-identifying tools returned, screened against what
+    /// third-party tools would send.
+    taint: TaintSet,
     calls: HashMap<String, Call>,
 }
 
@@ -150,7 +150,7 @@ impl CallTable {
             skip_confirmation: false,
             confirmation_timeout,
             registry,
-            taint: Arc::default(),
+            taint: TaintSet::default(),
             calls: HashMap::new(),
         }
     }
@@ -162,8 +162,8 @@ impl CallTable {
     }
 
     /// What outbound screening checks against (see `policy::screening`).
-    pub fn taint(&self) -> Arc<TaintSet> {
-        self.taint.clone()
+    pub fn taint(&self) -> &TaintSet {
+        &self.taint
     }
 
     /// Is this call id one voxgate owns (known to the table)?
@@ -198,10 +198,8 @@ impl CallTable {
             phi,
             args_sha256: args_sha256(raw_args),
             // A third-party query that screening would block may hold PHI: keep it out of the log.
-            audit_arguments: match &tool {
-                Some(t) if !phi && (!t.spec().third_party || screen_text(raw_args, &self.taint).is_ok()) => {
-                    parsed.as_ref().ok().cloned()
-                }
+            audit_arguments: match (&tool, &parsed) {
+                (Some(t), Ok(args)) if !phi && self.screen(t, args).is_ok() => Some(args.clone()),
                 _ => None,
             },
             args: None,
@@ -303,7 +301,7 @@ impl CallTable {
             Some(Outcome::Completed { output }) => {
                 let text = serde_json::to_string(&output.result).unwrap_or_else(|_| "{}".into());
                 if call.tool.as_ref().is_some_and(|t| t.spec().results_identify_people()) {
-                    Arc::make_mut(&mut self.taint).add_result(&output.result);
+                    self.taint.add_result(&output.result);
                 }
                 actions.push(Action::Output { call_id: call_id.to_string(), output: text });
                 actions.push(Action::Client(events::completed(call_id, &name, duration_ms, &output.citations)));
@@ -359,10 +357,19 @@ impl CallTable {
         if let Some(call) = self.calls.get_mut(call_id) {
             call.state = State::Running;
         }
-        vec![
-            Action::Client(events::started(call_id, tool.name())),
-            Action::Spawn { call_id: call_id.to_string(), tool, args },
-        ]
+        let mut actions = vec![Action::Client(events::started(call_id, tool.name()))];
+        // The last policy phase, at run time so an approval after new PHI results is screened
+        // against them too: nothing leaves for a third party unscreened.
+        match self.screen(&tool, &args) {
+            Ok(()) => actions.push(Action::Spawn { call_id: call_id.to_string(), tool, args }),
+            Err(blocked) => actions.extend(self.finish(call_id, Outcome::Failed(blocked))),
+        }
+        actions
+    }
+
+    /// Outbound PHI screening (TOOLS.md) of what a third-party tool would send.
+    fn screen(&self, tool: &RegisteredTool, args: &Value) -> Result<(), ToolError> {
+        if tool.spec().third_party { screen_call(tool.tool.as_ref(), args, &self.taint) } else { Ok(()) }
     }
 
     fn set_confirmation(&mut self, call_id: &str, confirmation: Confirmation) {

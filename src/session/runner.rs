@@ -1,6 +1,6 @@
-//! Running one tool call in its own task: the per-call policy phases that need I/O (rate limit,
-//! outbound PHI screening), then the tool itself under its timeout. A panic or a hang fails only
-//! this call.
+//! Running one tool call in its own task: the per-call policy phase that needs I/O (the rate
+//! limit), then the tool itself under its timeout. A panic or a hang fails only this call.
+//! Outbound PHI screening is pure and runs before the task exists (`calls.rs`).
 
 use std::sync::Arc;
 
@@ -8,7 +8,6 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::policy::rate_limit::RateLimiter;
-use crate::policy::screening::{TaintSet, screen_call};
 use crate::tools::registry::RegisteredTool;
 use crate::tools::{CallContext, ToolError, ToolOutput};
 
@@ -19,20 +18,14 @@ pub struct ToolJob {
     pub ctx: CallContext,
     pub user: String,
     pub limiter: Arc<dyn RateLimiter>,
-    /// What this session's PHI tools have returned so far (screened against outbound text).
-    pub taint: Arc<TaintSet>,
     pub span: tracing::Span,
 }
 
 impl ToolJob {
     pub async fn run(self) -> Result<ToolOutput, ToolError> {
-        let ToolJob { tool, args, ctx, user, limiter, taint, span } = self;
+        let ToolJob { tool, args, ctx, user, limiter, span } = self;
         async move {
             let policy = &tool.policy;
-            // Screen before anything leaves: a blocked call never reaches the third party.
-            if tool.spec().third_party {
-                screen_call(tool.tool.as_ref(), &args, &taint)?;
-            }
             limiter
                 .check(&user, tool.name(), policy.rate_limit_per_minute)
                 .await

@@ -79,6 +79,16 @@ impl TestProxy {
         Client::connect(&self.url(""), &["realtime", "voxgate.v1"]).await
     }
 
+    /// A client asking for voxgate events, with its upstream connection accepted by `fake` and
+    /// the session open (`voxgate.session.ready` seen).
+    pub async fn ready_session(&self, fake: &mut FakeUpstream) -> (Client, FakeConn) {
+        let mut client = self.client().await;
+        let mut up = fake.accept().await;
+        up.open_session().await;
+        client.until("voxgate.session.ready").await;
+        (client, up)
+    }
+
     pub async fn http_get(&self, path: &str) -> (u16, String) {
         let response = reqwest::get(format!("http://{}{path}", self.addr)).await.unwrap();
         let status = response.status().as_u16();

@@ -74,22 +74,11 @@ impl EventTiming {
     }
 }
 
-/// One event as the tools see it.
+/// One event as the tools see it, and as they ask a backend to create it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CalendarEvent {
-    /// The iCalendar UID.
+    /// The iCalendar UID. On create it is chosen by the caller, so a replayed create is a no-op.
     pub id: String,
-    pub title: String,
-    pub timing: EventTiming,
-    pub location: Option<String>,
-    pub description: Option<String>,
-    pub calendar: String,
-}
-
-/// An event to create. `uid` is chosen by the caller so that a replayed create is a no-op.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewEvent {
-    pub uid: String,
     pub title: String,
     pub timing: EventTiming,
     pub location: Option<String>,
@@ -136,7 +125,7 @@ pub trait CalendarBackend: Send + Sync + 'static {
     async fn list_events(&self, query: &EventQuery) -> Result<EventPage, CalendarError>;
 
     /// Create `event` unless an event with its UID exists; then return that one, `created: false`.
-    async fn create_event(&self, event: NewEvent) -> Result<CreateOutcome, CalendarError>;
+    async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError>;
 }
 
 /// Filter, sort and truncate events for a query: shared by every backend that fetches a superset.

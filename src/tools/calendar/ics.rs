@@ -8,7 +8,7 @@ use chrono::{DateTime, Days, NaiveDate, Utc};
 use chrono_tz::Tz;
 use icalendar::{CalendarComponent, CalendarDateTime, Component, DatePerhapsTime, Event, EventLike, Property};
 
-use super::backend::{CalendarEvent, DEFAULT_CALENDAR, EventTiming, NewEvent, local_to_utc_lenient, next_day};
+use super::backend::{CalendarEvent, DEFAULT_CALENDAR, EventTiming, local_to_utc_lenient, next_day};
 use super::CalendarError;
 
 /// The property that names an event's calendar (`calendar_name`).
@@ -164,9 +164,9 @@ fn parse_duration(value: &str) -> Option<chrono::Duration> {
 }
 
 /// One VEVENT for `event`, serialised (CRLF lines, folded, text escaped).
-pub fn event_to_ics(event: &NewEvent, now: DateTime<Utc>) -> Result<String, CalendarError> {
+pub fn event_to_ics(event: &CalendarEvent, now: DateTime<Utc>) -> Result<String, CalendarError> {
     let mut vevent = Event::new();
-    vevent.uid(&event.uid).summary(&clean_text(&event.title)).timestamp(now);
+    vevent.uid(&event.id).summary(&clean_text(&event.title)).timestamp(now);
     match event.timing {
         EventTiming::AllDay { first_day, last_day } => {
             vevent.starts(first_day).ends(next_day(last_day));

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use chrono::Utc;
 use chrono_tz::Tz;
 
-use super::backend::{CalendarBackend, CreateOutcome, EventPage, EventQuery, NewEvent, select};
+use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery, select};
 use super::{CalendarError, ics};
 
 /// Larger files are refused rather than loaded: a clinic calendar is far smaller.
@@ -67,20 +67,20 @@ impl CalendarBackend for LocalCalendar {
         Ok(select(parsed.events, query, tz))
     }
 
-    async fn create_event(&self, event: NewEvent) -> Result<CreateOutcome, CalendarError> {
+    async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {
         let _writer = self.write_lock.lock().await;
         let (path, tz) = (Arc::clone(&self.path), self.tz);
         run_blocking(move || {
             let text = read_store(&path)?;
             let parsed = ics::parse(&text, tz)?;
-            if let Some(existing) = parsed.events.into_iter().find(|e| e.id == event.uid) {
+            if let Some(existing) = parsed.events.into_iter().find(|e| e.id == event.id) {
                 return Ok(CreateOutcome { event: existing, created: false });
             }
             let vevent = ics::event_to_ics(&event, Utc::now())?;
             let updated = ics::insert_event(&text, &vevent)?;
             write_atomically(&path, updated.as_bytes()).map_err(CalendarError::Unavailable)?;
-            let stored = super::backend::CalendarEvent {
-                id: event.uid,
+            let stored = CalendarEvent {
+                id: event.id,
                 title: ics::clean_text(&event.title),
                 timing: event.timing,
                 location: event.location.as_deref().map(ics::clean_text),

@@ -20,7 +20,7 @@ use chrono_tz::Tz;
 use crate::config::{CalendarBackendConfig, CalendarKind};
 
 pub use self::backend::{
-    CalendarBackend, CalendarEvent, CreateOutcome, DEFAULT_CALENDAR, EventPage, EventQuery, EventTiming, NewEvent,
+    CalendarBackend, CalendarEvent, CreateOutcome, DEFAULT_CALENDAR, EventPage, EventQuery, EventTiming,
 };
 pub use self::error::CalendarError;
 pub use self::local::LocalCalendar;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::args::{self, CreateRequest, Moment};
-use super::backend::{CalendarBackend, CalendarEvent, EventTiming, NewEvent};
+use super::backend::{CalendarBackend, CalendarEvent, EventTiming};
 use super::error::to_tool_error;
 use crate::tools::{CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 
@@ -251,7 +251,7 @@ impl Tool for CreateCalendarEvent {
         let tz = self.backend.timezone();
         let CreateRequest { title, timing, location, description, calendar } = args::create_request(&args, tz)?;
         let uid = event_uid(&ctx.session_id, &ctx.call_id);
-        let event = NewEvent { uid, title, timing, location, description, calendar };
+        let event = CalendarEvent { id: uid, title, timing, location, description, calendar };
         let outcome = self.backend.create_event(event).await.map_err(|e| to_tool_error(CREATE, e))?;
         let event = outcome.event;
         let message = if outcome.created {
