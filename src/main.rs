@@ -57,7 +57,11 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Some(Command::Audit { command: AuditCommand::Verify { file } }) => verify(&file),
+        Some(Command::Audit { command: AuditCommand::Verify { file } }) => match load(cli.config.as_deref()) {
+            // The chain key comes from the config or `VOXGATE_AUDIT__CHAIN_KEY`.
+            Ok(config) => verify(&file, &voxgate::audit::Chain::new(config.audit.chain_key.as_ref())),
+            Err(code) => code,
+        },
         Some(Command::Run) | None => {
             let config = match load(cli.config.as_deref()) {
                 Ok(config) => config,
@@ -82,8 +86,8 @@ fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
     })
 }
 
-fn verify(file: &Path) -> ExitCode {
-    match voxgate::audit::verify(file) {
+fn verify(file: &Path, chain: &voxgate::audit::Chain) -> ExitCode {
+    match voxgate::audit::verify(file, chain) {
         Ok(report) => {
             println!("{report}");
             if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(3) }

@@ -89,8 +89,8 @@ async fn panicking_and_hanging_tools_fail_only_their_call() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config::default();
     let registry = Arc::new(ToolRegistry::from_tools(vec![Arc::new(Unruly::new())], &config.tools).unwrap());
-    let audit_config = AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes: 0 };
-    let (audit, writer) = voxgate::audit::open(&audit_config, None).await.unwrap();
+    let audit_config = AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes: 0, ..AuditConfig::default() };
+    let (audit, writer) = voxgate::audit::open(&audit_config, Default::default()).await.unwrap();
     let deps = SessionDeps {
         registry,
         audit,
@@ -109,6 +109,7 @@ async fn panicking_and_hanging_tools_fail_only_their_call() {
         user: "u_test".into(),
         wants_events: true,
         model: "test".into(),
+        origin: Default::default(),
     };
     let session = tokio::spawn(voxgate::session::run(info, tracing::Span::none(), proxy_client_side, upstream, deps, CancellationToken::new()));
 

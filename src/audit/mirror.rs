@@ -1,28 +1,47 @@
-//! Mirrors flushed audit lines to the Redis stream `voxgate:audit`. Each line is added with its
-//! own deterministic id (`<seq>-1`), so a retry can never add it twice (Redis refuses an id not
-//! above the stream's top). Nothing in a session waits on this: when Redis is down the mirror
-//! retries with back-off and, once it is back, catches up from the file — the source of truth.
+//! Mirrors flushed audit lines to a Redis stream (`audit.redis_stream`, by default
+//! `voxgate:audit:{instance_id}`: one stream per instance, so ids never collide). Each line is
+//! added with its own deterministic id (`<seq>-1`), so a retry can never add it twice: Redis
+//! refuses an id not above the stream's top with one exact error, and only that error counts as
+//! "already mirrored". Nothing in a session waits on this: when Redis is down the mirror retries
+//! with back-off and, once it is back, catches up from the file — the source of truth — reading
+//! on from the byte offset it reached instead of the whole log.
 
-use std::path::PathBuf;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::record::{Line, record_id};
 
-pub const STREAM: &str = "voxgate:audit";
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The error Redis gives an XADD whose id is not above the stream's top: the line is there.
+const ALREADY_ADDED: &str = "The ID specified in XADD is equal or smaller than the target stream top item";
 
-pub(super) fn spawn(url: String, path: PathBuf, mut flushed: watch::Receiver<u64>) -> tokio::task::JoinHandle<()> {
+/// How far the stream has caught up.
+#[derive(Default)]
+struct Position {
+    /// The last sequence number known to be in the stream (`None` until asked).
+    seq: Option<u64>,
+    /// Byte offset in the current file just after that line, when known.
+    offset: Option<u64>,
+}
+
+pub(super) fn spawn(
+    url: String,
+    stream: String,
+    path: PathBuf,
+    mut flushed: watch::Receiver<u64>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut mirrored: Option<u64> = None;
+        let mut at = Position::default();
         let mut backoff = Duration::from_millis(200);
         let mut conn: Option<redis::aio::MultiplexedConnection> = None;
         let mut down = false;
         loop {
             let target = *flushed.borrow_and_update();
-            if mirrored.is_none_or(|m| m < target) {
-                match catch_up(&url, &path, &mut conn, &mut mirrored, target).await {
+            if at.seq.is_none_or(|m| m < target) {
+                match catch_up(&url, &stream, &path, &mut conn, &mut at, target).await {
                     Ok(()) => {
                         if down {
                             tracing::info!("audit mirror: Redis is back; the stream has caught up");
@@ -51,7 +70,7 @@ pub(super) fn spawn(url: String, path: PathBuf, mut flushed: watch::Receiver<u64
             if flushed.changed().await.is_err() {
                 // The writer is gone: one last catch-up of what is on disk, then stop.
                 let target = *flushed.borrow();
-                let _ = catch_up(&url, &path, &mut conn, &mut mirrored, target).await;
+                let _ = catch_up(&url, &stream, &path, &mut conn, &mut at, target).await;
                 return;
             }
         }
@@ -60,9 +79,10 @@ pub(super) fn spawn(url: String, path: PathBuf, mut flushed: watch::Receiver<u64
 
 async fn catch_up(
     url: &str,
-    path: &std::path::Path,
+    stream: &str,
+    path: &Path,
     conn: &mut Option<redis::aio::MultiplexedConnection>,
-    mirrored: &mut Option<u64>,
+    at: &mut Position,
     target: u64,
 ) -> redis::RedisResult<()> {
     if conn.is_none() {
@@ -74,46 +94,87 @@ async fn catch_up(
                 .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))??,
         );
         // Where the stream stands (it may be empty after a Redis restart without persistence).
-        *mirrored = None;
+        *at = Position::default();
     }
     let Some(c) = conn.as_mut() else { return Ok(()) };
-    if mirrored.is_none() {
+    if at.seq.is_none() {
         let top: Vec<(String, Vec<(String, String)>)> =
-            redis::cmd("XREVRANGE").arg(STREAM).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
-        *mirrored = Some(top.first().and_then(|(id, _)| id.split('-').next()?.parse().ok()).unwrap_or(0));
+            redis::cmd("XREVRANGE").arg(stream).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
+        at.seq = Some(top.first().and_then(|(id, _)| id.split('-').next()?.parse().ok()).unwrap_or(0));
+        at.offset = None;
     }
-    let from = mirrored.unwrap_or(0);
+    let from = at.seq.unwrap_or(0);
     if from >= target {
         return Ok(());
     }
-    for (seq, line) in lines_after(path, from) {
+    let (lines, end) = lines_after(path, from, target, at.offset);
+    for (seq, line) in lines {
         let added: redis::RedisResult<String> =
-            redis::cmd("XADD").arg(STREAM).arg(record_id(seq)).arg("record").arg(&line).query_async(c).await;
+            redis::cmd("XADD").arg(stream).arg(record_id(seq)).arg("record").arg(&line).query_async(c).await;
         match added {
             Ok(_) => {}
-            // "equal or smaller than the target stream top item": already there.
-            Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) || err.to_string().contains("smaller") => {}
+            Err(err) if is_already_added(&err) => {}
             Err(err) => return Err(err),
         }
-        *mirrored = Some(seq);
+        at.seq = Some(seq);
     }
+    at.offset = end;
     Ok(())
 }
 
-/// Lines with a sequence number above `after`, from the rotated files and the current one.
-fn lines_after(path: &std::path::Path, after: u64) -> Vec<(u64, String)> {
-    let mut files = super::verify::rotated_files(path).unwrap_or_default();
-    files.push(path.to_path_buf());
-    let mut out = Vec::new();
-    for file in files {
-        let Ok(text) = std::fs::read_to_string(&file) else { continue };
-        for raw in text.lines() {
-            if let Ok(line) = serde_json::from_str::<Line>(raw) {
-                if line.seq > after {
-                    out.push((line.seq, raw.to_string()));
-                }
+fn is_already_added(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && err.detail().is_some_and(|detail| detail.contains(ALREADY_ADDED))
+}
+
+/// Lines with a sequence number above `after` and up to `upto` (the last durable one: lines past
+/// it may still be cut back), and the offset in the current file after the last of them. From `offset` in the current file when its first line there continues the
+/// sequence; from the rotated files and the whole current file otherwise (after a rotation or a
+/// reconnect).
+fn lines_after(path: &Path, after: u64, upto: u64, offset: Option<u64>) -> (Vec<(u64, String)>, Option<u64>) {
+    if let Some(offset) = offset {
+        if let Some((lines, end)) = read_from(path, offset, upto) {
+            if lines.first().is_none_or(|(seq, _)| *seq == after + 1) {
+                return (lines, Some(end));
             }
         }
     }
-    out
+    let mut out = Vec::new();
+    for file in super::verify::rotated_files(path).unwrap_or_default() {
+        if let Some((lines, _)) = read_from(&file, 0, upto) {
+            out.extend(lines.into_iter().filter(|(seq, _)| *seq > after));
+        }
+    }
+    let end = read_from(path, 0, upto).map(|(lines, end)| {
+        out.extend(lines.into_iter().filter(|(seq, _)| *seq > after));
+        end
+    });
+    (out, end)
+}
+
+/// Complete lines of `path` from byte `offset` up to sequence `upto`, and the offset after the
+/// last of them.
+fn read_from(path: &Path, offset: u64, upto: u64) -> Option<(Vec<(u64, String)>, u64)> {
+    let mut file = std::fs::File::open(path).ok()?;
+    if file.metadata().ok()?.len() < offset {
+        return None;
+    }
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let mut out = Vec::new();
+    let mut end = offset;
+    let mut rest = bytes.as_slice();
+    while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
+        let raw = &rest[..newline];
+        if let Ok(line) = serde_json::from_slice::<Line>(raw) {
+            if line.seq > upto {
+                break;
+            }
+            out.push((line.seq, String::from_utf8_lossy(raw).into_owned()));
+        }
+        end += newline as u64 + 1;
+        rest = &rest[newline + 1..];
+    }
+    Some((out, end))
 }

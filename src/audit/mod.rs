@@ -7,16 +7,18 @@
 //! `redis.url` every line is mirrored to the stream `voxgate:audit` ([`mirror`]), the file staying
 //! the source of truth.
 
+mod chain;
 mod mirror;
 pub mod record;
+pub mod recovery;
 pub mod verify;
 pub mod writer;
 
-use std::path::Path;
-
-pub use record::{AuditEvent, AuditRecord, AuditStatus, Confirmation};
+pub use chain::Chain;
+pub use record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, Origin};
+pub use recovery::{Recovered, Recovery};
 pub use verify::{VerifyReport, verify};
-pub use writer::{AuditHandle, AuditWriter, open};
+pub use writer::{AUDIT_UNAVAILABLE, AuditHandle, AuditWriter, OpenOptions, open};
 
 /// Why the audit log could not be written or read. Never holds record contents.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,21 +29,9 @@ pub enum AuditError {
     Corrupt { line: u64 },
     #[error("the audit writer has stopped")]
     Closed,
-}
-
-/// The chain state at the end of the newest rotated predecessor of `path`, if any.
-fn rotated_predecessor_state(path: &Path) -> Result<writer::ChainState, AuditError> {
-    let mut state = writer::genesis();
-    for file in verify::rotated_files(path)? {
-        let text = std::fs::read(&file).map_err(|e| AuditError::Io(e.kind().to_string()))?;
-        for raw in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let line: record::Line = serde_json::from_slice(raw).map_err(|_| AuditError::Corrupt { line: state.seq + 1 })?;
-            state.seq = line.seq;
-            state.prev = record::line_hash(raw);
-            writer::track_open(&mut state.open, line);
-        }
-    }
-    Ok(state)
+    /// The record could not be made durable (disk full, fsync error); it is held and retried.
+    #[error("the audit log is not writable")]
+    Unavailable,
 }
 
 #[cfg(test)]

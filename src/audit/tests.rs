@@ -19,15 +19,17 @@ fn record(event: AuditEvent, call: &str) -> AuditRecord {
         phi: false,
         args_sha256: "ab".repeat(32),
         arguments: Some(serde_json::json!({"query": "asthma"})),
+        origin: Default::default(),
+        resource: None,
     }
 }
 
 fn config(dir: &tempfile::TempDir, rotate_bytes: u64) -> AuditConfig {
-    AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes }
+    AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes, checkpoint_records: 0, ..AuditConfig::default() }
 }
 
 async fn write(cfg: &AuditConfig, records: Vec<AuditRecord>) {
-    let (handle, writer) = open(cfg, None).await.unwrap();
+    let (handle, writer) = open(cfg, Default::default()).await.unwrap();
     let acks: Vec<_> = records.into_iter().map(|r| handle.record(r)).collect();
     for ack in acks {
         ack.await.unwrap();
@@ -54,7 +56,7 @@ async fn chain_seq_and_order_survive_restarts() {
     assert_eq!(all[0]["arguments"]["query"], "asthma");
     assert!(all[1].get("error_code").is_some());
     assert_eq!(all[3]["id"], "4-1");
-    let report = verify(&cfg.path).unwrap();
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
     assert!(report.is_ok(), "{report}");
     assert_eq!((report.lines, report.calls), (4, 2));
 }
@@ -63,7 +65,7 @@ async fn chain_seq_and_order_survive_restarts() {
 async fn many_concurrent_records_land_once_each_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir, 0);
-    let (handle, writer) = open(&cfg, None).await.unwrap();
+    let (handle, writer) = open(&cfg, Default::default()).await.unwrap();
     let mut acks = Vec::new();
     for i in 0..500 {
         acks.push(tokio::spawn(handle.record(record(AuditEvent::CallStarted, &format!("c{i}")))));
@@ -103,7 +105,7 @@ async fn a_crash_leaves_abandoned_finishes_and_a_torn_line_is_cut() {
     assert_eq!(all.len(), 4);
     assert_eq!(all[3]["call_id"], "c1");
     assert_eq!(all[3]["status"], "abandoned");
-    let report = verify(&cfg.path).unwrap();
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
     assert!(report.is_ok(), "{report}");
     assert_eq!(report.abandoned, 1);
 }
@@ -122,7 +124,7 @@ async fn verify_finds_tampering_gaps_and_missing_or_duplicate_finishes() {
     let good = std::fs::read_to_string(&cfg.path).unwrap();
     let check = |text: String| {
         std::fs::write(&cfg.path, text).unwrap();
-        verify(&cfg.path).unwrap()
+        verify(&cfg.path, &Chain::default()).unwrap()
     };
     assert!(check(good.clone()).is_ok());
     let tampered = check(good.replacen("asthma", "asthmb", 1));
@@ -149,7 +151,7 @@ async fn rotation_keeps_the_chain_across_files() {
     }
     let rotated = verify::rotated_files(&cfg.path).unwrap();
     assert!(rotated.len() >= 2, "{rotated:?}");
-    let report = verify(&cfg.path).unwrap();
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
     assert!(report.is_ok(), "{report}");
     assert_eq!((report.lines, report.calls), (20, 10));
     // The first line of the newest file links to the last line of the one before.
@@ -158,6 +160,6 @@ async fn rotation_keeps_the_chain_across_files() {
     let current = std::fs::read_to_string(&cfg.path).unwrap();
     if let Some(first) = current.lines().next() {
         let first: serde_json::Value = serde_json::from_str(first).unwrap();
-        assert_eq!(first["prev_sha256"], record::line_hash(last_line.as_bytes()));
+        assert_eq!(first["prev_sha256"], Chain::default().link(last_line.as_bytes()));
     }
 }

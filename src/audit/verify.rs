@@ -1,5 +1,6 @@
 //! `voxgate audit verify FILE`: the hash chain is unbroken across the file and its rotated
-//! predecessors, sequence numbers have no gap, and every call has exactly one `call_started`
+//! predecessors (keyed with `audit.chain_key` when it is set), sequence numbers have no gap,
+//! checkpoints name the head they stand at, and every call has exactly one `call_started`
 //! followed by exactly one `call_finished`.
 
 use std::collections::HashMap;
@@ -7,7 +8,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::AuditError;
-use super::record::{AuditEvent, AuditStatus, GENESIS, Line, line_hash};
+use super::chain::Chain;
+use super::record::{AuditEvent, AuditStatus, GENESIS, Line};
 
 /// What verification found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -71,8 +73,8 @@ struct CallSeen {
     where_: String,
 }
 
-/// Verify the log at `path` together with its rotated predecessors.
-pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
+/// Verify the log at `path` together with its rotated predecessors, linked by `chain`.
+pub fn verify(path: &Path, chain: &Chain) -> Result<VerifyReport, AuditError> {
     let mut files = rotated_files(path)?;
     files.push(path.to_path_buf());
     let mut report = VerifyReport { files: files.len(), ..VerifyReport::default() };
@@ -92,7 +94,7 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
                 Ok(line) => line,
                 Err(_) => {
                     report.problems.push(format!("{at}: not a valid audit record"));
-                    prev = line_hash(raw);
+                    prev = chain.link(raw);
                     continue;
                 }
             };
@@ -105,7 +107,13 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
                 }
             }
             expected_seq = Some(line.seq + 1);
-            prev = line_hash(raw);
+            prev = chain.link(raw);
+            if line.event == AuditEvent::Checkpoint {
+                if line.chain_head.as_deref() != Some(line.prev_sha256.as_str()) {
+                    report.problems.push(format!("{at}: checkpoint does not name the chain head"));
+                }
+                continue;
+            }
             let seen = calls.entry((line.session_id.clone(), line.call_id.clone())).or_default();
             match line.event {
                 AuditEvent::CallStarted => {
@@ -127,6 +135,12 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
                         report.abandoned += 1;
                     }
                 }
+                AuditEvent::CallApproved => {
+                    if seen.starts == 0 || seen.finishes > 0 {
+                        report.problems.push(format!("{at}: call {} approved outside its start and finish", line.call_id));
+                    }
+                }
+                AuditEvent::Checkpoint => {}
             }
         }
     }

@@ -2,50 +2,77 @@
 //! takes everything queued (group commit), writes the lines, fsyncs once, and only then
 //! acknowledges each record — the caller releases a tool's result on that acknowledgement.
 //!
+//! A bad day never leaves a torn or half-counted log: a batch whose write or fsync fails is cut
+//! back to the last durable offset, acknowledged as failed ([`AuditError::Unavailable`]), and kept
+//! in order to be written again before anything newer — so sequence numbers are never reused and
+//! no record is lost while the process lives. With `audit.on_error = "fail_closed"` a
+//! `call_finished` that missed its first write is rewritten as failed `audit_unavailable` (the
+//! caller withheld the result); with `fail_open` it is written as it happened (the result went
+//! out). The writer retries every second, so health comes back on its own once space returns.
+//!
 //! On open it continues the hash chain and sequence of the existing file, repairs a line a crash
-//! cut short, and appends an `abandoned` finish for every call a crash left open.
+//! cut short, and closes every call a crash left open (see [`super::recovery`]).
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::AuditError;
-use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, line_hash};
-use crate::config::AuditConfig;
+use super::chain::Chain;
+use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
+use super::recovery::{self, Recovery};
+use crate::config::{AuditConfig, AuditOnError, Secret};
 
-/// Records queued before `record()` callers wait.
-const QUEUE: usize = 4096;
 /// Records written per fsync at most.
 const BATCH: usize = 512;
+/// Records held for a retry while the disk refuses them; beyond this, new records are refused
+/// (and counted by the caller) rather than exhausting memory.
+const MAX_BACKLOG: usize = 100_000;
+/// How often the writer retries held records and checks whether a checkpoint is due.
+const TICK: Duration = Duration::from_secs(1);
 
-type Job = (AuditRecord, oneshot::Sender<Result<(), AuditError>>);
+enum Job {
+    Record(AuditRecord, oneshot::Sender<Result<(), AuditError>>),
+    /// Retry held records; write a checkpoint when one is due by time.
+    Tick,
+}
 
 /// Queues records for the writer. Cheap to clone; the writer ends when every clone is dropped.
 #[derive(Clone)]
 pub struct AuditHandle {
-    tx: mpsc::Sender<Job>,
+    /// Unbounded so that `record()` enqueues synchronously: records keep the order of the calls
+    /// by construction (a `call_finished` can never overtake its `call_started`). The queue is
+    /// bounded in practice by the results waiting on their acknowledgements.
+    tx: mpsc::UnboundedSender<Job>,
+    healthy: Arc<AtomicBool>,
+    on_error: AuditOnError,
 }
 
 impl AuditHandle {
     /// Queue a record. The record takes its place in the log at once (records keep the order of
-    /// `record()` calls); the returned future resolves when it is written and fsynced.
+    /// `record()` calls); the returned future resolves when it is written and fsynced, or with
+    /// [`AuditError::Unavailable`] when that first attempt failed.
     pub fn record(&self, record: AuditRecord) -> impl Future<Output = Result<(), AuditError>> + Send + 'static {
         let (ack_tx, ack_rx) = oneshot::channel();
-        let pending = match self.tx.try_send((record, ack_tx)) {
-            Ok(()) => Ok(None),
-            Err(mpsc::error::TrySendError::Full(job)) => Ok(Some(job)),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(AuditError::Closed),
-        };
-        let tx = self.tx.clone();
+        let queued = self.tx.send(Job::Record(record, ack_tx)).map_err(|_| AuditError::Closed);
         async move {
-            if let Some(job) = pending? {
-                // A full queue is backpressure; the channel's fair semaphore keeps the order.
-                tx.send(job).await.map_err(|_| AuditError::Closed)?;
-            }
+            queued?;
             ack_rx.await.map_err(|_| AuditError::Closed)?
         }
+    }
+
+    /// Are records being made durable? False from a failed write until a write succeeds again.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// `audit.on_error`: whether a record that could not be made durable withholds its result.
+    pub fn on_error(&self) -> AuditOnError {
+        self.on_error
     }
 }
 
@@ -61,100 +88,249 @@ impl AuditWriter {
         let result = self.task.await.map_err(|_| AuditError::Closed)?;
         if let Some(mirror) = self.mirror {
             // The mirror catches up with what is on disk, bounded, then stops.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), mirror).await;
+            let _ = tokio::time::timeout(Duration::from_secs(3), mirror).await;
         }
         result
     }
 }
 
-/// Where the chain stands.
-#[derive(Debug)]
-pub(super) struct ChainState {
-    pub seq: u64,
-    pub prev: String,
-    /// Calls with a start and no finish: (session_id, call_id) → the start line's fields.
-    pub open: HashMap<(String, String), Line>,
+/// What `open` needs besides the audit section.
+#[derive(Default)]
+pub struct OpenOptions<'a> {
+    /// `redis.url`: mirror every line to the audit stream.
+    pub redis_url: Option<&'a Secret>,
+    /// `server.instance_id`, stamped on every line and naming the default stream.
+    pub instance: String,
+    /// Asks the tools what became of approved calls a crash interrupted.
+    pub recovery: Option<&'a dyn Recovery>,
 }
 
 /// Open the log (recovering what a crash left), then start the writer and, with a Redis URL, the
 /// stream mirror.
-pub async fn open(
-    config: &AuditConfig,
-    redis_url: Option<&crate::config::Secret>,
-) -> Result<(AuditHandle, AuditWriter), AuditError> {
+pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(AuditHandle, AuditWriter), AuditError> {
+    let chain = Chain::new(config.chain_key.as_ref());
     let path = config.path.clone();
-    let rotate_bytes = config.rotate_bytes;
-    let (file, state) = tokio::task::spawn_blocking(move || recover(&path).map(|(f, s)| (f, s, path)))
-        .await
-        .map_err(|_| AuditError::Closed)?
-        .map(|(file, state, path)| ((file, path), state))?;
-    let (file, path) = file;
-    let (tx, rx) = mpsc::channel(QUEUE);
+    let (file, state) = {
+        let (path, chain) = (path.clone(), chain.clone());
+        tokio::task::spawn_blocking(move || recovery::read(&path, &chain)).await.map_err(|_| AuditError::Closed)??
+    };
+    let instance = options.instance;
+    let (file, state) = recovery::close_open_calls(file, state, &chain, &instance, options.recovery).await?;
+    let len = file.metadata().map_err(io)?.len();
+    let (tx, rx) = mpsc::unbounded_channel();
     let (flushed_tx, flushed_rx) = watch::channel(state.seq);
-    let mirror = redis_url.map(|url| super::mirror::spawn(url.expose().to_string(), path.clone(), flushed_rx));
-    let writer = Writer { path, file, seq: state.seq, prev: state.prev, rotate_bytes, flushed: flushed_tx };
+    let mirror = options.redis_url.map(|url| {
+        let stream = config.redis_stream.clone().unwrap_or_else(|| format!("voxgate:audit:{instance}"));
+        super::mirror::spawn(url.expose().to_string(), stream, path.clone(), flushed_rx)
+    });
+    let healthy = Arc::new(AtomicBool::new(true));
+    spawn_ticker(tx.downgrade());
+    let writer = Writer {
+        path,
+        file,
+        len,
+        seq: state.seq,
+        prev: state.prev,
+        chain,
+        instance,
+        rotate_bytes: config.rotate_bytes,
+        on_error: config.on_error,
+        healthy: healthy.clone(),
+        backlog: Vec::new(),
+        checkpoint_records: config.checkpoint_records,
+        checkpoint_interval: Duration::from_secs(config.checkpoint_interval_s),
+        since_checkpoint: 0,
+        last_checkpoint: Instant::now(),
+        flushed: flushed_tx,
+    };
     let task = tokio::task::spawn_blocking(move || writer.run(rx));
-    Ok((AuditHandle { tx }, AuditWriter { task, mirror }))
+    Ok((AuditHandle { tx, healthy, on_error: config.on_error }, AuditWriter { task, mirror }))
+}
+
+/// Sends a [`Job::Tick`] every second for as long as the writer has handles (a weak sender does
+/// not keep it alive).
+fn spawn_ticker(tx: mpsc::WeakUnboundedSender<Job>) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TICK);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            match tx.upgrade() {
+                Some(tx) if tx.send(Job::Tick).is_ok() => {}
+                _ => return,
+            }
+        }
+    });
 }
 
 struct Writer {
     path: PathBuf,
     file: std::fs::File,
+    /// Bytes of the file known durable: everything after this is cut on a failure.
+    len: u64,
     seq: u64,
     prev: String,
+    chain: Chain,
+    instance: String,
     rotate_bytes: u64,
+    on_error: AuditOnError,
+    healthy: Arc<AtomicBool>,
+    /// Records whose write failed, in order, written before anything newer.
+    backlog: Vec<AuditRecord>,
+    checkpoint_records: u64,
+    checkpoint_interval: Duration,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
     flushed: watch::Sender<u64>,
 }
 
 impl Writer {
     /// The writer loop, on a blocking thread: file I/O and fsync never stall the runtime.
-    fn run(mut self, mut rx: mpsc::Receiver<Job>) -> Result<(), AuditError> {
-        let mut batch = Vec::with_capacity(BATCH);
-        while rx.blocking_recv_many(&mut batch, BATCH) > 0 {
-            let result = self.write_batch(batch.iter().map(|(record, _)| record.clone()).collect());
-            let shared = result.as_ref().map(|_| ()).map_err(|e| e.clone());
-            for (_, ack) in batch.drain(..) {
-                let _ = ack.send(shared.clone());
+    fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) -> Result<(), AuditError> {
+        let mut jobs = Vec::with_capacity(BATCH);
+        while rx.blocking_recv_many(&mut jobs, BATCH) > 0 {
+            let mut records = Vec::with_capacity(jobs.len());
+            let mut acks = Vec::with_capacity(jobs.len());
+            for job in jobs.drain(..) {
+                if let Job::Record(record, ack) = job {
+                    records.push(record);
+                    acks.push(ack);
+                }
             }
-            if let Err(err) = result {
-                tracing::error!(error = %err, "audit write failed");
+            let result = self.commit(records);
+            for ack in acks {
+                let _ = ack.send(result.clone());
             }
         }
+        // Every handle is gone: one last attempt at what the disk refused so far.
+        match self.commit(Vec::new()) {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                tracing::error!(records = self.backlog.len(), "audit records could not be written before exit");
+                Err(err)
+            }
+        }
+    }
+
+    /// Write the held records, then `fresh`, in one fsynced batch.
+    fn commit(&mut self, fresh: Vec<AuditRecord>) -> Result<(), AuditError> {
+        let timed = self.checkpoint_interval > Duration::ZERO
+            && self.since_checkpoint > 0
+            && self.last_checkpoint.elapsed() >= self.checkpoint_interval;
+        if self.backlog.is_empty() && fresh.is_empty() && !timed {
+            return Ok(());
+        }
+        let fresh_from = self.backlog.len();
+        if fresh_from + fresh.len() > MAX_BACKLOG {
+            tracing::error!("audit backlog full: records refused");
+            return Err(AuditError::Unavailable);
+        }
+        self.backlog.extend(fresh);
+        match self.write(timed) {
+            Ok(()) => {
+                if !self.healthy.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("audit log writable again; held records written");
+                }
+                self.backlog.clear();
+                if let Err(err) = self.rotate_if_due() {
+                    tracing::error!(error = %err, "audit log rotation failed; writing continues in the current file");
+                }
+                Ok(())
+            }
+            Err(err) => {
+                if self.healthy.swap(false, Ordering::Relaxed) {
+                    tracing::error!(error = %err, held = self.backlog.len(), "audit write failed; records held and retried");
+                }
+                self.rollback();
+                if self.on_error == AuditOnError::FailClosed {
+                    // The caller withholds these calls' results: the record says so.
+                    for record in &mut self.backlog[fresh_from..] {
+                        if record.event == AuditEvent::CallFinished {
+                            record.status = Some(AuditStatus::Failed);
+                            record.error_code = Some(AUDIT_UNAVAILABLE.into());
+                        }
+                    }
+                }
+                Err(AuditError::Unavailable)
+            }
+        }
+    }
+
+    /// Serialise the backlog (and any checkpoints due), write it and fsync. The chain and the
+    /// durable length move on only when all of it is on disk.
+    fn write(&mut self, timed_checkpoint: bool) -> Result<(), AuditError> {
+        // A previous rollback may have failed: never append after a torn tail.
+        if self.file.metadata().map_err(io)?.len() != self.len {
+            self.file.set_len(self.len).map_err(io)?;
+        }
+        let mut buffer = Vec::with_capacity(self.backlog.len() * 512);
+        let (mut seq, mut prev, mut since) = (self.seq, self.prev.clone(), self.since_checkpoint);
+        let mut checkpointed = false;
+        let push = |line: &Line, seq_prev: &mut String, buffer: &mut Vec<u8>| -> Result<(), AuditError> {
+            let bytes = serde_json::to_vec(line).map_err(|_| AuditError::Io("serialising a record".into()))?;
+            *seq_prev = self.chain.link(&bytes);
+            buffer.extend_from_slice(&bytes);
+            buffer.push(b'\n');
+            Ok(())
+        };
+        for record in &self.backlog {
+            seq += 1;
+            let line = Line::new(record.clone(), seq, &self.instance, prev.clone());
+            push(&line, &mut prev, &mut buffer)?;
+            since += 1;
+            if self.checkpoint_records > 0 && since >= self.checkpoint_records {
+                seq += 1;
+                push(&Line::checkpoint(seq, &self.instance, prev.clone()), &mut prev, &mut buffer)?;
+                (since, checkpointed) = (0, true);
+            }
+        }
+        if timed_checkpoint && since > 0 {
+            seq += 1;
+            push(&Line::checkpoint(seq, &self.instance, prev.clone()), &mut prev, &mut buffer)?;
+            (since, checkpointed) = (0, true);
+        }
+        self.file.write_all(&buffer).map_err(io)?;
+        // After a failed fsync the kernel may have dropped the pages: nothing of this batch is
+        // claimed durable, the caller cuts it off and writes it again.
+        self.file.sync_data().map_err(io)?;
+        self.len += buffer.len() as u64;
+        self.seq = seq;
+        self.prev = prev;
+        self.since_checkpoint = since;
+        if checkpointed {
+            self.last_checkpoint = Instant::now();
+        }
+        let _ = self.flushed.send(seq);
         Ok(())
     }
 
-    fn write_batch(&mut self, records: Vec<AuditRecord>) -> Result<(), AuditError> {
-        let mut buffer = Vec::with_capacity(records.len() * 512);
-        let (mut seq, mut prev) = (self.seq, self.prev.clone());
-        for record in records {
-            seq += 1;
-            let line = serde_json::to_vec(&Line::new(record, seq, prev)).map_err(|e| AuditError::Io(e.to_string()))?;
-            prev = line_hash(&line);
-            buffer.extend_from_slice(&line);
-            buffer.push(b'\n');
+    /// Cut the file back to its last durable length: no torn line, no record written twice.
+    fn rollback(&mut self) {
+        let cut = self.file.set_len(self.len).and_then(|()| self.file.sync_data());
+        if let Err(err) = cut {
+            // Tried again before the next write (see `write`).
+            tracing::error!(error.kind = %err.kind(), "audit log could not be cut back yet");
         }
-        self.file.write_all(&buffer).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
-        // Only a flushed batch moves the chain on: a failed write is not half-counted.
-        self.seq = seq;
-        self.prev = prev;
-        let _ = self.flushed.send(seq);
-        self.rotate_if_due()
+        let _ = self.file.seek(SeekFrom::End(0));
     }
 
     fn rotate_if_due(&mut self) -> Result<(), AuditError> {
-        if self.rotate_bytes == 0 || self.file.metadata().map_err(io)?.len() < self.rotate_bytes {
+        if self.rotate_bytes == 0 || self.len < self.rotate_bytes {
             return Ok(());
         }
         let first = first_seq(&self.path)?.unwrap_or(self.seq);
         let rotated = rotated_name(&self.path, first, self.seq);
         std::fs::rename(&self.path, &rotated).map_err(io)?;
         self.file = open_append(&self.path)?;
+        self.len = 0;
         sync_dir(&self.path);
         tracing::info!(last_seq = self.seq, "audit log rotated");
         Ok(())
     }
 }
+
+/// The error code of a call whose record could not be made durable (CONTRACT §11).
+pub const AUDIT_UNAVAILABLE: &str = "audit_unavailable";
 
 /// `<path>.<first seq>-<last seq>`: sorts by sequence, and `verify` finds the predecessors by it.
 pub fn rotated_name(path: &Path, first: u64, last: u64) -> PathBuf {
@@ -163,11 +339,11 @@ pub fn rotated_name(path: &Path, first: u64, last: u64) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn io(err: std::io::Error) -> AuditError {
+pub(super) fn io(err: std::io::Error) -> AuditError {
     AuditError::Io(err.kind().to_string())
 }
 
-fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
+pub(super) fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
     std::fs::OpenOptions::new().create(true).append(true).read(true).open(path).map_err(io)
 }
 
@@ -184,92 +360,4 @@ fn first_seq(path: &Path) -> Result<Option<u64>, AuditError> {
     let mut first = String::new();
     BufReader::new(file).read_line(&mut first).map_err(io)?;
     Ok(serde_json::from_str::<Line>(first.trim_end()).ok().map(|l| l.seq))
-}
-
-/// Read the existing log: continue its chain, cut a torn last line, and close open calls.
-fn recover(path: &Path) -> Result<(std::fs::File, ChainState), AuditError> {
-    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let mut file = open_append(path)?;
-    let mut state = super::rotated_predecessor_state(path)?;
-    let mut good_len = 0u64;
-    let mut reader = BufReader::new(&file);
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        let read = reader.read_until(b'\n', &mut raw).map_err(io)?;
-        if read == 0 {
-            break;
-        }
-        let complete = raw.ends_with(b"\n");
-        let body = raw.strip_suffix(b"\n").unwrap_or(&raw);
-        match serde_json::from_slice::<Line>(body) {
-            Ok(line) if complete => {
-                state.seq = line.seq;
-                state.prev = line_hash(body);
-                track_open(&mut state.open, line);
-                good_len += read as u64;
-            }
-            // A torn last line: the crash happened mid-write; that record was never acknowledged.
-            _ if !complete => break,
-            _ => return Err(AuditError::Corrupt { line: state.seq + 1 }),
-        }
-    }
-    drop(reader);
-    if file.metadata().map_err(io)?.len() != good_len {
-        tracing::warn!("audit log ended with a partial line (crash mid-write); it was cut off");
-        file.set_len(good_len).map_err(io)?;
-        file.seek(SeekFrom::End(0)).map_err(io)?;
-    }
-    if !state.open.is_empty() {
-        let mut open: Vec<Line> = state.open.drain().map(|(_, line)| line).collect();
-        open.sort_by_key(|l| l.seq);
-        let mut buffer = Vec::new();
-        for start in &open {
-            let record = AuditRecord {
-                event: AuditEvent::CallFinished,
-                session_id: start.session_id.clone(),
-                call_id: start.call_id.clone(),
-                tool: start.tool.clone(),
-                user: start.user.clone(),
-                roles: start.roles.clone(),
-                status: Some(AuditStatus::Abandoned),
-                error_code: None,
-                confirmation: Some(Confirmation::SessionClosed),
-                duration_ms: None,
-                phi: start.phi,
-                args_sha256: start.args_sha256.clone(),
-                arguments: None,
-            };
-            state.seq += 1;
-            let line = serde_json::to_vec(&Line::new(record, state.seq, state.prev.clone()))
-                .map_err(|e| AuditError::Io(e.to_string()))?;
-            state.prev = line_hash(&line);
-            buffer.extend_from_slice(&line);
-            buffer.push(b'\n');
-        }
-        file.write_all(&buffer).map_err(io)?;
-        file.sync_data().map_err(io)?;
-        tracing::warn!(calls = open.len(), "audit: calls left open by a crash were recorded as abandoned");
-    }
-    Ok((file, state))
-}
-
-/// Keep the start lines of calls that have not finished.
-pub(super) fn track_open(open: &mut HashMap<(String, String), Line>, line: Line) {
-    let key = (line.session_id.clone(), line.call_id.clone());
-    match line.event {
-        AuditEvent::CallStarted => {
-            open.insert(key, line);
-        }
-        AuditEvent::CallFinished => {
-            open.remove(&key);
-        }
-    }
-}
-
-/// An empty chain.
-pub(super) fn genesis() -> ChainState {
-    ChainState { seq: 0, prev: GENESIS.to_string(), open: HashMap::new() }
 }

@@ -5,6 +5,7 @@
 //! proxy (simulated model, local backends). Secrets are [`Secret`]s: their `Debug` hides the value
 //! and they are never serialised back out.
 
+mod audit;
 mod env;
 mod summary;
 mod validate;
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use audit::AuditOnError;
 pub use env::{EnvSource, ProcessEnv};
 pub use summary::summary;
 pub use validate::validate;
@@ -94,6 +96,17 @@ pub struct ServerConfig {
     pub ping_interval_ms: u64,
     /// Accept `auth.mode = "none"` on a non-loopback address (a loud warning is still logged).
     pub allow_unauthenticated_public: bool,
+    /// This instance's name on logs, spans and audit records; unset = the hostname.
+    pub instance_id: Option<String>,
+    /// Proxies whose `X-Forwarded-For` names the client address recorded in audit records.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+}
+
+impl ServerConfig {
+    /// `server.instance_id`, or the hostname when it is not set.
+    pub fn instance_id(&self) -> String {
+        self.instance_id.clone().unwrap_or_else(audit::hostname)
+    }
 }
 
 impl Default for ServerConfig {
@@ -110,6 +123,8 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             ping_interval_ms: 20_000,
             allow_unauthenticated_public: false,
+            instance_id: None,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -227,11 +242,29 @@ pub struct AuditConfig {
     pub path: PathBuf,
     /// Rotate the file when it grows past this many bytes (0 = never).
     pub rotate_bytes: u64,
+    /// What a call does when its record cannot be made durable.
+    pub on_error: AuditOnError,
+    /// The Redis stream records are mirrored to; unset = `voxgate:audit:{instance_id}`.
+    pub redis_stream: Option<String>,
+    /// Key of the HMAC-SHA256 chain; unset = plain SHA-256 (which only proves accidents).
+    pub chain_key: Option<Secret>,
+    /// A `checkpoint` record with the chain head after this many records (0 = never)...
+    pub checkpoint_records: u64,
+    /// ...or after this many seconds with new records (0 = never).
+    pub checkpoint_interval_s: u64,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        Self { path: PathBuf::from("./voxgate-audit.jsonl"), rotate_bytes: 64 * 1024 * 1024 }
+        Self {
+            path: PathBuf::from("./voxgate-audit.jsonl"),
+            rotate_bytes: 64 * 1024 * 1024,
+            on_error: AuditOnError::FailClosed,
+            redis_stream: None,
+            chain_key: None,
+            checkpoint_records: 1000,
+            checkpoint_interval_s: 60,
+        }
     }
 }
 

@@ -35,6 +35,8 @@ pub fn summary(config: &Config) -> String {
         ("auth.admin_token", secret(&a.admin_token).into()),
         ("auth.user_hash_key", secret(&a.user_hash_key).into()),
         ("audit.path", config.audit.path.display().to_string()),
+        ("audit.on_error", config.audit.on_error.as_str().into()),
+        ("audit.chain_key", secret(&config.audit.chain_key).into()),
         ("redis.url", secret(&config.redis.url).into()),
         ("telemetry.otlp_endpoint", config.telemetry.otlp_endpoint.clone().unwrap_or_else(|| "(unset)".into())),
         ("tools.confirmation_timeout_ms", config.tools.confirmation_timeout_ms.to_string()),

@@ -40,6 +40,15 @@ impl std::fmt::Debug for UserHasher {
     }
 }
 
+/// What logs, metrics and the audit log call a tool the model invented: its name may hold
+/// anything the model heard, so only `unknown_` and a keyed hash of it (key per process: equal
+/// names correlate within a run, nobody can test a guess).
+pub fn invented_tool_name(name: &str) -> String {
+    static KEY: std::sync::LazyLock<UserHasher> = std::sync::LazyLock::new(UserHasher::ephemeral);
+    let hash = KEY.hash(name);
+    format!("unknown_{}", hash.trim_start_matches("u_"))
+}
+
 /// Hex SHA-256 of a call's raw argument string, as the audit log records it.
 pub fn args_sha256(raw_arguments: &str) -> String {
     hex::encode(Sha256::digest(raw_arguments.as_bytes()))

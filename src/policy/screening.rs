@@ -1,8 +1,11 @@
 //! Outbound PHI screening for tools that send text to a third party (TOOLS.md, "PHI never leaves
 //! for a third party"; the rules with examples are in docs/phi.md).
 //!
-//! Two checks run before a third-party call leaves, on the text the tool says it would send
-//! ([`Tool::outbound_text`]):
+//! Two checks run before a third-party call leaves, on every string in its arguments (values and
+//! keys, at any depth: a date limit reaches PubMed as `mindate` just as the query does) and on
+//! any text the tool builds from them ([`Tool::outbound_text`]), each string on its own. A tool
+//! is screened because its spec says `third_party`, so a new third-party tool is covered without
+//! writing anything:
 //!
 //! 1. **Identifier patterns**: record numbers, SSNs, phone numbers, e-mail addresses, full dates
 //!    and birth-date phrases, street addresses, names after a title ("Mr.", "Dr") or after
@@ -178,8 +181,23 @@ fn named_patient(text: &str) -> bool {
 
 /// Screen what a third-party call would send. `Err(PhiBlocked)` means the call must not leave.
 pub fn screen_call(tool: &dyn Tool, args: &Value, taint: &TaintSet) -> Result<(), ToolError> {
-    let Some(text) = tool.outbound_text(args) else { return Ok(()) };
-    screen_text(&text, taint)
+    let mut strings = Vec::new();
+    argument_strings(args, &mut strings);
+    let built = tool.outbound_text(args);
+    strings.into_iter().chain(built.as_deref()).try_for_each(|text| screen_text(text, taint))
+}
+
+/// Every string in a call's arguments: values and object keys, at any depth.
+fn argument_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| argument_strings(v, out)),
+        Value::Object(map) => map.iter().for_each(|(key, v)| {
+            out.push(key);
+            argument_strings(v, out);
+        }),
+        _ => {}
+    }
 }
 
 pub fn screen_text(text: &str, taint: &TaintSet) -> Result<(), ToolError> {

@@ -1,5 +1,6 @@
 //! The admin API (bearer `auth.admin_token`; off when unset): list and end sessions, and invoke a
-//! tool through the same validation, policy and audit path as a model's call, without confirmation.
+//! tool through the same validation, policy (rate limit included), audit and metrics path as a
+//! model's call, without confirmation; its records are marked `admin`.
 //! Also `POST /v1/sessions`, which mints single-use session tickets for browsers.
 
 use std::time::Duration;
@@ -14,8 +15,10 @@ use tokio::time::Instant;
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::config::AuditOnError;
 use crate::policy::Principal;
-use crate::session::calls::{Action, CallTable};
+use crate::session::calls::observe::count;
+use crate::session::calls::{Action, CallTable, unix_ms};
 use crate::session::runner::ToolJob;
 use crate::tools::{CallContext, ToolError};
 
@@ -47,6 +50,7 @@ pub async fn invoke_tool(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
+    extensions: axum::http::Extensions,
     body: Result<Json<InvokeRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
@@ -59,6 +63,7 @@ pub async fn invoke_tool(
     let session_id = format!("admin_{}", uuid::Uuid::new_v4().simple());
     let call_id = format!("call_admin_{}", uuid::Uuid::new_v4().simple());
     let deps = &state.deps;
+    let origin = super::client_addr::origin(&state.config.server.trusted_proxies, &extensions, &headers, true);
     let mut table = CallTable::new(
         session_id.clone(),
         principal.clone(),
@@ -67,12 +72,9 @@ pub async fn invoke_tool(
         deps.settings.confirmation_timeout,
         deps.registry.clone(),
     )
-    .without_confirmation();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default();
-    let mut pending = table.accept(&call_id, &name, &request.arguments.to_string(), Instant::now(), now_ms);
+    .without_confirmation()
+    .with_origin(origin);
+    let mut pending = table.accept(&call_id, &name, &request.arguments.to_string(), Instant::now());
     let mut output = None;
     // The same actions a session performs, in order, awaited one by one.
     while !pending.is_empty() {
@@ -80,13 +82,22 @@ pub async fn invoke_tool(
         for action in pending {
             match action {
                 Action::Audit { record, gates } => {
-                    if let Err(err) = deps.audit.record(record).await {
+                    count(&deps.metrics, &record);
+                    let written = deps.audit.record(record).await;
+                    if let Err(err) = &written {
                         tracing::error!(error = %err, "audit record could not be written");
                         deps.metrics.audit_error();
                     }
                     if let Some(call) = gates {
-                        next.extend(table.on_audited(&call));
+                        next.extend(match written {
+                            Err(_) if deps.audit.on_error() == AuditOnError::FailClosed => table.on_audit_failed(&call),
+                            _ => table.on_audited(&call),
+                        });
                     }
+                }
+                Action::CheckLimit { call_id, tool } => {
+                    let limit = deps.limiter.check(&user, tool.name(), tool.policy.rate_limit_per_minute).await;
+                    next.extend(table.on_limit_checked(&call_id, limit, unix_ms()));
                 }
                 Action::Spawn { call_id, tool, args } => {
                     let span = crate::telemetry::tool_span(&tracing::Span::current(), tool.name(), &call_id);
@@ -94,8 +105,6 @@ pub async fn invoke_tool(
                         tool,
                         args,
                         ctx: CallContext { session_id: session_id.clone(), call_id: call_id.clone(), principal: principal.clone() },
-                        user: user.clone(),
-                        limiter: deps.limiter.clone(),
                         span,
                     };
                     let result = match tokio::spawn(job.run()).await {
@@ -122,6 +131,7 @@ pub async fn invoke_tool(
         Some("rate_limited") => StatusCode::TOO_MANY_REQUESTS,
         Some("phi_blocked") => StatusCode::UNPROCESSABLE_ENTITY,
         Some("timeout") => StatusCode::GATEWAY_TIMEOUT,
+        Some("audit_unavailable") => StatusCode::SERVICE_UNAVAILABLE,
         Some(_) => StatusCode::BAD_GATEWAY,
     };
     Ok((status, Json(value)).into_response())

@@ -20,8 +20,8 @@ pub async fn serve(listener: TcpListener, app: Router, handshake_timeout: Durati
             accepted = listener.accept() => accepted,
             _ = stop.cancelled() => return,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) => {
                 // Out of file descriptors and the like: back off rather than spin.
                 tracing::warn!(error = %err, "accept failed");
@@ -31,7 +31,12 @@ pub async fn serve(listener: TcpListener, app: Router, handshake_timeout: Durati
         };
         // Audio frames are small and latency-bound.
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let inner = TowerToHyperService::new(app.clone());
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            // The peer address, for the audit log's client address (see `client_addr`).
+            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            hyper::service::Service::call(&inner, request)
+        });
         let stop = stop.clone();
         tokio::spawn(async move {
             let connection = http1::Builder::new()

@@ -9,6 +9,7 @@
 //! - [`state`]: the handles every route shares.
 
 pub mod admin;
+mod client_addr;
 pub mod assets;
 mod error;
 pub mod health;
@@ -86,7 +87,13 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         None => None,
     };
     let registry = Arc::new(ToolRegistry::from_config(&config)?);
-    let (audit, audit_writer) = audit::open(&config.audit, config.redis.url.as_ref()).await?;
+    let recovery = crate::session::calls::recover::ToolRecovery(registry.clone());
+    let audit_options = audit::OpenOptions {
+        redis_url: config.redis.url.as_ref(),
+        instance: config.server.instance_id(),
+        recovery: Some(&recovery),
+    };
+    let (audit, audit_writer) = audit::open(&config.audit, audit_options).await?;
     let hasher = user_hasher(&config);
     let jwt = JwtVerifier::from_config(&config.auth).map_err(StartError::Auth)?.map(Arc::new);
     let tickets = config.auth.admin_token.as_ref().map(|token| {

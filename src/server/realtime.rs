@@ -78,7 +78,8 @@ pub async fn realtime(
     })?;
 
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let info = SessionInfo { id, principal, user, wants_events, model: model_name };
+    let origin = super::client_addr::origin(&state.config.server.trusted_proxies, request.extensions(), &headers, false);
+    let info = SessionInfo { id, principal, user, wants_events, model: model_name, origin };
     let task_state = state.clone();
     state.shutdown.tracker().spawn(async move {
         let _admission = admission;

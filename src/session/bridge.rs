@@ -93,7 +93,8 @@ impl Bridge {
             info.wants_events,
             deps.settings.confirmation_timeout,
             deps.registry.clone(),
-        );
+        )
+        .with_origin(info.origin.clone());
         let mut bridge = Bridge {
             frames: deps.metrics.frame_counters(),
             to_client: Outbox::spawn(client_sink),
@@ -236,15 +237,22 @@ impl Bridge {
         outcome
     }
 
-    /// Perform what the call table decided, in order.
+    /// Perform what the call table decided, in order (what an action leads to comes first).
     pub(super) async fn perform(&mut self, actions: Vec<Action>) {
-        for action in actions {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
             match action {
                 Action::Client(event) => self.send_client_event(event).await,
                 Action::Audit { record, gates } => {
                     self.observe(&record);
                     let ack = self.deps.audit.record(record);
                     self.audit_acks.push(async move { (gates, ack.await) }.boxed());
+                }
+                Action::CheckLimit { call_id, tool } => {
+                    let policy = &tool.policy;
+                    let limit = self.deps.limiter.check(&self.info.user, tool.name(), policy.rate_limit_per_minute).await;
+                    let next = self.calls.on_limit_checked(&call_id, limit, super::calls::unix_ms());
+                    next.into_iter().rev().for_each(|a| queue.push_front(a));
                 }
                 Action::Spawn { call_id, tool, args } => self.spawn_tool(call_id, tool, args),
                 Action::Expire { call_id, after } => {
@@ -262,34 +270,14 @@ impl Bridge {
 
     /// Metrics, the tool span and its log line for an audit record about to be written.
     fn observe(&mut self, record: &crate::audit::AuditRecord) {
-        let metrics = &self.deps.metrics;
         if record.event == AuditEvent::CallStarted {
-            metrics.audit_record("call_started");
             let span = crate::telemetry::tool_span(&self.span, &record.tool, &record.call_id);
             self.tool_spans.insert(record.call_id.clone(), span);
-            return;
         }
-        metrics.audit_record("call_finished");
-        let status = record.status.map(|s| s.as_str()).unwrap_or("failed");
-        let confirmation = record.confirmation.map(|c| c.as_str()).unwrap_or("not_required");
-        let error_code = record.error_code.as_deref().and_then(static_code);
-        let ran = matches!(status, "completed" | "failed") && error_code.is_none_or(|c| !matches!(c, "unknown_tool" | "invalid_arguments" | "permission_denied"));
-        let duration = ran.then(|| Duration::from_millis(record.duration_ms.unwrap_or_default()));
-        metrics.tool_call_finished(&record.tool, status, duration);
-        if let Some(code) = error_code {
-            metrics.tool_error(&record.tool, code);
-            if code == "rate_limited" {
-                metrics.rate_limited(&record.tool);
-            }
-            if code == "phi_blocked" {
-                metrics.phi_blocked(&record.tool);
-            }
-        }
-        if confirmation != "not_required" {
-            metrics.tool_confirmation(&record.tool, confirmation);
-        }
+        let Some(counted) = super::calls::observe::count(&self.deps.metrics, record) else { return };
         if let Some(span) = self.tool_spans.remove(&record.call_id) {
-            crate::telemetry::record_tool_outcome(&span, status, confirmation, error_code, duration);
+            let c = counted;
+            crate::telemetry::record_tool_outcome(&span, c.status, c.confirmation, c.error_code, c.duration);
         }
     }
 
@@ -307,8 +295,6 @@ impl Bridge {
                 call_id: call_id.clone(),
                 principal: self.info.principal.clone(),
             },
-            user: self.info.user.clone(),
-            limiter: self.deps.limiter.clone(),
             span,
         };
         let handle = self.tool_tasks.spawn(job.run());
@@ -332,12 +318,15 @@ impl Bridge {
 
     async fn handle_audited(&mut self, gated: Option<String>, result: Result<(), AuditError>) {
         if let Err(err) = &result {
-            // The result still goes out: the tool has run, and hiding it would lose data.
             tracing::error!(parent: &self.span, error = %err, "audit record could not be written");
             self.deps.metrics.audit_error();
         }
         if let Some(call_id) = gated {
-            let actions = self.calls.on_audited(&call_id);
+            // `fail_closed`: nothing the call produced is released without its record.
+            let actions = match result {
+                Err(_) if self.deps.audit.on_error() == crate::config::AuditOnError::FailClosed => self.calls.on_audit_failed(&call_id),
+                _ => self.calls.on_audited(&call_id),
+            };
             self.perform(actions).await;
         }
     }
@@ -405,14 +394,6 @@ impl Bridge {
 }
 
 /// The `&'static` form of a CONTRACT error code (metrics labels are static).
-fn static_code(code: &str) -> Option<&'static str> {
-    const CODES: [&str; 8] = [
-        "unknown_tool", "invalid_arguments", "permission_denied", "rate_limited",
-        "phi_blocked", "timeout", "backend_error", "internal_error",
-    ];
-    CODES.iter().copied().find(|c| *c == code)
-}
-
 pub(super) fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
     CloseFrame { code, reason: reason.to_string().into() }
 }

@@ -1,14 +1,20 @@
 //! The tool-call state machine of one session, without I/O.
 //!
 //! ```text
-//! accepted ─► validated ─► policy ─┬─────────────────────────────► running ─► completed | failed
-//!     │           │           │    └► awaiting_confirmation ─┬► approved ─┘
-//!     └───────────┴───────────┴─► failed                      └► declined | expired ─► declined
+//! accepted ─► validated ─► rate limit ─┬─────────────────────────────────────────► running ─► completed | failed
+//!     │           │            │       └► awaiting_confirmation ─┬► approved (recorded) ─┘
+//!     └───────────┴────────────┴─► failed                         └► declined | expired ─► declined
 //! ```
-//! Every transition returns [`Action`]s for the session loop to perform. A call's terminal
-//! transition emits its one `call_finished` audit record and nothing else; only when that record
-//! is flushed ([`CallTable::on_audited`]) do the model's `function_call_output` and the client's
-//! terminal event go out. So each call is audited exactly once, before its result reaches anyone.
+//! Every transition returns [`Action`]s for the session loop to perform. The rate limit is
+//! charged once, before the user is asked ([`Action::CheckLimit`]): a user is never asked to
+//! approve a call that would then be refused. An approval is written to the audit log
+//! (`call_approved`) and flushed before the tool runs, so a crash after a side effect is known to
+//! have been approved. A call's terminal transition emits its one `call_finished` audit record
+//! and nothing else; only when that record is flushed ([`CallTable::on_audited`]) do the model's
+//! `function_call_output` and the client's terminal event go out. So each call is audited exactly
+//! once, before its result reaches anyone; when the record cannot be made durable and
+//! `audit.on_error` is `fail_closed`, the call fails `audit_unavailable` instead
+//! ([`CallTable::on_audit_failed`]) and nothing it produced is released.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,21 +23,24 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation};
+use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation, Origin};
 use crate::policy::Principal;
-use crate::policy::phi::args_sha256;
+use crate::policy::phi::{args_sha256, invented_tool_name};
+use crate::policy::rate_limit::Limited;
 use crate::policy::screening::{TaintSet, screen_call};
 use crate::protocol::voxgate as events;
 use crate::tools::registry::{RegisteredTool, ToolRegistry};
-use crate::tools::{ToolError, ToolOutput};
+use crate::tools::{CallContext, ToolError, ToolOutput};
 
 /// What the session loop must do next.
 #[derive(Debug)]
 pub enum Action {
     /// Send a `voxgate.*` event to the client (dropped if the client did not ask for them).
     Client(String),
-    /// Append an audit record; when `gates` names a call, its result waits for the flush.
+    /// Append an audit record; when `gates` names a call, its next step waits for the flush.
     Audit { record: AuditRecord, gates: Option<String> },
+    /// Charge the call to the user's rate limit, then report with [`CallTable::on_limit_checked`].
+    CheckLimit { call_id: String, tool: Arc<RegisteredTool> },
     /// Run the tool in its own task.
     Spawn { call_id: String, tool: Arc<RegisteredTool>, args: Value },
     /// Decline the call as expired unless decided within `after`.
@@ -88,7 +97,11 @@ enum Outcome {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Waiting for the rate limiter's answer.
+    CheckingLimit,
     AwaitingConfirmation,
+    /// Approved; the `call_approved` record is being flushed.
+    Approving,
     Running,
     /// The terminal audit record is being flushed.
     Finishing,
@@ -109,7 +122,12 @@ struct Call {
     tool: Option<Arc<RegisteredTool>>,
     confirmation: Confirmation,
     outcome: Option<Outcome>,
+    /// For PHI tools: the resource the call touches (never content).
+    resource: Option<String>,
 }
+
+/// The largest arguments (serialised) an audit line holds; larger ones are recorded by digest.
+const MAX_AUDIT_ARGUMENTS: usize = 4096;
 
 /// Why a confirmation from the client was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -131,6 +149,8 @@ pub struct CallTable {
     /// third-party tools would send.
     taint: TaintSet,
     calls: HashMap<String, Call>,
+    /// Who and from where, on every record of this table.
+    origin: Arc<Origin>,
 }
 
 impl CallTable {
@@ -152,7 +172,14 @@ impl CallTable {
             registry,
             taint: TaintSet::default(),
             calls: HashMap::new(),
+            origin: Arc::new(Origin::default()),
         }
+    }
+
+    /// The client's address and user agent (and whether this is the admin API) for the records.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = Arc::new(origin);
+        self
     }
 
     /// Run calls without asking for confirmation (the admin API's invoke).
@@ -183,29 +210,29 @@ impl CallTable {
 
     /// The model finished a call's arguments: accept it and take it as far as it can go now.
     /// A repeated call id is ignored (the same call is announced by several events).
-    pub fn accept(&mut self, call_id: &str, name: &str, raw_args: &str, now: Instant, now_ms: u64) -> Vec<Action> {
+    pub fn accept(&mut self, call_id: &str, name: &str, raw_args: &str, now: Instant) -> Vec<Action> {
         if self.calls.contains_key(call_id) {
             return Vec::new();
         }
         let tool = self.registry.get(name).cloned();
-        // A call to an unknown tool is treated as PHI-bearing: we cannot know what it holds.
+        // A call to an unknown tool is treated as PHI-bearing: we cannot know what it holds. Its
+        // name is the model's invention and may hold anything too: only a keyed hash of it is
+        // recorded, counted or logged.
         let phi = tool.as_ref().is_none_or(|t| t.spec().phi);
         let parsed: Result<Value, _> = serde_json::from_str(raw_args);
         let call = Call {
-            name: name.to_string(),
+            name: if tool.is_some() { name.to_string() } else { invented_tool_name(name) },
             state: State::Running,
             accepted_at: now,
             phi,
             args_sha256: args_sha256(raw_args),
-            // A third-party query that screening would block may hold PHI: keep it out of the log.
-            audit_arguments: match (&tool, &parsed) {
-                (Some(t), Ok(args)) if !phi && self.screen(t, args).is_ok() => Some(args.clone()),
-                _ => None,
-            },
+            // Arguments are recorded only once validated and screened (see `audit_arguments`).
+            audit_arguments: None,
             args: None,
             tool: tool.clone(),
             confirmation: Confirmation::NotRequired,
             outcome: None,
+            resource: None,
         };
         let started = self.record(AuditEvent::CallStarted, call_id, &call);
         self.calls.insert(call_id.to_string(), call);
@@ -224,15 +251,40 @@ impl CallTable {
                 return actions;
             }
         };
-        if !tool.policy.requires_confirmation || self.skip_confirmation {
-            actions.extend(self.run(call_id, tool, args));
-            return actions;
-        }
-        if !self.client_can_confirm {
+        if tool.policy.requires_confirmation && !self.skip_confirmation && !self.client_can_confirm {
             self.set_confirmation(call_id, Confirmation::ClientCannotConfirm);
             actions.extend(self.finish(call_id, Outcome::Declined(DeclineReason::ClientCannotConfirm)));
             return actions;
         }
+        let ctx = CallContext { session_id: self.session_id.clone(), call_id: call_id.to_string(), principal: self.principal.clone() };
+        let audit_arguments = self.audit_arguments(&tool, &args);
+        if let Some(call) = self.calls.get_mut(call_id) {
+            call.state = State::CheckingLimit;
+            call.audit_arguments = audit_arguments;
+            call.resource = if tool.spec().phi { tool.tool.audit_resource(&args, &ctx) } else { None };
+            call.args = Some(args);
+        }
+        actions.push(Action::CheckLimit { call_id: call_id.to_string(), tool });
+        actions
+    }
+
+    /// The rate limiter answered for a call: refuse it, ask the user, or run it.
+    pub fn on_limit_checked(&mut self, call_id: &str, limit: Result<(), Limited>, now_ms: u64) -> Vec<Action> {
+        let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
+        if call.state != State::CheckingLimit {
+            return Vec::new();
+        }
+        let (Some(tool), Some(args)) = (call.tool.clone(), call.args.take()) else {
+            return self.finish(call_id, Outcome::Failed(ToolError::Internal));
+        };
+        if let Err(limited) = limit {
+            return self.finish(call_id, Outcome::Failed(ToolError::RateLimited { retry_after_s: limited.retry_after_s }));
+        }
+        let name = tool.name();
+        if !tool.policy.requires_confirmation || self.skip_confirmation {
+            return self.run(call_id, tool, args);
+        }
+        let mut actions = Vec::new();
         let prompt = tool.tool.confirmation_prompt(&args);
         let expires_at_ms = now_ms + self.confirmation_timeout.as_millis() as u64;
         actions.push(Action::Client(events::confirmation_requested(call_id, name, &args, &prompt, expires_at_ms)));
@@ -255,10 +307,11 @@ impl CallTable {
             return Ok(self.finish(call_id, Outcome::Declined(DeclineReason::UserDeclined)));
         }
         call.confirmation = Confirmation::Approved;
-        match (call.tool.clone(), call.args.take()) {
-            (Some(tool), Some(args)) => Ok(self.run(call_id, tool, args)),
-            _ => Ok(self.finish(call_id, Outcome::Failed(ToolError::Internal))),
-        }
+        call.state = State::Approving;
+        // The decision is on disk before the tool can act on it.
+        let Some(call) = self.calls.get(call_id) else { return Ok(Vec::new()) };
+        let record = self.record(AuditEvent::CallApproved, call_id, call);
+        Ok(vec![Action::Audit { record, gates: Some(call_id.to_string()) }])
     }
 
     /// A parked call's confirmation window closed.
@@ -285,9 +338,31 @@ impl CallTable {
         self.finish(call_id, outcome)
     }
 
-    /// The call's terminal record is on disk: tell the model and the client.
+    /// A gating record could not be made durable and `audit.on_error` is `fail_closed`: an
+    /// approved call does not run, a finished one releases nothing but `audit_unavailable` (the
+    /// writer records it so).
+    pub fn on_audit_failed(&mut self, call_id: &str) -> Vec<Action> {
+        let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
+        match call.state {
+            State::Approving => self.finish(call_id, Outcome::Failed(ToolError::AuditUnavailable)),
+            State::Finishing => {
+                call.outcome = Some(Outcome::Failed(ToolError::AuditUnavailable));
+                self.on_audited(call_id)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A gating record is on disk: run an approved call, or tell the model and the client how a
+    /// finished one ended.
     pub fn on_audited(&mut self, call_id: &str) -> Vec<Action> {
         let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
+        if call.state == State::Approving {
+            return match (call.tool.clone(), call.args.take()) {
+                (Some(tool), Some(args)) => self.run(call_id, tool, args),
+                _ => self.finish(call_id, Outcome::Failed(ToolError::Internal)),
+            };
+        }
         if call.state != State::Finishing {
             return Vec::new();
         }
@@ -331,7 +406,7 @@ impl CallTable {
         let parked: Vec<String> = self
             .calls
             .iter()
-            .filter(|(_, c)| c.state == State::AwaitingConfirmation)
+            .filter(|(_, c)| matches!(c.state, State::AwaitingConfirmation | State::CheckingLimit))
             .map(|(id, _)| id.clone())
             .collect();
         let mut actions = Vec::new();
@@ -344,8 +419,12 @@ impl CallTable {
 
     /// The drain deadline passed: calls still running fail as timed out.
     pub fn abandon_running(&mut self) -> Vec<Action> {
-        let running: Vec<String> =
-            self.calls.iter().filter(|(_, c)| c.state == State::Running).map(|(id, _)| id.clone()).collect();
+        let running: Vec<String> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| matches!(c.state, State::Running | State::Approving))
+            .map(|(id, _)| id.clone())
+            .collect();
         let mut actions = Vec::new();
         for call_id in running {
             actions.extend(self.finish(&call_id, Outcome::Failed(ToolError::Timeout)));
@@ -365,6 +444,17 @@ impl CallTable {
             Err(blocked) => actions.extend(self.finish(call_id, Outcome::Failed(blocked))),
         }
         actions
+    }
+
+    /// The arguments an audit record may hold: only for tools that handle no PHI, only what
+    /// passed validation and outbound screening (a query screening blocks may hold PHI), and only
+    /// up to [`MAX_AUDIT_ARGUMENTS`] bytes (a larger one is recorded by its digest alone).
+    fn audit_arguments(&self, tool: &RegisteredTool, args: &Value) -> Option<Value> {
+        if tool.spec().phi || self.screen(tool, args).is_err() {
+            return None;
+        }
+        let size = serde_json::to_vec(args).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
+        (size <= MAX_AUDIT_ARGUMENTS).then(|| args.clone())
     }
 
     /// Outbound PHI screening (TOOLS.md) of what a third-party tool would send.
@@ -393,6 +483,7 @@ impl CallTable {
 
     fn record(&self, event: AuditEvent, call_id: &str, call: &Call) -> AuditRecord {
         let finished = event == AuditEvent::CallFinished;
+        let approved = event == AuditEvent::CallApproved;
         let (status, error_code) = match &call.outcome {
             Some(Outcome::Completed { .. }) => (AuditStatus::Completed, None),
             Some(Outcome::Failed(err)) => (AuditStatus::Failed, Some(err.code().to_string())),
@@ -409,14 +500,23 @@ impl CallTable {
             roles: self.principal.roles.clone(),
             status: finished.then_some(status),
             error_code: if finished { error_code } else { None },
-            confirmation: finished.then_some(call.confirmation),
+            confirmation: (finished || approved).then_some(call.confirmation),
             duration_ms: finished.then(|| call.accepted_at.elapsed().as_millis() as u64),
             phi: call.phi,
             args_sha256: call.args_sha256.clone(),
-            arguments: if call.phi { None } else { call.audit_arguments.clone() },
+            arguments: if call.phi || !finished { None } else { call.audit_arguments.clone() },
+            origin: self.origin.clone(),
+            resource: call.resource.clone(),
         }
     }
 }
 
+/// Milliseconds since the Unix epoch (confirmation deadlines are told to the client in it).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+}
+
+pub mod observe;
+pub mod recover;
 #[cfg(test)]
 mod tests;

@@ -83,6 +83,8 @@ pub struct SessionInfo {
     /// The client asked for `voxgate.*` events (and so can confirm calls).
     pub wants_events: bool,
     pub model: String,
+    /// The client's address and user agent, for the audit log.
+    pub origin: crate::audit::Origin,
 }
 
 /// How a session ended (the `outcome` label of `voxgate_sessions_total`).

@@ -216,11 +216,7 @@ impl Bridge {
     }
 
     async fn accept_call(&mut self, call_id: &str, name: &str, arguments: &str) {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
-        let actions = self.calls.accept(call_id, name, arguments, Instant::now(), now_ms);
+        let actions = self.calls.accept(call_id, name, arguments, Instant::now());
         self.perform(actions).await;
     }
 }

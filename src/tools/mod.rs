@@ -139,6 +139,9 @@ pub enum ToolError {
     Backend(String),
     #[error("internal error")]
     Internal,
+    /// The call's audit record could not be made durable (`audit.on_error = "fail_closed"`).
+    #[error("the audit log is unavailable")]
+    AuditUnavailable,
 }
 
 impl ToolError {
@@ -153,6 +156,7 @@ impl ToolError {
             ToolError::Timeout => "timeout",
             ToolError::Backend(_) => "backend_error",
             ToolError::Internal => "internal_error",
+            ToolError::AuditUnavailable => crate::audit::AUDIT_UNAVAILABLE,
         }
     }
 
@@ -172,6 +176,9 @@ impl ToolError {
             ToolError::Timeout => "The tool did not finish in time.".into(),
             ToolError::Backend(msg) => msg.clone(),
             ToolError::Internal => "The tool failed unexpectedly.".into(),
+            ToolError::AuditUnavailable => "The action could not be recorded in the audit log, so its \
+                result is withheld; try again in a moment."
+                .into(),
         }
     }
 }
@@ -198,6 +205,19 @@ pub trait Tool: Send + Sync + 'static {
     /// The text this call would send to a third party, for PHI screening; `None` when nothing leaves.
     fn outbound_text(&self, _args: &Value) -> Option<String> {
         None
+    }
+
+    /// For a PHI tool: the resource this call touches (an event UID, a file id) as the audit log
+    /// records it — an identifier, never content. `None` when there is nothing to name.
+    fn audit_resource(&self, _args: &Value, _ctx: &CallContext) -> Option<String> {
+        None
+    }
+
+    /// After a crash: what became of this approved call (`ctx` names its session and call; its
+    /// arguments are not kept). Tools whose writes are idempotent under an id derived from the
+    /// call look it up; the default cannot tell.
+    async fn recover(&self, _ctx: &CallContext) -> crate::audit::Recovered {
+        crate::audit::Recovered::Unknown
     }
 
     /// Run the call. Arguments have been validated against the spec's schema.

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::*;
+use crate::policy::rate_limit::Limited;
 use crate::config::{ToolOverride, ToolsConfig};
 use crate::tools::{CallContext, Category, Risk, Tool, ToolSpec};
 
@@ -45,6 +46,14 @@ fn echo(name: &'static str, confirm: bool, phi: bool) -> Arc<dyn Tool> {
     })
 }
 
+fn third_party_echo() -> Arc<dyn Tool> {
+    let mut spec = echo("x", false, false).spec().clone();
+    spec.name = "third_party_echo";
+    spec.third_party = true;
+    spec.parameters["properties"]["text"]["maxLength"] = json!(100_000);
+    Arc::new(Echo { spec })
+}
+
 fn table(can_confirm: bool) -> CallTable {
     let mut tools = ToolsConfig::default();
     tools.per_tool.insert("web_search_medical".into(), ToolOverride { roles: Some(vec!["admin".into()]), ..Default::default() });
@@ -54,6 +63,7 @@ fn table(can_confirm: bool) -> CallTable {
             echo("create_calendar_event", true, true),
             echo("search_pubmed", false, false),
             echo("web_search_medical", false, false),
+            third_party_echo(),
         ],
         &tools,
     )
@@ -86,8 +96,18 @@ fn output(actions: &[Action]) -> Value {
         .expect("an output")
 }
 
+/// Accept a call; the session's rate limiter allows it.
 fn accept(t: &mut CallTable, id: &str, name: &str, args: &str) -> Vec<Action> {
-    t.accept(id, name, args, Instant::now(), 1_000)
+    accept_limited(t, id, name, args, Ok(()))
+}
+
+fn accept_limited(t: &mut CallTable, id: &str, name: &str, args: &str, limit: Result<(), Limited>) -> Vec<Action> {
+    let mut actions = t.accept(id, name, args, Instant::now());
+    if let Some(at) = actions.iter().position(|a| matches!(a, Action::CheckLimit { .. })) {
+        let Action::CheckLimit { call_id, .. } = actions.remove(at) else { unreachable!() };
+        actions.extend(t.on_limit_checked(&call_id, limit, 1_000));
+    }
+    actions
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,11 +138,13 @@ async fn inline_call_runs_then_answers_after_the_audit_flush() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn non_phi_arguments_are_audited() {
+async fn non_phi_arguments_are_audited_once_validated() {
     let mut t = table(true);
     let actions = accept(&mut t, "c1", "search_pubmed", r#"{"text":"asthma"}"#);
-    assert_eq!(audits(&actions)[0].arguments, Some(json!({"text": "asthma"})));
+    assert_eq!(audits(&actions)[0].arguments, None, "not before validation");
     assert_eq!(audits(&actions)[0].args_sha256.len(), 64);
+    let actions = t.on_tool_finished("c1", Ok(ToolOutput::new(json!({}))));
+    assert_eq!(audits(&actions)[0].arguments, Some(json!({"text": "asthma"})));
 }
 
 #[tokio::test(start_paused = true)]
@@ -160,9 +182,14 @@ async fn parked_call_approved_runs() {
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
 
     let actions = t.on_confirm("c1", true).unwrap();
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "not before the approval is on disk");
+    let approved = audits(&actions);
+    assert_eq!((approved[0].event, approved[0].confirmation), (AuditEvent::CallApproved, Some(Confirmation::Approved)));
+    assert!(matches!(&actions[0], Action::Audit { gates: Some(id), .. } if id == "c1"));
+    assert_eq!(t.on_confirm("c1", true).unwrap_err(), NotAwaitingConfirmation);
+    let actions = t.on_audited("c1");
     assert_eq!(client_events(&actions)[0]["type"], "voxgate.tool_call.started");
     assert!(actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
-    assert_eq!(t.on_confirm("c1", true).unwrap_err(), NotAwaitingConfirmation);
     assert!(t.on_expired("c1").is_empty(), "a decided call does not expire");
     let actions = t.on_tool_finished("c1", Ok(ToolOutput::new(json!({}))));
     assert_eq!(audits(&actions)[0].confirmation, Some(Confirmation::Approved));
@@ -224,4 +251,94 @@ async fn failures_timeouts_and_drain_abandon() {
     assert_eq!(t.unfinished(), 1, "waiting for the flush");
     t.on_audited("c2");
     assert_eq!(t.unfinished(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rate_limit_refuses_before_the_user_is_asked() {
+    let mut t = table(true);
+    let actions = t.accept("c1", "create_calendar_event", r#"{"text":"a"}"#, Instant::now());
+    assert!(client_events(&actions).is_empty(), "no confirmation before the limit is checked");
+    assert!(matches!(actions.last(), Some(Action::CheckLimit { call_id, .. }) if call_id == "c1"));
+    let actions = t.on_limit_checked("c1", Err(Limited { retry_after_s: 30 }), 1_000);
+    assert!(client_events(&actions).is_empty(), "the user is never asked");
+    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("rate_limited"));
+    assert_eq!(output(&t.on_audited("c1"))["error"]["code"], "rate_limited");
+    assert!(t.on_limit_checked("c1", Ok(()), 1_000).is_empty(), "one answer per call");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fail_closed_withholds_results_and_approved_calls() {
+    let mut t = table(true);
+    accept(&mut t, "c1", "calculate_medical_score", r#"{"text":"a"}"#);
+    t.on_tool_finished("c1", Ok(ToolOutput::new(json!({"score": "SECRET-RESULT"}))));
+    let actions = t.on_audit_failed("c1");
+    let sent = format!("{actions:?}");
+    assert!(!sent.contains("SECRET-RESULT"), "{sent}");
+    assert_eq!(output(&actions)["error"]["code"], "audit_unavailable");
+    assert_eq!(client_events(&actions)[0]["error"]["code"], "audit_unavailable");
+
+    accept(&mut t, "c2", "create_calendar_event", r#"{"text":"a"}"#);
+    t.on_confirm("c2", true).unwrap();
+    let actions = t.on_audit_failed("c2");
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "an approval not on disk does not run");
+    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("audit_unavailable"));
+    assert_eq!(output(&t.on_audited("c2"))["error"]["code"], "audit_unavailable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn invented_tool_names_are_hashed_everywhere() {
+    let mut t = table(true);
+    let actions = accept(&mut t, "c1", "lookup_john_smith_1961_03_12", "{}");
+    let sent = format!("{actions:?}{:?}", t.on_audited("c1"));
+    assert!(!sent.contains("john"), "{sent}");
+    assert!(audits(&actions)[0].tool.starts_with("unknown_"));
+    let again = accept(&mut t, "c2", "lookup_john_smith_1961_03_12", "{}");
+    assert_eq!(audits(&again)[0].tool, audits(&actions)[0].tool, "equal names correlate within a run");
+}
+
+#[tokio::test(start_paused = true)]
+async fn audited_arguments_are_screened_and_bounded() {
+    let mut t = table(true);
+    let long = "a".repeat(MAX_AUDIT_ARGUMENTS);
+    for (id, text) in [("c1", long.as_str()), ("c2", "Mr. Quixote")] {
+        let args = json!({"text": text}).to_string();
+        let mut actions = t.accept(id, "third_party_echo", &args, Instant::now());
+        let Some(Action::CheckLimit { .. }) = actions.pop() else { panic!("{actions:?}") };
+        actions.extend(t.on_limit_checked(id, Ok(()), 1_000));
+        let finished = audits(&actions);
+        assert_eq!(finished.last().unwrap().arguments, None, "{id}");
+    }
+}
+
+/// Every string argument of every third-party tool voxgate ships (and any added later with
+/// `third_party: true`) is screened: an identifier in any of them blocks the call.
+#[test]
+fn identifiers_in_any_string_argument_of_any_third_party_tool_are_blocked() {
+    let registry = ToolRegistry::from_config(&crate::config::Config::default()).unwrap();
+    let taint = TaintSet::default();
+    let identifiers = ["born 12 March 1961", "1961-03-12", "1961/03/12", "Mr. Quixote", "MRN 4471123", "patient Zebulon"];
+    let mut screened = 0;
+    for tool in registry.iter().filter(|t| t.spec().third_party) {
+        let properties = tool.spec().parameters["properties"].as_object().cloned().unwrap_or_default();
+        for (name, schema) in properties {
+            let array = schema["type"] == "array";
+            if schema["type"] != "string" && !(array && schema["items"]["type"] == "string") {
+                continue;
+            }
+            for identifier in identifiers {
+                let value = if array { json!([identifier]) } else { json!(identifier) };
+                let args = json!({ name.clone(): value });
+                assert_eq!(
+                    crate::policy::screening::screen_call(tool.tool.as_ref(), &args, &taint),
+                    Err(ToolError::PhiBlocked),
+                    "{}.{name} = {identifier}",
+                    tool.name()
+                );
+                screened += 1;
+            }
+        }
+        let nested = json!({"filters": {"deep": ["Dr Quixote"]}});
+        assert_eq!(crate::policy::screening::screen_call(tool.tool.as_ref(), &nested, &taint), Err(ToolError::PhiBlocked));
+    }
+    assert!(screened >= 3 * identifiers.len(), "search_pubmed: query, date_from, date_to at least ({screened})");
 }

@@ -1,0 +1,194 @@
+//! What a crash left behind, made true on the next start: the chain and sequence continue where
+//! the durable file ends, a line cut short mid-write is removed (it was never acknowledged), and
+//! every call with a start and no finish gets one. A call that was approved and then interrupted
+//! may have had its side effect: the tool is asked ([`Recovery`]) and the finish says `completed`
+//! when the backend holds the call's result (an idempotent write keyed by the call), `abandoned`
+//! otherwise.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use super::AuditError;
+use super::chain::Chain;
+use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
+use super::writer::{io, open_append};
+
+/// Where the chain stands.
+#[derive(Debug)]
+pub(crate) struct ChainState {
+    pub seq: u64,
+    pub prev: String,
+    /// Calls with a start and no finish: (session_id, call_id) → what is known of them.
+    pub open: HashMap<(String, String), OpenCall>,
+}
+
+impl Default for ChainState {
+    fn default() -> Self {
+        ChainState { seq: 0, prev: GENESIS.to_string(), open: HashMap::new() }
+    }
+}
+
+/// A call a crash interrupted.
+#[derive(Debug)]
+pub struct OpenCall {
+    pub start: Line,
+    /// A `call_approved` was written: the tool may have run.
+    pub approved: bool,
+}
+
+/// What the backend says about an interrupted, approved call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovered {
+    /// The call's result is in the backend; `resource` names it (an event UID), never content.
+    Completed { resource: Option<String> },
+    /// The backend does not hold it, or cannot tell.
+    Unknown,
+}
+
+/// Asks a tool what became of an interrupted call (implemented over the tool registry).
+#[async_trait::async_trait]
+pub trait Recovery: Send + Sync {
+    async fn recover(&self, tool: &str, session_id: &str, call_id: &str) -> Recovered;
+}
+
+/// Keep what is known of calls that have not finished.
+pub(super) fn track_open(open: &mut HashMap<(String, String), OpenCall>, line: Line) {
+    let key = (line.session_id.clone(), line.call_id.clone());
+    match line.event {
+        AuditEvent::CallStarted => {
+            open.insert(key, OpenCall { start: line, approved: false });
+        }
+        AuditEvent::CallApproved => {
+            if let Some(call) = open.get_mut(&key) {
+                call.approved = true;
+            }
+        }
+        AuditEvent::CallFinished => {
+            open.remove(&key);
+        }
+        AuditEvent::Checkpoint => {}
+    }
+}
+
+/// The chain state at the end of the newest rotated predecessor of `path`, if any.
+fn rotated_predecessor_state(path: &Path, chain: &Chain) -> Result<ChainState, AuditError> {
+    let mut state = ChainState::default();
+    for file in super::verify::rotated_files(path)? {
+        let text = std::fs::read(&file).map_err(io)?;
+        for raw in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let line: Line = serde_json::from_slice(raw).map_err(|_| AuditError::Corrupt { line: state.seq + 1 })?;
+            state.seq = line.seq;
+            state.prev = chain.link(raw);
+            track_open(&mut state.open, line);
+        }
+    }
+    Ok(state)
+}
+
+/// Read the existing log: continue its chain and cut a torn last line.
+pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainState), AuditError> {
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut file = open_append(path)?;
+    let mut state = rotated_predecessor_state(path, chain)?;
+    let mut good_len = 0u64;
+    let mut reader = BufReader::new(&file);
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        let read = reader.read_until(b'\n', &mut raw).map_err(io)?;
+        if read == 0 {
+            break;
+        }
+        let complete = raw.ends_with(b"\n");
+        let body = raw.strip_suffix(b"\n").unwrap_or(&raw);
+        match serde_json::from_slice::<Line>(body) {
+            Ok(line) if complete => {
+                state.seq = line.seq;
+                state.prev = chain.link(body);
+                track_open(&mut state.open, line);
+                good_len += read as u64;
+            }
+            // A torn last line: the crash happened mid-write; that record was never acknowledged.
+            _ if !complete => break,
+            _ => return Err(AuditError::Corrupt { line: state.seq + 1 }),
+        }
+    }
+    drop(reader);
+    if file.metadata().map_err(io)?.len() != good_len {
+        tracing::warn!("audit log ended with a partial line (crash mid-write); it was cut off");
+        file.set_len(good_len).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        file.seek(SeekFrom::End(0)).map_err(io)?;
+    }
+    Ok((file, state))
+}
+
+/// Append a finish for every call the crash left open: `completed` when an approved call's
+/// result is found in its backend, `abandoned` otherwise.
+pub(super) async fn close_open_calls(
+    mut file: std::fs::File,
+    mut state: ChainState,
+    chain: &Chain,
+    instance: &str,
+    recovery: Option<&dyn Recovery>,
+) -> Result<(std::fs::File, ChainState), AuditError> {
+    if state.open.is_empty() {
+        return Ok((file, state));
+    }
+    let mut open: Vec<OpenCall> = state.open.drain().map(|(_, call)| call).collect();
+    open.sort_by_key(|c| c.start.seq);
+    let mut buffer = Vec::new();
+    let mut completed = 0usize;
+    for call in &open {
+        let start = &call.start;
+        let found = match recovery {
+            Some(recovery) if call.approved => recovery.recover(&start.tool, &start.session_id, &start.call_id).await,
+            _ => Recovered::Unknown,
+        };
+        let (status, resource) = match found {
+            Recovered::Completed { resource } => {
+                completed += 1;
+                (AuditStatus::Completed, resource)
+            }
+            Recovered::Unknown => (AuditStatus::Abandoned, None),
+        };
+        let record = AuditRecord {
+            event: AuditEvent::CallFinished,
+            session_id: start.session_id.clone(),
+            call_id: start.call_id.clone(),
+            tool: start.tool.clone(),
+            user: start.user.clone(),
+            roles: start.roles.clone(),
+            status: Some(status),
+            error_code: None,
+            confirmation: Some(if call.approved { Confirmation::Approved } else { Confirmation::SessionClosed }),
+            duration_ms: None,
+            phi: start.phi,
+            args_sha256: start.args_sha256.clone(),
+            arguments: None,
+            origin: std::sync::Arc::new(Origin {
+                client_addr: start.client_addr.clone(),
+                user_agent: start.user_agent.clone(),
+                admin: start.admin,
+            }),
+            resource,
+        };
+        state.seq += 1;
+        let line = serde_json::to_vec(&Line::new(record, state.seq, instance, state.prev.clone()))
+            .map_err(|_| AuditError::Io("serialising a record".into()))?;
+        state.prev = chain.link(&line);
+        buffer.extend_from_slice(&line);
+        buffer.push(b'\n');
+    }
+    file.write_all(&buffer).map_err(io)?;
+    file.sync_data().map_err(io)?;
+    tracing::warn!(
+        calls = open.len(),
+        completed,
+        "audit: calls left open by a crash were closed (completed when their backend holds the result, else abandoned)"
+    );
+    Ok((file, state))
+}

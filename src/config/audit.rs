@@ -1,0 +1,38 @@
+//! Audit settings that decide what happens on a bad day (CONTRACT §11): whether a call whose
+//! record cannot be made durable still releases its result. Kept apart from `mod.rs` so the
+//! failure policy and its documentation live in one place.
+
+use serde::Deserialize;
+
+/// `audit.on_error`: what a call does when its audit record cannot be made durable (disk full,
+/// fsync error, unwritable directory).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditOnError {
+    /// The call fails `audit_unavailable`, nothing it produced is released, `/readyz` is 503
+    /// until records are durable again: no unaudited access to patient data.
+    #[default]
+    FailClosed,
+    /// The result is released anyway and the failure is counted
+    /// (`voxgate_audit_errors_total`): availability over the audit trail.
+    FailOpen,
+}
+
+impl AuditOnError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditOnError::FailClosed => "fail_closed",
+            AuditOnError::FailOpen => "fail_open",
+        }
+    }
+}
+
+/// The hostname, for `server.instance_id` when it is not set; `voxgate` when none can be read.
+pub(super) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "voxgate".into())
+}
