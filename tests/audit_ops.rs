@@ -71,11 +71,14 @@ async fn kill_9_mid_calls_then_restart_records_abandoned_calls_and_verifies() {
     assert_eq!(verify.status.code(), Some(3), "{}", String::from_utf8_lossy(&verify.stdout));
 }
 
+/// The stream `audit.redis_stream` defaults to for `server.instance_id = "itest"`.
+const STREAM: &str = "voxgate:audit:itest";
+
 async fn stream_entries(url: &str) -> Vec<(String, String)> {
     let client = redis::Client::open(url).unwrap();
     let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return Vec::new() };
     let entries: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg("voxgate:audit").arg("-").arg("+").query_async(&mut conn).await.unwrap_or_default();
+        redis::cmd("XRANGE").arg(STREAM).arg("-").arg("+").query_async(&mut conn).await.unwrap_or_default();
     entries.into_iter().map(|(id, mut fields)| (id, fields.pop().map(|(_, v)| v).unwrap_or_default())).collect()
 }
 
@@ -98,7 +101,8 @@ async fn assert_mirrored(proxy: &TestProxy, url: &str) {
 async fn the_redis_mirror_survives_a_redis_restart_without_loss_or_duplicates() {
     let mut redis = RedisServer::start();
     let mut fake = FakeUpstream::start().await;
-    let proxy = TestProxy::with_upstream(&fake, &format!("[redis]\nurl = \"{}\"\n", redis.url())).await;
+    let toml = format!("[server]\ninstance_id = \"itest\"\n[redis]\nurl = \"{}\"\n", redis.url());
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
     let (_client, mut up) = proxy.ready_session(&mut fake).await;
 
     for call in ["m1", "m2"] {

@@ -1,10 +1,12 @@
 //! The log layer: text or JSON lines on stdout, filtered by `RUST_LOG` or `telemetry.log_level`.
 //!
 //! The filter applies to logs only, so `RUST_LOG=warn` quietens the console without turning off
-//! trace export. What the lines may contain is the callers' rule: ids, codes, durations, no PHI.
+//! trace export. What the lines may contain is the callers' rule: ids, codes, durations, no PHI;
+//! libraries that would log payloads are capped at `info` whatever the filter says.
 
 use std::io::IsTerminal;
 
+use tracing_subscriber::filter::{FilterExt, filter_fn};
 use tracing_subscriber::{EnvFilter, Layer};
 
 use super::TelemetryError;
@@ -16,7 +18,7 @@ const LOG_ENV: &str = "RUST_LOG";
 
 /// The fmt layer for `config.log_format`, behind the effective filter.
 pub(crate) fn layer(config: &TelemetryConfig) -> Result<BoxedLayer, TelemetryError> {
-    let filter = filter(config)?;
+    let filter = filter(config)?.and(filter_fn(not_payload));
     let layer = match config.log_format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             // Colour codes only for a person at a terminal, never into a collected log file.
@@ -51,24 +53,41 @@ fn filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
         source_key: source,
         reason: err.to_string(),
     })?;
-    Ok(cap_payload_loggers(filter))
+    Ok(filter)
 }
 
 /// Libraries that log whole frames, headers or bodies at debug/trace (the WebSocket crates log
-/// every frame: transcripts, tool results). They are held at `info` whatever the filter asks, so
-/// turning on trace logging to debug voxgate can never write PHI or tokens.
+/// every frame: transcripts, tool results). They are held at `info` whatever the filter asks —
+/// also against a more specific directive such as `tungstenite::protocol=trace`, which would win
+/// over any directive added to the `EnvFilter` — so turning on trace logging to debug voxgate can
+/// never write PHI or tokens.
 const PAYLOAD_LOGGERS: &[&str] = &[
     "tungstenite", "tokio_tungstenite", "hyper", "hyper_util", "h2", "reqwest", "rustls", "redis", "axum",
+    "tower_http", "opentelemetry_otlp", "tonic",
 ];
 
-fn cap_payload_loggers(mut filter: EnvFilter) -> EnvFilter {
-    let verbose = filter.max_level_hint().is_some_and(|level| level > tracing::level_filters::LevelFilter::INFO);
-    if verbose {
-        for target in PAYLOAD_LOGGERS {
-            if let Ok(directive) = format!("{target}=info").parse() {
-                filter = filter.add_directive(directive);
-            }
-        }
+/// False for anything a payload-logging crate emits below `info`.
+fn not_payload(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() <= tracing::Level::INFO || !is_payload_logger(meta.target())
+}
+
+fn is_payload_logger(target: &str) -> bool {
+    PAYLOAD_LOGGERS.iter().any(|name| {
+        target.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_loggers_are_matched_by_crate_not_by_prefix() {
+        assert!(is_payload_logger("tungstenite"));
+        assert!(is_payload_logger("tungstenite::protocol"));
+        assert!(is_payload_logger("tokio_tungstenite::compat"));
+        assert!(is_payload_logger("hyper_util::client::legacy"));
+        assert!(!is_payload_logger("hyperion"));
+        assert!(!is_payload_logger("voxgate::session"));
     }
-    filter
 }

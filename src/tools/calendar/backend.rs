@@ -126,6 +126,10 @@ pub trait CalendarBackend: Send + Sync + 'static {
 
     /// Create `event` unless an event with its UID exists; then return that one, `created: false`.
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError>;
+
+    /// The event with this UID, if the calendar holds it (recovery after a crash asks whether a
+    /// create keyed by its call went through).
+    async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError>;
 }
 
 /// Filter, sort and truncate events for a query: shared by every backend that fetches a superset.

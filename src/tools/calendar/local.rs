@@ -37,6 +37,7 @@ impl LocalCalendar {
     /// when missing. An existing file is not parsed here: a bad file fails the calls, not startup.
     pub fn open(path: impl Into<PathBuf>, tz: Tz) -> Result<Self, CalendarError> {
         let path: PathBuf = path.into();
+        remove_stale_temp_files(&path);
         if !path.exists() {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 fs::create_dir_all(parent).map_err(CalendarError::Unavailable)?;
@@ -65,6 +66,11 @@ impl CalendarBackend for LocalCalendar {
             tracing::warn!(skipped = parsed.skipped, "calendar events without a readable start were skipped");
         }
         Ok(select(parsed.events, query, tz))
+    }
+
+    async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
+        let (path, tz, uid) = (Arc::clone(&self.path), self.tz, uid.to_string());
+        run_blocking(move || Ok(ics::parse(&read_store(&path)?, tz)?.events.into_iter().find(|e| e.id == uid))).await
     }
 
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {
@@ -113,6 +119,26 @@ fn read_store(path: &Path) -> Result<String, CalendarError> {
         return Err(CalendarError::TooLarge);
     }
     String::from_utf8(bytes).map_err(|_| CalendarError::Malformed)
+}
+
+/// Delete temp copies of the calendar a crash left between write and rename: they hold patient
+/// data nobody will read. At start nothing else writes them (one process owns the file).
+fn remove_stale_temp_files(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    let mut removed = 0usize;
+    for entry in entries.filter_map(Result::ok) {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with(&prefix) && file.ends_with(".tmp") && fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::warn!(files = removed, "removed temporary calendar copies left by a crash");
+    }
 }
 
 /// Replace `path` with `bytes` so that readers and crashes see the old or the new file, never a mix.

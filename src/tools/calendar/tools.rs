@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use super::args::{self, CreateRequest, Moment};
 use super::backend::{CalendarBackend, CalendarEvent, EventTiming};
 use super::error::to_tool_error;
+use crate::audit::Recovered;
 use crate::tools::{CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 
 const GET: &str = "get_calendar_events";
@@ -245,6 +246,20 @@ impl Tool for CreateCalendarEvent {
 
     fn confirmation_prompt(&self, args: &Value) -> String {
         confirmation_prompt(args, self.backend.timezone())
+    }
+
+    /// The event's UID: derived from the call, known before it runs.
+    fn audit_resource(&self, _args: &Value, ctx: &CallContext) -> Option<String> {
+        Some(event_uid(&ctx.session_id, &ctx.call_id))
+    }
+
+    /// The create is idempotent under the call's UID: if the calendar holds it, the call went through.
+    async fn recover(&self, ctx: &CallContext) -> Recovered {
+        let uid = event_uid(&ctx.session_id, &ctx.call_id);
+        match self.backend.find_event(&uid).await {
+            Ok(Some(_)) => Recovered::Completed { resource: Some(uid) },
+            Ok(None) | Err(_) => Recovered::Unknown,
+        }
     }
 
     async fn call(&self, args: Value, ctx: CallContext) -> Result<ToolOutput, ToolError> {
