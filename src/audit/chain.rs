@@ -17,19 +17,27 @@ pub struct Chain {
 
 impl std::fmt::Debug for Chain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.key.is_some() { "Chain(hmac-sha256)" } else { "Chain(sha256)" })
+        f.write_str(if self.key.is_some() {
+            "Chain(hmac-sha256)"
+        } else {
+            "Chain(sha256)"
+        })
     }
 }
 
 impl Chain {
     /// The chain for `audit.chain_key` (unset = plain SHA-256).
     pub fn new(key: Option<&Secret>) -> Self {
-        Chain { key: key.map(|k| k.expose().as_bytes().to_vec()) }
+        Chain {
+            key: key.map(|k| k.expose().as_bytes().to_vec()),
+        }
     }
 
     /// The link to `line` (its bytes without the newline), as the next line's `prev_sha256`.
     pub fn link(&self, line: &[u8]) -> String {
-        let Some(key) = &self.key else { return hex::encode(Sha256::digest(line)) };
+        let Some(key) = &self.key else {
+            return hex::encode(Sha256::digest(line));
+        };
         match Hmac::<Sha256>::new_from_slice(key) {
             Ok(mut mac) => {
                 mac.update(line);

@@ -25,7 +25,11 @@ pub(crate) struct ChainState {
 
 impl Default for ChainState {
     fn default() -> Self {
-        ChainState { seq: 0, prev: GENESIS.to_string(), open: HashMap::new() }
+        ChainState {
+            seq: 0,
+            prev: GENESIS.to_string(),
+            open: HashMap::new(),
+        }
     }
 }
 
@@ -57,7 +61,13 @@ pub(super) fn track_open(open: &mut HashMap<(String, String), OpenCall>, line: L
     let key = (line.session_id.clone(), line.call_id.clone());
     match line.event {
         AuditEvent::CallStarted => {
-            open.insert(key, OpenCall { start: line, approved: false });
+            open.insert(
+                key,
+                OpenCall {
+                    start: line,
+                    approved: false,
+                },
+            );
         }
         AuditEvent::CallApproved => {
             if let Some(call) = open.get_mut(&key) {
@@ -77,7 +87,9 @@ fn rotated_predecessor_state(path: &Path, chain: &Chain) -> Result<ChainState, A
     for file in super::verify::rotated_files(path)? {
         let text = std::fs::read(&file).map_err(io)?;
         for raw in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let line: Line = serde_json::from_slice(raw).map_err(|_| AuditError::Corrupt { line: state.seq + 1 })?;
+            let line: Line = serde_json::from_slice(raw).map_err(|_| AuditError::Corrupt {
+                line: state.seq + 1,
+            })?;
             state.seq = line.seq;
             state.prev = chain.link(raw);
             track_open(&mut state.open, line);
@@ -113,7 +125,11 @@ pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainSt
             }
             // A torn last line: the crash happened mid-write; that record was never acknowledged.
             _ if !complete => break,
-            _ => return Err(AuditError::Corrupt { line: state.seq + 1 }),
+            _ => {
+                return Err(AuditError::Corrupt {
+                    line: state.seq + 1,
+                });
+            }
         }
     }
     drop(reader);
@@ -145,7 +161,11 @@ pub(super) async fn close_open_calls(
     for call in &open {
         let start = &call.start;
         let found = match recovery {
-            Some(recovery) if call.approved => recovery.recover(&start.tool, &start.session_id, &start.call_id).await,
+            Some(recovery) if call.approved => {
+                recovery
+                    .recover(&start.tool, &start.session_id, &start.call_id)
+                    .await
+            }
             _ => Recovered::Unknown,
         };
         let (status, resource) = match found {
@@ -164,7 +184,11 @@ pub(super) async fn close_open_calls(
             roles: start.roles.clone(),
             status: Some(status),
             error_code: None,
-            confirmation: Some(if call.approved { Confirmation::Approved } else { Confirmation::SessionClosed }),
+            confirmation: Some(if call.approved {
+                Confirmation::Approved
+            } else {
+                Confirmation::SessionClosed
+            }),
             duration_ms: None,
             phi: start.phi,
             args_sha256: start.args_sha256.clone(),

@@ -24,6 +24,8 @@ pub fn summary(config: &Config) -> String {
         ("server.handshake_timeout_ms", s.handshake_timeout_ms.to_string()),
         ("server.idle_timeout_ms", s.idle_timeout_ms.to_string()),
         ("server.client_send_timeout_ms", s.client_send_timeout_ms.to_string()),
+        ("server.instance_id", s.instance_id()),
+        ("server.trusted_proxies", format!("{:?}", s.trusted_proxies)),
         ("upstream.kind", format!("{:?}", u.effective_kind()).to_lowercase()),
         ("upstream.url", u.url.clone()),
         ("upstream.api_key", secret(&u.api_key).into()),

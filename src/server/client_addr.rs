@@ -11,7 +11,11 @@ use axum::http::{Extensions, HeaderMap, header};
 use crate::audit::Origin;
 
 /// The client's address, as the audit log records it.
-pub fn client_addr(trusted: &[IpAddr], peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<String> {
+pub fn client_addr(
+    trusted: &[IpAddr],
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+) -> Option<String> {
     let peer = peer?.ip();
     if !trusted.contains(&peer) {
         return Some(peer.to_string());
@@ -36,9 +40,18 @@ pub fn client_addr(trusted: &[IpAddr], peer: Option<SocketAddr>, headers: &Heade
 }
 
 /// Who and from where, for a request's records (`admin` for the admin API).
-pub fn origin(trusted: &[IpAddr], extensions: &Extensions, headers: &HeaderMap, admin: bool) -> Origin {
-    let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
-    let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
+pub fn origin(
+    trusted: &[IpAddr],
+    extensions: &Extensions,
+    headers: &HeaderMap,
+    admin: bool,
+) -> Origin {
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| *addr);
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
     Origin::new(client_addr(trusted, peer, headers), user_agent, admin)
 }
 
@@ -57,13 +70,31 @@ mod tests {
         let proxy: IpAddr = "10.0.0.1".parse().unwrap();
         let peer = Some(SocketAddr::new(proxy, 4000));
         let stranger = Some("192.0.2.9:4000".parse().unwrap());
-        assert_eq!(client_addr(&[proxy], peer, &headers("203.0.113.5")).as_deref(), Some("203.0.113.5"));
+        assert_eq!(
+            client_addr(&[proxy], peer, &headers("203.0.113.5")).as_deref(),
+            Some("203.0.113.5")
+        );
         // A client-supplied first hop is skipped: the rightmost untrusted hop is the client.
-        assert_eq!(client_addr(&[proxy], peer, &headers("1.1.1.1, 203.0.113.5, 10.0.0.1")).as_deref(), Some("203.0.113.5"));
-        assert_eq!(client_addr(&[], peer, &headers("203.0.113.5")).as_deref(), Some("10.0.0.1"));
-        assert_eq!(client_addr(&[proxy], stranger, &headers("203.0.113.5")).as_deref(), Some("192.0.2.9"));
-        assert_eq!(client_addr(&[proxy], peer, &headers("not-an-ip")).as_deref(), Some("10.0.0.1"));
-        assert_eq!(client_addr(&[proxy], peer, &HeaderMap::new()).as_deref(), Some("10.0.0.1"));
+        assert_eq!(
+            client_addr(&[proxy], peer, &headers("1.1.1.1, 203.0.113.5, 10.0.0.1")).as_deref(),
+            Some("203.0.113.5")
+        );
+        assert_eq!(
+            client_addr(&[], peer, &headers("203.0.113.5")).as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(
+            client_addr(&[proxy], stranger, &headers("203.0.113.5")).as_deref(),
+            Some("192.0.2.9")
+        );
+        assert_eq!(
+            client_addr(&[proxy], peer, &headers("not-an-ip")).as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(
+            client_addr(&[proxy], peer, &HeaderMap::new()).as_deref(),
+            Some("10.0.0.1")
+        );
         assert_eq!(client_addr(&[proxy], None, &HeaderMap::new()), None);
     }
 }

@@ -32,6 +32,8 @@ use crate::protocol::voxgate as events;
 use crate::tools::registry::{RegisteredTool, ToolRegistry};
 use crate::tools::{CallContext, ToolError, ToolOutput};
 
+pub use decline::DeclineReason;
+
 /// What the session loop must do next.
 #[derive(Debug)]
 pub enum Action {
@@ -47,45 +49,6 @@ pub enum Action {
     Expire { call_id: String, after: Duration },
     /// Send the model the call's `function_call_output`.
     Output { call_id: String, output: String },
-}
-
-/// Why a call was declined (CONTRACT §4 `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeclineReason {
-    UserDeclined,
-    Expired,
-    SessionClosed,
-    ClientCannotConfirm,
-}
-
-impl DeclineReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeclineReason::UserDeclined => "user_declined",
-            DeclineReason::Expired => "expired",
-            DeclineReason::SessionClosed => "session_closed",
-            DeclineReason::ClientCannotConfirm => "client_cannot_confirm",
-        }
-    }
-
-    /// The error code the model receives.
-    fn model_code(self) -> &'static str {
-        match self {
-            DeclineReason::UserDeclined => "user_declined",
-            DeclineReason::Expired => "confirmation_expired",
-            DeclineReason::SessionClosed => "session_closed",
-            DeclineReason::ClientCannotConfirm => "client_cannot_confirm",
-        }
-    }
-
-    fn model_message(self) -> &'static str {
-        match self {
-            DeclineReason::UserDeclined => "The user declined this action. Do not retry it unless the user asks again.",
-            DeclineReason::Expired => "The user did not confirm this action in time; it was not carried out.",
-            DeclineReason::SessionClosed => "The session ended before the user confirmed; it was not carried out.",
-            DeclineReason::ClientCannotConfirm => "This action needs the user's confirmation, which this client cannot give; it was not carried out.",
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -516,6 +479,7 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
+mod decline;
 pub mod observe;
 pub mod recover;
 #[cfg(test)]

@@ -24,9 +24,17 @@ pub fn count(metrics: &Metrics, record: &AuditRecord) -> Option<Counted> {
         return None;
     }
     let status = record.status.map(|s| s.as_str()).unwrap_or("failed");
-    let confirmation = record.confirmation.map(|c| c.as_str()).unwrap_or("not_required");
+    let confirmation = record
+        .confirmation
+        .map(|c| c.as_str())
+        .unwrap_or("not_required");
     let error_code = record.error_code.as_deref().and_then(static_code);
-    let refused = error_code.is_some_and(|c| matches!(c, "unknown_tool" | "invalid_arguments" | "permission_denied" | "rate_limited"));
+    let refused = error_code.is_some_and(|c| {
+        matches!(
+            c,
+            "unknown_tool" | "invalid_arguments" | "permission_denied" | "rate_limited"
+        )
+    });
     let ran = matches!(status, "completed" | "failed") && !refused;
     let duration = ran.then(|| Duration::from_millis(record.duration_ms.unwrap_or_default()));
     metrics.tool_call_finished(&record.tool, status, duration);
@@ -42,14 +50,26 @@ pub fn count(metrics: &Metrics, record: &AuditRecord) -> Option<Counted> {
     if confirmation != "not_required" {
         metrics.tool_confirmation(&record.tool, confirmation);
     }
-    Some(Counted { status, confirmation, error_code, duration })
+    Some(Counted {
+        status,
+        confirmation,
+        error_code,
+        duration,
+    })
 }
 
 /// The static error code a label may carry; anything else is not counted by code.
 fn static_code(code: &str) -> Option<&'static str> {
     const CODES: [&str; 9] = [
-        "unknown_tool", "invalid_arguments", "permission_denied", "rate_limited",
-        "phi_blocked", "timeout", "backend_error", "internal_error", "audit_unavailable",
+        "unknown_tool",
+        "invalid_arguments",
+        "permission_denied",
+        "rate_limited",
+        "phi_blocked",
+        "timeout",
+        "backend_error",
+        "internal_error",
+        "audit_unavailable",
     ];
     CODES.iter().copied().find(|c| *c == code)
 }

@@ -14,9 +14,15 @@ pub struct ToolRecovery(pub Arc<ToolRegistry>);
 #[async_trait::async_trait]
 impl Recovery for ToolRecovery {
     async fn recover(&self, tool: &str, session_id: &str, call_id: &str) -> Recovered {
-        let Some(tool) = self.0.get(tool) else { return Recovered::Unknown };
+        let Some(tool) = self.0.get(tool) else {
+            return Recovered::Unknown;
+        };
         // Only the call's identity survives a crash (never the user's id or the arguments).
-        let ctx = CallContext { session_id: session_id.into(), call_id: call_id.into(), principal: Principal::new(String::new(), Vec::new()) };
+        let ctx = CallContext {
+            session_id: session_id.into(),
+            call_id: call_id.into(),
+            principal: Principal::new(String::new(), Vec::new()),
+        };
         match tokio::time::timeout(tool.policy.timeout, tool.tool.recover(&ctx)).await {
             Ok(found) => found,
             Err(_) => Recovered::Unknown,
