@@ -178,3 +178,25 @@ async fn metrics_move_as_a_scripted_session_says() {
     }
     panic!("the session did not end");
 }
+
+/// Only Redis's exact "ID equal or smaller" answer means a line is already in the stream: any
+/// other refusal (here WRONGTYPE, the key holding a string) is a failure the mirror retries, so
+/// once the key is fixed every line arrives — none is skipped as "already mirrored".
+#[tokio::test]
+async fn only_the_exact_already_added_error_counts_as_mirrored() {
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET").arg(STREAM).arg("not a stream").query_async(&mut conn).await.unwrap();
+    let mut fake = FakeUpstream::start().await;
+    let toml = format!("[server]\ninstance_id = \"itest\"\n[redis]\nurl = \"{}\"\n", redis.url());
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
+    let (_client, mut up) = proxy.ready_session(&mut fake).await;
+    model_calls(&mut up, &[("w1", "calculate_medical_score", BMI)]).await;
+    up.until("conversation.item.create").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = redis::cmd("DEL").arg(STREAM).query_async(&mut conn).await.unwrap();
+    model_calls(&mut up, &[("w2", "calculate_medical_score", BMI)]).await;
+    up.until("conversation.item.create").await;
+    assert_mirrored(&proxy, &redis.url()).await;
+}
