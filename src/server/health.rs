@@ -11,11 +11,18 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// 503 while draining: load balancers stop sending new sessions before the process goes away.
+/// A tool whose remote backend cannot be reached is reported degraded, still 200: every other tool
+/// and the voice session itself keep working.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if state.shutdown.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
+    }
+    let degraded: Vec<&str> =
+        state.deps.registry.iter().filter(|t| t.tool.backend_reachable() == Some(false)).map(|t| t.name()).collect();
+    if degraded.is_empty() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
-        (StatusCode::OK, "ready\n")
+        (StatusCode::OK, format!("ready, degraded: backend unreachable for {}\n", degraded.join(", ")))
     }
 }
 

@@ -113,6 +113,10 @@ impl Tool for GetCalendarEvents {
         &self.spec
     }
 
+    fn backend_reachable(&self) -> Option<bool> {
+        self.backend.reachable()
+    }
+
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
         let query = args::list_query(&args)?;
         let tz = self.backend.timezone();
@@ -245,6 +249,10 @@ impl Tool for CreateCalendarEvent {
 
     fn confirmation_prompt(&self, args: &Value) -> String {
         confirmation_prompt(args, self.backend.timezone())
+    }
+
+    fn backend_reachable(&self) -> Option<bool> {
+        self.backend.reachable()
     }
 
     async fn call(&self, args: Value, ctx: CallContext) -> Result<ToolOutput, ToolError> {
