@@ -16,6 +16,8 @@
 
 mod discovery;
 mod http;
+#[cfg(test)]
+mod tests;
 mod xml;
 
 use std::sync::Arc;
