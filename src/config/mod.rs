@@ -365,10 +365,13 @@ pub struct CalendarBackendConfig {
     pub kind: CalendarKind,
     /// `local`: the iCalendar file.
     pub path: PathBuf,
-    /// `caldav`: the calendar collection URL.
+    /// `caldav`: a server root, principal or calendar collection URL (Nextcloud:
+    /// `https://HOST/remote.php/dav`).
     pub url: Option<String>,
     pub username: Option<String>,
     pub password: Option<Secret>,
+    /// `caldav`: the default calendar, by path or display name (unset: the first that holds events).
+    pub calendar: Option<String>,
     /// Time zone used to read and write local times (IANA name).
     pub timezone: String,
 }
@@ -381,6 +384,7 @@ impl Default for CalendarBackendConfig {
             url: None,
             username: None,
             password: None,
+            calendar: None,
             timezone: "UTC".into(),
         }
     }

@@ -12,15 +12,23 @@ pub async fn healthz() -> impl IntoResponse {
 
 /// 503 while draining: load balancers stop sending new sessions before the process goes away;
 /// and, with `audit.on_error = "fail_closed"`, while audit records cannot be made durable (calls
-/// would fail `audit_unavailable`). The writer retries on its own, so readiness comes back.
+/// would fail `audit_unavailable`; the writer retries on its own, so readiness comes back).
+/// A tool whose remote backend cannot be reached is reported degraded, still 200: every other tool
+/// and the voice session itself keep working.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let audit = &state.deps.audit;
     if state.shutdown.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-    } else if audit.on_error() == crate::config::AuditOnError::FailClosed && !audit.is_healthy() {
-        (StatusCode::SERVICE_UNAVAILABLE, "audit log unavailable\n")
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
+    }
+    if audit.on_error() == crate::config::AuditOnError::FailClosed && !audit.is_healthy() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "audit log unavailable\n".to_string());
+    }
+    let degraded: Vec<&str> =
+        state.deps.registry.iter().filter(|t| t.tool.backend_reachable() == Some(false)).map(|t| t.name()).collect();
+    if degraded.is_empty() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
-        (StatusCode::OK, "ready\n")
+        (StatusCode::OK, format!("ready, degraded: backend unreachable for {}\n", degraded.join(", ")))
     }
 }
 

@@ -222,4 +222,10 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Run the call. Arguments have been validated against the spec's schema.
     async fn call(&self, args: Value, ctx: CallContext) -> Result<ToolOutput, ToolError>;
+
+    /// `Some(false)` when the tool's remote backend could not be used at the last attempt:
+    /// `/readyz` then reports the tool degraded (the process keeps serving everything else).
+    fn backend_reachable(&self) -> Option<bool> {
+        None
+    }
 }

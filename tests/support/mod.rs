@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod otlp;
+pub mod radicale;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,10 +34,15 @@ impl TestProxy {
     /// Start with the given TOML (merged over test defaults: port 0, files in a temp dir).
     pub async fn start(extra_toml: &str) -> TestProxy {
         let dir = tempfile::tempdir().unwrap();
+        // A test that configures its own calendar backend keeps it.
+        let calendar = if extra_toml.contains("[backends.calendar]") {
+            String::new()
+        } else {
+            format!("[backends.calendar]\npath = \"{}\"\n", dir.path().join("calendar.ics").display())
+        };
         let toml = format!(
-            "{extra_toml}\n[audit]\npath = \"{audit}\"\n[backends.calendar]\npath = \"{cal}\"\n",
+            "{extra_toml}\n[audit]\npath = \"{audit}\"\n{calendar}",
             audit = dir.path().join("audit.jsonl").display(),
-            cal = dir.path().join("calendar.ics").display(),
         );
         let mut table: toml::Table = toml::from_str(&toml).unwrap();
         let server = table.entry("server").or_insert(toml::Value::Table(Default::default()));

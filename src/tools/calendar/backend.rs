@@ -1,5 +1,5 @@
 //! The `CalendarBackend` trait the tools talk to, and the backend-neutral event model: a local
-//! iCalendar file today, a CalDAV collection later, behind the same two calls.
+//! iCalendar file or a CalDAV collection, behind the same calls.
 
 use chrono::{DateTime, Days, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -127,9 +127,15 @@ pub trait CalendarBackend: Send + Sync + 'static {
     /// Create `event` unless an event with its UID exists; then return that one, `created: false`.
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError>;
 
-    /// The event with this UID, if the calendar holds it (recovery after a crash asks whether a
-    /// create keyed by its call went through).
+    /// The stored event with this UID (a repeating one by its first occurrence), if any: how a
+    /// caller finds out whether an earlier create landed.
     async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError>;
+
+    /// Whether a remote store answered at the last attempt (`None`: local, or not tried yet), for
+    /// `/readyz`.
+    fn reachable(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Filter, sort and truncate events for a query: shared by every backend that fetches a superset.

@@ -1,9 +1,10 @@
 //! `CalendarError`: why a calendar backend failed, in words that are safe to log and to show.
 //!
-//! No variant carries an event title, description, location, file path or hostname: the `Display`
+//! No variant carries an event title, description, location, file path, URL or hostname: the `Display`
 //! text goes into logs as is, and [`From<CalendarError> for ToolError`] picks the public message.
 
 use crate::tools::ToolError;
+use crate::tools::pubmed::client::Failure;
 use crate::tools::registry::RegistryError;
 
 /// Why a calendar backend call failed.
@@ -26,11 +27,30 @@ pub enum CalendarError {
         "backends.calendar.timezone: unknown time zone {0:?} (expected an IANA name such as \"Europe/Berlin\")"
     )]
     UnknownTimezone(String),
-    /// `backends.calendar.kind = "caldav"` is configured, but that backend does not exist yet.
-    #[error(
-        "backends.calendar.kind = \"caldav\" is not supported by this build yet; use kind = \"local\" (an .ics file)"
-    )]
-    CaldavNotBuilt,
+    /// `backends.calendar.url` is not an http(s) URL, or the HTTP client cannot be built.
+    #[error("backends.calendar.url: {0}")]
+    BadUrl(&'static str),
+    /// The CalDAV server answered 401 or 403: the credentials (or their rights) were refused.
+    #[error("the calendar server refused the credentials")]
+    Refused,
+    /// The CalDAV server could not be reached, or kept failing after the retries.
+    #[error("the calendar server could not be reached: {0}")]
+    Unreachable(Failure),
+    /// The CalDAV server answered with a status voxgate cannot act on.
+    #[error("the calendar server answered HTTP {0}")]
+    Status(u16),
+    /// The CalDAV server's answer is not the WebDAV/CalDAV it should be.
+    #[error("the calendar server's answer could not be read")]
+    BadAnswer,
+    /// Discovery found no calendar collection that holds events.
+    #[error("no calendar that holds events was found on the calendar server (check backends.calendar.url)")]
+    NoCalendar,
+    /// No calendar has the requested name (or the configured `backends.calendar.calendar`).
+    #[error("no calendar with the requested name exists")]
+    UnknownCalendar,
+    /// An event with the UID of this call exists, but differs from what this call would write.
+    #[error("an event with this call's id exists with different details")]
+    Conflict,
     /// The blocking worker that does the file work panicked or was cancelled.
     #[error("the calendar worker task failed")]
     Worker,
@@ -39,13 +59,24 @@ pub enum CalendarError {
 impl From<CalendarError> for ToolError {
     fn from(err: CalendarError) -> Self {
         match err {
-            CalendarError::Unavailable(_) | CalendarError::CaldavNotBuilt => {
-                ToolError::Backend("the calendar is unavailable".into())
+            CalendarError::Unavailable(_) | CalendarError::Unreachable(_) | CalendarError::Status(_) => {
+                ToolError::Backend("the calendar is unavailable; try again later".into())
+            }
+            CalendarError::Refused => ToolError::Backend(
+                "the calendar server refused the credentials voxgate is configured with; ask an administrator".into(),
+            ),
+            CalendarError::BadAnswer => ToolError::Backend("the calendar server's answer could not be read".into()),
+            CalendarError::NoCalendar => ToolError::Backend("no calendar was found on the calendar server".into()),
+            CalendarError::UnknownCalendar => {
+                ToolError::InvalidArguments("`/calendar_name`: no calendar with this name exists".into())
+            }
+            CalendarError::Conflict => {
+                ToolError::Backend("an event with this call's id already exists with different details".into())
             }
             CalendarError::Malformed | CalendarError::TooLarge => {
                 ToolError::Backend("the calendar data could not be read".into())
             }
-            CalendarError::UnknownTimezone(_) => {
+            CalendarError::UnknownTimezone(_) | CalendarError::BadUrl(_) => {
                 ToolError::Backend("the calendar is not configured correctly".into())
             }
             CalendarError::Worker => ToolError::Internal,

@@ -8,7 +8,10 @@ use chrono::{DateTime, Days, NaiveDate, Utc};
 use chrono_tz::Tz;
 use icalendar::{CalendarComponent, CalendarDateTime, Component, DatePerhapsTime, Event, EventLike, Property};
 
-use super::backend::{CalendarEvent, DEFAULT_CALENDAR, EventTiming, local_to_utc_lenient, next_day};
+use super::backend::{
+    CalendarEvent, DEFAULT_CALENDAR, EventPage, EventQuery, EventTiming, local_to_utc_lenient, next_day, select,
+};
+use super::recur::{Series, StoredEvent, expand, midnight_utc};
 use super::CalendarError;
 
 /// The property that names an event's calendar (`calendar_name`).
@@ -17,8 +20,31 @@ pub const CALENDAR_PROPERTY: &str = "X-VOXGATE-CALENDAR";
 /// Events read from a store, plus how many VEVENTs had to be skipped (no readable start).
 #[derive(Debug, Default)]
 pub struct ParsedEvents {
-    pub events: Vec<CalendarEvent>,
+    pub events: Vec<StoredEvent>,
     pub skipped: usize,
+}
+
+impl ParsedEvents {
+    /// The event with this UID as stored (a series by its first occurrence, not an override).
+    pub fn find(&self, uid: &str) -> Option<CalendarEvent> {
+        self.events
+            .iter()
+            .find(|e| e.event.id == uid && e.recurrence_id.is_none() && !e.cancelled)
+            .map(|e| e.event.clone())
+    }
+
+    /// The events and occurrences matching `query` (series expanded), sorted and truncated.
+    pub fn page(self, query: &EventQuery, tz: Tz) -> EventPage {
+        let (events, failed) = expand(self.events, query.first_day, query.last_day);
+        if self.skipped > 0 || failed > 0 {
+            tracing::warn!(
+                skipped = self.skipped,
+                unexpanded = failed,
+                "calendar events without a readable start were skipped, or repeating ones shown once"
+            );
+        }
+        select(events, query, tz)
+    }
 }
 
 /// A new, empty calendar file.
@@ -28,7 +54,8 @@ pub fn empty_calendar() -> String {
 }
 
 /// Parse a whole store. Blank text is an empty calendar; anything else must be one or more
-/// VCALENDAR objects. Cancelled events are left out.
+/// VCALENDAR objects. Cancelled events are kept, marked, so that a cancelled occurrence can remove
+/// itself from its series ([`super::recur::expand`] drops them).
 pub fn parse(text: &str, tz: Tz) -> Result<ParsedEvents, CalendarError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.trim().is_empty() {
@@ -44,8 +71,7 @@ pub fn parse(text: &str, tz: Tz) -> Result<ParsedEvents, CalendarError> {
     for (index, child) in roots.into_iter().flat_map(|root| root.components).enumerate() {
         if let CalendarComponent::Event(event) = CalendarComponent::from(child) {
             match read_event(&event, tz, index) {
-                Some(Some(found)) => parsed.events.push(found),
-                Some(None) => {} // cancelled
+                Some(found) => parsed.events.push(found),
                 None => parsed.skipped += 1,
             }
         }
@@ -53,13 +79,14 @@ pub fn parse(text: &str, tz: Tz) -> Result<ParsedEvents, CalendarError> {
     Ok(parsed)
 }
 
-/// `None`: unreadable (no usable DTSTART); `Some(None)`: cancelled.
-fn read_event(event: &Event, tz: Tz, index: usize) -> Option<Option<CalendarEvent>> {
+/// `None`: unreadable (no usable DTSTART).
+fn read_event(event: &Event, tz: Tz, index: usize) -> Option<StoredEvent> {
+    let recurrence_id = event.get_recurrence_id().map(|at| point_key(to_point(at, tz)));
     let status = event.property_value("STATUS").map(str::trim);
-    if status.is_some_and(|s| s.eq_ignore_ascii_case("CANCELLED")) {
-        return Some(None);
-    }
-    let start = to_point(event.get_start()?, tz);
+    let cancelled = status.is_some_and(|s| s.eq_ignore_ascii_case("CANCELLED"));
+    let dtstart = event.get_start()?;
+    let series = read_series(event, &dtstart, tz);
+    let start = to_point(dtstart, tz);
     let end = event.get_end().map(|end| to_point(end, tz));
     let duration = event.property_value("DURATION").and_then(parse_duration);
     let timing = match start {
@@ -87,7 +114,7 @@ fn read_event(event: &Event, tz: Tz, index: usize) -> Option<Option<CalendarEven
         }
     };
     let text = |key: &str| event.property_value(key).map(str::trim).filter(|v| !v.is_empty()).map(str::to_string);
-    Some(Some(CalendarEvent {
+    let event = CalendarEvent {
         // RFC 5545 requires a UID; an event without one still gets a stable-enough id to show.
         id: text("UID").unwrap_or_else(|| format!("no-uid-{index}")),
         title: text("SUMMARY").unwrap_or_default(),
@@ -95,7 +122,58 @@ fn read_event(event: &Event, tz: Tz, index: usize) -> Option<Option<CalendarEven
         location: text("LOCATION"),
         description: text("DESCRIPTION"),
         calendar: text(CALENDAR_PROPERTY).unwrap_or_else(|| DEFAULT_CALENDAR.to_string()),
-    }))
+    };
+    Some(StoredEvent { event, series, recurrence_id, cancelled })
+}
+
+/// RRULE / RDATE / EXDATE of a series; `None` for a single event.
+fn read_series(event: &Event, dtstart: &DatePerhapsTime, tz: Tz) -> Option<Series> {
+    let rules: Vec<String> = event
+        .properties()
+        .get("RRULE")
+        .map(|p| p.value().trim().to_string())
+        .into_iter()
+        .chain(event.multi_properties().get("RRULE").into_iter().flatten().map(|p| p.value().trim().to_string()))
+        .filter(|r| !r.is_empty())
+        .collect();
+    let dates = |key: &str| -> Vec<DateTime<Utc>> {
+        let single = event.properties().get(key);
+        let multi = event.multi_properties().get(key).into_iter().flatten();
+        single.into_iter().chain(multi).flat_map(|p| date_list(p, tz)).collect()
+    };
+    let rdates = dates("RDATE");
+    if rules.is_empty() && rdates.is_empty() {
+        return None;
+    }
+    let zone = match dtstart {
+        DatePerhapsTime::Date(_) | DatePerhapsTime::DateTime(CalendarDateTime::Utc(_)) => Tz::UTC,
+        DatePerhapsTime::DateTime(CalendarDateTime::Floating(_)) => tz,
+        DatePerhapsTime::DateTime(CalendarDateTime::WithTimezone { tzid, .. }) => resolve_tzid(tzid).unwrap_or(tz),
+    };
+    Some(Series { zone, rules, rdates, exdates: dates("EXDATE") })
+}
+
+/// The instants of an RDATE/EXDATE property, whose value may list several (`a,b,c`).
+fn date_list(property: &Property, tz: Tz) -> Vec<DateTime<Utc>> {
+    property
+        .value()
+        .split(',')
+        .filter_map(|value| {
+            let mut single = Property::new(property.key(), value.trim());
+            for parameter in property.params().values() {
+                single.append_parameter(parameter.clone());
+            }
+            DatePerhapsTime::from_property(&single).map(|at| point_key(to_point(at, tz)))
+        })
+        .collect()
+}
+
+/// How a point is matched against occurrences: instants as they are, dates as midnight UTC.
+fn point_key(point: Point) -> DateTime<Utc> {
+    match point {
+        Point::Day(day) => midnight_utc(day),
+        Point::Instant(at) => at,
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

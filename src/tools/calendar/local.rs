@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use chrono::Utc;
 use chrono_tz::Tz;
 
-use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery, select};
+use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery};
 use super::{CalendarError, ics};
 
 /// Larger files are refused rather than loaded: a clinic calendar is far smaller.
@@ -62,10 +62,13 @@ impl CalendarBackend for LocalCalendar {
     async fn list_events(&self, query: &EventQuery) -> Result<EventPage, CalendarError> {
         let (path, tz) = (Arc::clone(&self.path), self.tz);
         let parsed = run_blocking(move || ics::parse(&read_store(&path)?, tz)).await?;
-        if parsed.skipped > 0 {
-            tracing::warn!(skipped = parsed.skipped, "calendar events without a readable start were skipped");
-        }
-        Ok(select(parsed.events, query, tz))
+        Ok(parsed.page(query, tz))
+    }
+
+    async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
+        let (path, tz) = (Arc::clone(&self.path), self.tz);
+        let parsed = run_blocking(move || ics::parse(&read_store(&path)?, tz)).await?;
+        Ok(parsed.find(uid))
     }
 
     async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
@@ -79,7 +82,7 @@ impl CalendarBackend for LocalCalendar {
         run_blocking(move || {
             let text = read_store(&path)?;
             let parsed = ics::parse(&text, tz)?;
-            if let Some(existing) = parsed.events.into_iter().find(|e| e.id == event.id) {
+            if let Some(existing) = parsed.find(&event.id) {
                 return Ok(CreateOutcome { event: existing, created: false });
             }
             let vevent = ics::event_to_ics(&event, Utc::now())?;

@@ -114,6 +114,10 @@ impl Tool for GetCalendarEvents {
         &self.spec
     }
 
+    fn backend_reachable(&self) -> Option<bool> {
+        self.backend.reachable()
+    }
+
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
         let query = args::list_query(&args)?;
         let tz = self.backend.timezone();
@@ -260,6 +264,10 @@ impl Tool for CreateCalendarEvent {
             Ok(Some(_)) => Recovered::Completed { resource: Some(uid) },
             Ok(None) | Err(_) => Recovered::Unknown,
         }
+    }
+
+    fn backend_reachable(&self) -> Option<bool> {
+        self.backend.reachable()
     }
 
     async fn call(&self, args: Value, ctx: CallContext) -> Result<ToolOutput, ToolError> {

@@ -44,7 +44,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             Failure::Connect | Failure::Timeout | Failure::Transport => true,
             Failure::Status(code) => *code == 429 || (500..600).contains(code),
@@ -168,7 +168,7 @@ impl Eutils {
 }
 
 /// What went wrong, without the URL (it carries the API key).
-fn classify(err: &reqwest::Error) -> Failure {
+pub(crate) fn classify(err: &reqwest::Error) -> Failure {
     if err.is_timeout() {
         Failure::Timeout
     } else if err.is_connect() {
@@ -179,13 +179,13 @@ fn classify(err: &reqwest::Error) -> Failure {
 }
 
 /// `Retry-After` in seconds (NCBI sends seconds), capped.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let secs: u64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 /// 250 ms, 500 ms, … plus up to 50% jitter so that sessions retrying together spread out.
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     let base = BASE_BACKOFF * 2u32.saturating_pow(attempt.saturating_sub(1));
     let jitter = rand::rng().random_range(0..=base.as_millis() as u64 / 2);
     base + Duration::from_millis(jitter)

@@ -7,7 +7,7 @@
 //! query is never logged here either. The HTTP details (shared rate limit, retries, trace context)
 //! live in [`client`], the XML reading in [`parse`].
 
-mod client;
+pub(crate) mod client;
 mod parse;
 #[cfg(test)]
 mod tests;

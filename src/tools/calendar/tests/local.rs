@@ -162,14 +162,12 @@ async fn a_missing_file_and_its_directory_are_created_empty() {
 }
 
 #[test]
-fn caldav_and_unknown_zones_are_refused_naming_the_key() {
-    let caldav = CalendarBackendConfig {
-        kind: CalendarKind::Caldav,
-        url: Some("https://cal.example/dav".into()),
-        ..Default::default()
-    };
-    let err = RegistryError::from(super::super::tools(&caldav).err().unwrap());
-    assert!(err.to_string().contains("backends.calendar.kind"), "{err}");
+fn bad_caldav_urls_and_unknown_zones_are_refused_naming_the_key() {
+    for url in ["not a url", "ftp://cal.example/dav", "file:///etc/passwd"] {
+        let caldav = CalendarBackendConfig { kind: CalendarKind::Caldav, url: Some(url.into()), ..Default::default() };
+        let err = RegistryError::from(super::super::tools(&caldav).err().unwrap());
+        assert!(err.to_string().contains("backends.calendar.url"), "{err}");
+    }
     let bad_zone = CalendarBackendConfig { timezone: "Mars/Olympus".into(), ..Default::default() };
     let err = super::super::tools(&bad_zone).err().unwrap();
     assert!(err.to_string().contains("backends.calendar.timezone"), "{err}");

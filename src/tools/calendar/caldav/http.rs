@@ -1,0 +1,138 @@
+//! The HTTP side of CalDAV: one reqwest client with Basic auth, bounded retries of transient
+//! failures (PubMed's policy and helpers: connect errors, timeouts, 429, 5xx, with exponential
+//! back-off and jitter), W3C trace context on every request, and a fence around the configured
+//! server: voxgate only ever talks to the scheme, host and port of `backends.calendar.url`.
+//!
+//! A reqwest error's `Display` includes the URL (a calendar path names a person); only the kind of
+//! failure is kept ([`Failure`]), and no response body is ever logged.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use url::Url;
+
+use crate::config::Secret;
+use crate::tools::pubmed::client::{Failure, MAX_ATTEMPTS, backoff, classify, retry_after};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest answer read (a month of a busy clinic calendar is far below this).
+const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// A request's answer, whatever its status (the caller decides what a 404 or 412 means).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: String,
+    /// `Location` of a redirect (discovery through `/.well-known/caldav`).
+    pub location: Option<String>,
+}
+
+/// The CalDAV server: its origin, credentials and the client.
+pub struct Dav {
+    http: reqwest::Client,
+    origin: url::Origin,
+    username: Option<String>,
+    password: Option<Secret>,
+}
+
+impl std::fmt::Debug for Dav {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No URL (it may name a person) and no password.
+        f.debug_struct("Dav").field("authenticated", &self.username.is_some()).finish()
+    }
+}
+
+impl Dav {
+    pub fn new(base: &Url, username: Option<String>, password: Option<Secret>) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("voxgate/", env!("CARGO_PKG_VERSION")))
+            // Redirects are followed by discovery itself, after the same-server check.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Self { http, origin: base.origin(), username, password })
+    }
+
+    /// Is `url` on the configured server? Hrefs from the server are checked before they are used.
+    pub fn owns(&self, url: &Url) -> bool {
+        url.origin() == self.origin
+    }
+
+    /// Send one request, retrying transient failures; any other status is returned as the answer.
+    pub async fn send(
+        &self,
+        method: &str,
+        url: &Url,
+        headers: &[(&'static str, &str)],
+        body: Option<(&'static str, String)>,
+    ) -> Result<Answer, Failure> {
+        if !self.owns(url) {
+            return Err(Failure::Transport);
+        }
+        let method = Method::from_bytes(method.as_bytes()).map_err(|_| Failure::Transport)?;
+        let mut attempt = 1;
+        loop {
+            match self.attempt(&method, url, headers, body.as_ref()).await {
+                Ok(answer) => return Ok(answer),
+                Err((failure, retry_after)) if failure.is_transient() && attempt < MAX_ATTEMPTS => {
+                    tracing::debug!(%method, attempt, error = %failure, "CalDAV request failed; retrying");
+                    tokio::time::sleep(retry_after.unwrap_or_else(|| backoff(attempt))).await;
+                }
+                Err((failure, _)) => {
+                    tracing::warn!(%method, attempt, error = %failure, "CalDAV request failed");
+                    return Err(failure);
+                }
+            }
+            attempt += 1;
+        }
+    }
+
+    async fn attempt(
+        &self,
+        method: &Method,
+        url: &Url,
+        headers: &[(&'static str, &str)],
+        body: Option<&(&'static str, String)>,
+    ) -> Result<Answer, (Failure, Option<Duration>)> {
+        let mut request = self
+            .http
+            .request(method.clone(), url.clone())
+            .headers(crate::telemetry::trace_headers(&tracing::Span::current()));
+        for (name, value) in headers {
+            let value = HeaderValue::from_str(value).map_err(|_| (Failure::Transport, None))?;
+            request = request.header(*name, value);
+        }
+        if let Some(username) = &self.username {
+            request = request.basic_auth(username, self.password.as_ref().map(Secret::expose));
+        }
+        if let Some((content_type, body)) = body {
+            request = request.header(reqwest::header::CONTENT_TYPE, *content_type).body(body.clone());
+        }
+        let response = request.send().await.map_err(|e| (classify(&e), None))?;
+        let status = response.status();
+        if is_transient(status) {
+            // Retry-After is honoured (capped) only for the statuses that are retried.
+            return Err((Failure::Status(status.as_u16()), retry_after(response.headers())));
+        }
+        let location = header_text(response.headers(), reqwest::header::LOCATION);
+        if response.content_length().is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+            return Err((Failure::TooLarge, None));
+        }
+        let bytes = response.bytes().await.map_err(|e| (classify(&e), None))?;
+        if bytes.len() > MAX_BODY_BYTES {
+            return Err((Failure::TooLarge, None));
+        }
+        Ok(Answer { status, body: String::from_utf8_lossy(&bytes).into_owned(), location })
+    }
+}
+
+fn is_transient(status: StatusCode) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+}
+
+fn header_text(headers: &HeaderMap, name: reqwest::header::HeaderName) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+}

@@ -1,0 +1,132 @@
+//! What Radicale cannot be made to do on demand: a scripted CalDAV server (real HTTP on 127.0.0.1,
+//! the server's WebDAV answers as recorded from Radicale) that fails first. 5xx and 429 are retried
+//! (honouring `Retry-After`) up to three attempts; 4xx are not; 403 is refused credentials; every
+//! request carries the tool span's `traceparent`; `/readyz`'s flag follows the last contact.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use chrono::NaiveDate;
+
+use super::CaldavCalendar;
+use crate::config::{CalendarBackendConfig, CalendarKind, Secret};
+use crate::tools::calendar::{CalendarBackend, CalendarError, EventQuery};
+
+/// Radicale's answer to a Depth 0 PROPFIND on a calendar collection.
+const COLLECTION: &str = r#"<?xml version='1.0' encoding='utf-8'?>
+<multistatus xmlns="DAV:" xmlns:C="urn:ietf:params:xml:ns:caldav"><response><href>/alice/clinic/</href><propstat><prop><resourcetype><C:calendar /><collection /></resourcetype><displayname>Clinic Rota</displayname><C:supported-calendar-component-set><C:comp name="VEVENT" /></C:supported-calendar-component-set></prop><status>HTTP/1.1 200 OK</status></propstat></response></multistatus>"#;
+
+/// Radicale's answer to a calendar-query: one event.
+const EVENTS: &str = "<?xml version='1.0' encoding='utf-8'?>\n<multistatus xmlns=\"DAV:\" xmlns:C=\"urn:ietf:params:xml:ns:caldav\"><response><href>/alice/clinic/a.ics</href><propstat><prop><getetag>\"1\"</getetag><C:calendar-data>BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//t//EN\nBEGIN:VEVENT\nUID:a\nDTSTART:20240401T100000Z\nDTEND:20240401T110000Z\nSUMMARY:Ward round\nEND:VEVENT\nEND:VCALENDAR\n</C:calendar-data></prop><status>HTTP/1.1 200 OK</status></propstat></response></multistatus>";
+
+/// Answers given in order; what was asked is recorded.
+#[derive(Default)]
+struct Script {
+    answers: Mutex<VecDeque<(u16, &'static str)>>,
+    seen: Mutex<Vec<(Method, String, Option<String>)>>,
+}
+
+async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(String::from);
+    script.seen.lock().unwrap().push((method, uri.path().to_string(), traceparent));
+    let (status, body) = script.answers.lock().unwrap().pop_front().unwrap_or((500, ""));
+    let status = StatusCode::from_u16(status).unwrap();
+    let mut response = (status, body.to_string()).into_response();
+    if matches!(status.as_u16(), 429 | 503) {
+        response.headers_mut().insert("retry-after", "0".parse().unwrap());
+    }
+    response
+}
+
+async fn serve(answers: &[(u16, &'static str)]) -> (Arc<Script>, CaldavCalendar) {
+    let script = Arc::new(Script::default());
+    script.answers.lock().unwrap().extend(answers.iter().copied());
+    let app = axum::Router::new().fallback(answer).with_state(Arc::clone(&script));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = CalendarBackendConfig {
+        kind: CalendarKind::Caldav,
+        url: Some(format!("http://{addr}/alice/clinic/")),
+        username: Some("alice".into()),
+        password: Some(Secret::new("pw")),
+        ..Default::default()
+    };
+    (script, CaldavCalendar::new(&config, chrono_tz::UTC).unwrap())
+}
+
+fn april_first() -> EventQuery {
+    let day = NaiveDate::from_ymd_opt(2024, 4, 1).unwrap();
+    EventQuery { first_day: day, last_day: day, calendar: None, max_results: 10 }
+}
+
+fn methods(script: &Script) -> Vec<String> {
+    script.seen.lock().unwrap().iter().map(|(m, _, _)| m.to_string()).collect()
+}
+
+#[tokio::test]
+async fn server_errors_and_429_are_retried_within_three_attempts() {
+    let (script, backend) = serve(&[(503, ""), (429, ""), (207, COLLECTION), (502, ""), (207, EVENTS)]).await;
+    let page = backend.list_events(&april_first()).await.unwrap();
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].calendar, "Clinic Rota");
+    assert_eq!(methods(&script), ["PROPFIND", "PROPFIND", "PROPFIND", "REPORT", "REPORT"]);
+    assert_eq!(backend.reachable(), Some(true));
+}
+
+#[tokio::test]
+async fn three_failures_give_up_and_mark_the_server_unreachable() {
+    let (script, backend) = serve(&[(500, ""), (500, ""), (500, ""), (207, COLLECTION)]).await;
+    let err = backend.list_events(&april_first()).await.unwrap_err();
+    assert!(matches!(err, CalendarError::Unreachable(_)), "{err:?}");
+    assert_eq!(methods(&script).len(), 3);
+    assert_eq!(backend.reachable(), Some(false));
+    // The next call discovers again and succeeds: the flag follows the last contact.
+    script.answers.lock().unwrap().push_back((207, EVENTS));
+    backend.list_events(&april_first()).await.unwrap();
+    assert_eq!(backend.reachable(), Some(true));
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried_and_403_is_refused_credentials() {
+    let (script, backend) = serve(&[(207, COLLECTION), (400, "")]).await;
+    let err = backend.list_events(&april_first()).await.unwrap_err();
+    assert!(matches!(err, CalendarError::Status(400)), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "REPORT"]);
+
+    let (_, backend) = serve(&[(403, "")]).await;
+    let err = backend.list_events(&april_first()).await.unwrap_err();
+    assert!(matches!(err, CalendarError::Refused), "{err:?}");
+    let public = crate::tools::ToolError::from(err).public_message();
+    assert!(public.contains("refused the credentials") && !public.contains("127.0.0.1"), "{public}");
+}
+
+#[tokio::test]
+async fn requests_carry_traceparent_of_the_tool_span() {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+
+    let (script, backend) = serve(&[(207, COLLECTION), (207, EVENTS)]).await;
+    let span = crate::telemetry::tool_span(&tracing::Span::none(), "get_calendar_events", "call_1");
+    let trace_id = {
+        use opentelemetry::trace::TraceContextExt;
+        span.context().span().span_context().trace_id().to_string()
+    };
+    backend.list_events(&april_first()).instrument(span).await.unwrap();
+    let seen = script.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for (_, _, traceparent) in seen {
+        let header = traceparent.expect("traceparent header");
+        assert!(header.starts_with(&format!("00-{trace_id}-")), "{header}");
+    }
+}

@@ -1,0 +1,120 @@
+//! Repeating events in the local backend: weekly series across a daylight-saving change stay at
+//! their wall-clock time, EXDATE and RECURRENCE-ID overrides (moved and cancelled) replace their
+//! occurrence, all-day series repeat on dates, COUNT/UNTIL end a series, and an unusable rule shows
+//! the first occurrence instead of failing the listing.
+
+use serde_json::{Value, json};
+
+use super::{Fixture, tz};
+
+fn calendar(events: &str) -> String {
+    format!("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\n{events}END:VCALENDAR\r\n")
+}
+
+fn starts(result: &Value) -> Vec<(&str, &str)> {
+    result["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["id"].as_str().unwrap(), e["start"].as_str().unwrap()))
+        .collect()
+}
+
+/// Every Monday 09:00 Berlin from 2024-03-18; Europe/Berlin moves to summer time on 2024-03-31.
+const WEEKLY_BERLIN: &str = "BEGIN:VEVENT\r\nUID:weekly\r\nSUMMARY:Team meeting\r\n\
+DTSTART;TZID=Europe/Berlin:20240318T090000\r\nDTEND;TZID=Europe/Berlin:20240318T100000\r\n\
+RRULE:FREQ=WEEKLY;BYDAY=MO\r\nEND:VEVENT\r\n";
+
+#[tokio::test]
+async fn weekly_series_keeps_its_wall_clock_time_across_the_dst_change() {
+    let f = Fixture::with_file(tz("Europe/Berlin"), Some(&calendar(WEEKLY_BERLIN)));
+    let result = f.get(json!({"start_date": "2024-03-18", "end_date": "2024-04-08"})).await;
+    assert_eq!(
+        starts(&result),
+        [
+            ("weekly", "2024-03-18T09:00:00+01:00"),
+            ("weekly", "2024-03-25T09:00:00+01:00"),
+            ("weekly", "2024-04-01T09:00:00+02:00"),
+            ("weekly", "2024-04-08T09:00:00+02:00"),
+        ]
+    );
+    assert_eq!(result["events"][2]["end"], "2024-04-01T10:00:00+02:00");
+    assert_eq!(result["events"][2]["title"], "Team meeting");
+    // Shown in another zone, the summer occurrences move by the hour Berlin moved.
+    let utc = Fixture::with_file(tz("UTC"), Some(&calendar(WEEKLY_BERLIN)));
+    let result = utc.get(json!({"start_date": "2024-03-25", "end_date": "2024-04-01"})).await;
+    assert_eq!(starts(&result), [("weekly", "2024-03-25T08:00:00+00:00"), ("weekly", "2024-04-01T07:00:00+00:00")]);
+    // Before the series starts there is nothing.
+    let before = f.get(json!({"start_date": "2024-03-11", "end_date": "2024-03-17"})).await;
+    assert_eq!(before["count"], 0);
+}
+
+#[tokio::test]
+async fn exdate_and_overrides_replace_their_occurrences() {
+    let events = format!(
+        "{}BEGIN:VEVENT\r\nUID:weekly\r\nRECURRENCE-ID;TZID=Europe/Berlin:20240325T090000\r\nSUMMARY:Team meeting (moved)\r\n\
+DTSTART;TZID=Europe/Berlin:20240326T140000\r\nDTEND;TZID=Europe/Berlin:20240326T150000\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:weekly\r\nRECURRENCE-ID;TZID=Europe/Berlin:20240408T090000\r\nSTATUS:CANCELLED\r\nSUMMARY:Team meeting\r\n\
+DTSTART;TZID=Europe/Berlin:20240408T090000\r\nEND:VEVENT\r\n",
+        WEEKLY_BERLIN.replace(
+            "RRULE:FREQ=WEEKLY;BYDAY=MO\r\n",
+            "RRULE:FREQ=WEEKLY;BYDAY=MO\r\nEXDATE;TZID=Europe/Berlin:20240401T090000\r\n"
+        )
+    );
+    let f = Fixture::with_file(tz("Europe/Berlin"), Some(&calendar(&events)));
+    let result = f.get(json!({"start_date": "2024-03-18", "end_date": "2024-04-15"})).await;
+    assert_eq!(
+        starts(&result),
+        [
+            ("weekly", "2024-03-18T09:00:00+01:00"),
+            ("weekly", "2024-03-26T14:00:00+01:00"),
+            ("weekly", "2024-04-15T09:00:00+02:00"),
+        ]
+    );
+    assert_eq!(result["events"][1]["title"], "Team meeting (moved)");
+}
+
+#[tokio::test]
+async fn all_day_series_count_and_until_end_the_series() {
+    let events = "BEGIN:VEVENT\r\nUID:rounds\r\nSUMMARY:Ward round\r\nDTSTART;VALUE=DATE:20240101\r\nDTEND;VALUE=DATE:20240102\r\n\
+RRULE:FREQ=DAILY;COUNT=3\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:standup\r\nSUMMARY:Standup\r\nDTSTART:20240101T080000Z\r\nDURATION:PT15M\r\n\
+RRULE:FREQ=DAILY;UNTIL=20240102T080000Z\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:monthly\r\nSUMMARY:Board\r\nDTSTART;VALUE=DATE:20231204\r\nRRULE:FREQ=MONTHLY;UNTIL=20240104\r\nEND:VEVENT\r\n";
+    let f = Fixture::with_file(tz("America/New_York"), Some(&calendar(events)));
+    let result = f.get(json!({"start_date": "2024-01-01", "end_date": "2024-01-10"})).await;
+    assert_eq!(
+        starts(&result),
+        [
+            ("rounds", "2024-01-01"),
+            ("standup", "2024-01-01T03:00:00-05:00"),
+            ("rounds", "2024-01-02"),
+            ("standup", "2024-01-02T03:00:00-05:00"),
+            ("rounds", "2024-01-03"),
+            ("monthly", "2024-01-04"),
+        ]
+    );
+    assert_eq!(result["events"][0]["all_day"], true);
+    assert_eq!(result["events"][0]["end"], "2024-01-01");
+}
+
+#[tokio::test]
+async fn an_unusable_rule_shows_the_first_occurrence() {
+    let events = "BEGIN:VEVENT\r\nUID:odd\r\nSUMMARY:Odd\r\nDTSTART:20240105T080000Z\r\nRRULE:FREQ=FORTNIGHTLY\r\nEND:VEVENT\r\n";
+    let f = Fixture::with_file(tz("UTC"), Some(&calendar(events)));
+    let result = f.get(json!({"start_date": "2024-01-01", "end_date": "2024-01-31"})).await;
+    assert_eq!(starts(&result), [("odd", "2024-01-05T08:00:00+00:00")]);
+}
+
+#[tokio::test]
+async fn find_event_returns_the_series_not_an_override() {
+    let events = format!(
+        "{WEEKLY_BERLIN}BEGIN:VEVENT\r\nUID:weekly\r\nRECURRENCE-ID;TZID=Europe/Berlin:20240325T090000\r\nSUMMARY:Moved\r\n\
+DTSTART;TZID=Europe/Berlin:20240326T140000\r\nEND:VEVENT\r\n"
+    );
+    let f = Fixture::with_file(tz("Europe/Berlin"), Some(&calendar(&events)));
+    use crate::tools::calendar::CalendarBackend;
+    let found = f.backend.find_event("weekly").await.unwrap().unwrap();
+    assert_eq!(found.title, "Team meeting");
+    assert!(f.backend.find_event("missing").await.unwrap().is_none());
+}
