@@ -94,6 +94,9 @@ pub struct ServerConfig {
     pub ping_interval_ms: u64,
     /// Accept `auth.mode = "none"` on a non-loopback address (a loud warning is still logged).
     pub allow_unauthenticated_public: bool,
+    /// This instance's name on logs, spans, metrics, audit records and the session registry;
+    /// unset = the hostname (the pod name on Kubernetes). Read it with [`ServerConfig::instance_id`].
+    pub instance_id: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -110,7 +113,15 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             ping_interval_ms: 20_000,
             allow_unauthenticated_public: false,
+            instance_id: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// `server.instance_id`, or the hostname when unset.
+    pub fn instance_id(&self) -> String {
+        self.instance_id.clone().unwrap_or_else(crate::cluster::hostname)
     }
 }
 
@@ -235,13 +246,22 @@ impl Default for AuditConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     pub url: Option<Secret>,
     /// When Redis is unreachable, refuse rate-limited calls instead of falling back to the local
     /// limiter.
     pub rate_limit_fail_closed: bool,
+    /// How long a live session's registry entry (and its place in the cross-instance per-user
+    /// cap) outlives the last refresh by its instance; each instance refreshes every third of it.
+    pub session_ttl_ms: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self { url: None, rate_limit_fail_closed: false, session_ttl_ms: 30_000 }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -270,6 +290,10 @@ pub struct TelemetryConfig {
     /// `tracing` filter directive, overridden by `RUST_LOG`.
     pub log_level: String,
     pub service_name: String,
+    /// `server.instance_id`, copied here at start (not a key of its own) so every log line and
+    /// the span resource carry it; empty = not tagged.
+    #[serde(skip)]
+    pub instance_id: String,
 }
 
 impl Default for TelemetryConfig {
@@ -280,6 +304,7 @@ impl Default for TelemetryConfig {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             service_name: "voxgate".into(),
+            instance_id: String::new(),
         }
     }
 }
