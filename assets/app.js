@@ -143,9 +143,31 @@ client.addEventListener("session", (event) => {
 /** Set when the server announced it is closing, so the close that follows is not reported twice. */
 let closingAnnounced = false;
 
-client.addEventListener("closing", () => {
+/** Pauses before the automatic reconnects that follow a rolling restart (`voxgate.session.closing`
+ * with `reconnect: true`): the load balancer sends the new session to another instance, so the
+ * first attempt normally succeeds; the later ones cover a single server coming back. */
+const AUTO_RECONNECT_DELAYS_MS = [250, 1000, 2000, 4000, 8000];
+/** Automatic reconnects left; 0 when none is wanted. */
+let autoReconnects = 0;
+
+client.addEventListener("closing", (event) => {
   closingAnnounced = true;
-  showError({ source: "server", code: "closing", message: "The server is restarting; this session will end shortly." });
+  const reconnect = event.detail.reconnect === true && lastConnect !== null;
+  autoReconnects = reconnect ? AUTO_RECONNECT_DELAYS_MS.length : 0;
+  const message = reconnect
+    ? "The server is restarting; reconnecting to another one…"
+    : "The server ended this session.";
+  showError({ source: "server", code: "closing", message });
+});
+
+client.addEventListener("status", (event) => {
+  const { state, byClient } = event.detail;
+  if (state === "open" || byClient) autoReconnects = 0;
+  if (state !== "closed" || autoReconnects === 0) return;
+  const delay = AUTO_RECONNECT_DELAYS_MS[AUTO_RECONNECT_DELAYS_MS.length - autoReconnects];
+  autoReconnects -= 1;
+  // Jitter, so the sessions of a drained instance do not all reconnect in the same instant.
+  setTimeout(() => { if (lastConnect) connect(lastConnect); }, delay + Math.random() * delay);
 });
 
 // ------------------------------------------------------------------ microphone

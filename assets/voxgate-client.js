@@ -142,7 +142,8 @@ export function describeCloseCode(code) {
  * Events (all `CustomEvent`s; the payload is `event.detail`):
  * - `status`       `{state: "connecting"|"open"|"closed", code?, reason?, wasClean?, byClient?, description?}`
  * - `session`      `{session_id, tools}` from `voxgate.session.ready`
- * - `closing`      `{reason}` from `voxgate.session.closing` (the server will close soon)
+ * - `closing`      `{reason, reconnect}` from `voxgate.session.closing` (the server will close soon;
+ *                  `reconnect: true` means another instance will take a new session at once)
  * - `transcript`   `{role: "user"|"assistant", item_id, text, delta?, final, typed?}`
  * - `tool`         `{phase, call_id, name, ...}` — phase is `confirmation_requested`, `started`,
  *                  `completed`, `failed` or `declined`; the other fields are the wire event's
@@ -613,7 +614,7 @@ VoxgateClient.prototype.handlers = {
     this.emit("session", { session_id: this.sessionId, tools: this.tools });
   },
   "voxgate.session.closing"(event) {
-    this.emit("closing", { reason: event.reason || "" });
+    this.emit("closing", { reason: event.reason || "", reconnect: event.reconnect === true });
   },
   "error"(event) {
     this.onServerError(event);

@@ -15,11 +15,13 @@
 //! - [`tools`]: the `Tool` trait, the registry, one file (or folder) per tool family.
 //! - [`policy`]: who may call what: principals, permissions, PHI rules, rate limits, confirmation.
 //! - [`audit`]: the exactly-once, hash-chained audit log.
+//! - [`cluster`]: many instances as one service: identity, the Redis session registry, caps, kills.
 //! - [`telemetry`]: logs, Prometheus metrics and OpenTelemetry traces.
 //! - [`shutdown`]: the process-wide drain signal.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod audit;
+pub mod cluster;
 pub mod config;
 pub mod policy;
 pub mod protocol;

@@ -99,7 +99,8 @@ fn verify(file: &Path, chain: &voxgate::audit::Chain) -> ExitCode {
     }
 }
 
-fn run(config: Config) -> anyhow::Result<()> {
+fn run(mut config: Config) -> anyhow::Result<()> {
+    config.telemetry.instance_id = config.server.instance_id();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {
         let telemetry = voxgate::telemetry::init(&config.telemetry).context("starting telemetry")?;

@@ -22,6 +22,7 @@ fn config(endpoint: String, protocol: OtlpProtocol) -> TelemetryConfig {
         log_format: LogFormat::Json,
         log_level: "info".into(),
         service_name: "voxgate".into(),
+        instance_id: "vg-otlp-test".into(),
     }
 }
 
@@ -95,6 +96,7 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     let spans: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "span").collect();
     for span in &spans {
         assert_eq!(span["resource"]["service.name"], "voxgate", "{span}");
+        assert_eq!(span["resource"]["service.instance.id"], "vg-otlp-test", "{span}");
         assert!(
             span["name"]
                 .as_str()

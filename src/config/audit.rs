@@ -26,13 +26,3 @@ impl AuditOnError {
         }
     }
 }
-
-/// The hostname, for `server.instance_id` when it is not set; `voxgate` when none can be read.
-pub(super) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|name| name.trim().to_string())
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "voxgate".into())
-}

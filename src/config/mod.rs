@@ -102,13 +102,6 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
-impl ServerConfig {
-    /// `server.instance_id`, or the hostname when it is not set.
-    pub fn instance_id(&self) -> String {
-        self.instance_id.clone().unwrap_or_else(audit::hostname)
-    }
-}
-
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -126,6 +119,13 @@ impl Default for ServerConfig {
             instance_id: None,
             trusted_proxies: Vec::new(),
         }
+    }
+}
+
+impl ServerConfig {
+    /// `server.instance_id`, or the hostname when unset.
+    pub fn instance_id(&self) -> String {
+        self.instance_id.clone().unwrap_or_else(crate::cluster::hostname)
     }
 }
 
@@ -268,13 +268,22 @@ impl Default for AuditConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     pub url: Option<Secret>,
     /// When Redis is unreachable, refuse rate-limited calls instead of falling back to the local
     /// limiter.
     pub rate_limit_fail_closed: bool,
+    /// How long a live session's registry entry (and its place in the cross-instance per-user
+    /// cap) outlives the last refresh by its instance; each instance refreshes every third of it.
+    pub session_ttl_ms: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self { url: None, rate_limit_fail_closed: false, session_ttl_ms: 30_000 }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -303,6 +312,10 @@ pub struct TelemetryConfig {
     /// `tracing` filter directive, overridden by `RUST_LOG`.
     pub log_level: String,
     pub service_name: String,
+    /// `server.instance_id`, copied here at start (not a key of its own) so every log line and
+    /// the span resource carry it; empty = not tagged.
+    #[serde(skip)]
+    pub instance_id: String,
 }
 
 impl Default for TelemetryConfig {
@@ -313,6 +326,7 @@ impl Default for TelemetryConfig {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             service_name: "voxgate".into(),
+            instance_id: String::new(),
         }
     }
 }

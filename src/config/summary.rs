@@ -40,6 +40,7 @@ pub fn summary(config: &Config) -> String {
         ("audit.on_error", config.audit.on_error.as_str().into()),
         ("audit.chain_key", secret(&config.audit.chain_key).into()),
         ("redis.url", secret(&config.redis.url).into()),
+        ("redis.session_ttl_ms", config.redis.session_ttl_ms.to_string()),
         ("telemetry.otlp_endpoint", config.telemetry.otlp_endpoint.clone().unwrap_or_else(|| "(unset)".into())),
         ("tools.confirmation_timeout_ms", config.tools.confirmation_timeout_ms.to_string()),
         ("backends.calendar.kind", format!("{:?}", config.backends.calendar.kind).to_lowercase()),

@@ -24,6 +24,15 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if server.client_send_timeout_ms == 0 {
         return Err(ConfigError::new("server.client_send_timeout_ms", "must be at least 1"));
     }
+    if let Some(id) = &server.instance_id {
+        let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !ok {
+            return Err(ConfigError::new("server.instance_id", "must be 1–64 characters of A-Z a-z 0-9 . _ -"));
+        }
+    }
+    if config.redis.session_ttl_ms < 300 {
+        return Err(ConfigError::new("redis.session_ttl_ms", "must be at least 300"));
+    }
     for (i, origin) in server.allowed_origins.iter().enumerate() {
         let ok = origin == "null" || url::Url::parse(origin).is_ok_and(|u| u.host().is_some());
         if !ok {

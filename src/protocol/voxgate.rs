@@ -60,8 +60,10 @@ pub fn session_ready(session_id: &str, tools: &[ToolSummary]) -> String {
     json!({"type": "voxgate.session.ready", "session_id": session_id, "tools": tools}).to_string()
 }
 
-pub fn session_closing(reason: &str) -> String {
-    json!({"type": "voxgate.session.closing", "reason": reason}).to_string()
+/// `reconnect`: whether the client should open a new session at once (a drain: another instance
+/// will take it), or not (an administrator ended it, its authorisation expired).
+pub fn session_closing(reason: &str, reconnect: bool) -> String {
+    json!({"type": "voxgate.session.closing", "reason": reason, "reconnect": reconnect}).to_string()
 }
 
 pub fn confirmation_requested(

@@ -16,24 +16,40 @@ use tokio::time::Instant;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::config::AuditOnError;
+use crate::cluster::KillOutcome;
 use crate::policy::Principal;
 use crate::session::calls::observe::count;
 use crate::session::calls::{Action, CallTable, unix_ms};
 use crate::session::runner::ToolJob;
 use crate::tools::{CallContext, ToolError};
 
+/// `GET /admin/sessions`: every instance's sessions (from the Redis registry), or this
+/// instance's when there is no Redis or it is down (`scope` says which).
 pub async fn list_sessions(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
-    Ok(Json(json!({"sessions": state.live.list()})).into_response())
+    let (sessions, scope) = state.cluster.list().await;
+    Ok(Json(json!({"sessions": sessions, "scope": scope})).into_response())
 }
 
+/// `DELETE /admin/sessions/{id}`: end the session on whichever instance holds it.
 pub async fn end_session(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
-    if state.live.kill(&id) { Ok(StatusCode::NO_CONTENT.into_response()) } else { Err(ApiError::not_found()) }
+    // Session ids are ours (`vgs_` + hex): anything else names no session and never reaches Redis.
+    let plausible = id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !plausible {
+        return Err(ApiError::not_found());
+    }
+    match state.cluster.kill(&state.live, &id).await {
+        KillOutcome::Ended | KillOutcome::Forwarded => Ok(StatusCode::NO_CONTENT.into_response()),
+        KillOutcome::NotFound => Err(ApiError::not_found()),
+        KillOutcome::Unreachable => {
+            Err(ApiError::unavailable("cluster_unavailable", "the instance holding this session cannot be reached now; try again"))
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

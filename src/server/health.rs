@@ -10,6 +10,7 @@ pub async fn healthz() -> impl IntoResponse {
     (StatusCode::OK, "ok\n")
 }
 
+<<<<<<< HEAD
 /// 503 while draining: load balancers stop sending new sessions before the process goes away;
 /// and, with `audit.on_error = "fail_closed"`, while audit records cannot be made durable (calls
 /// would fail `audit_unavailable`; the writer retries on its own, so readiness comes back).
@@ -30,6 +31,22 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     } else {
         (StatusCode::OK, format!("ready, degraded: backend unreachable for {}\n", degraded.join(", ")))
     }
+=======
+/// 503 while draining: load balancers stop sending new sessions before the process goes away.
+/// A Redis outage is reported but keeps the instance ready: it degrades to local caps.
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let (status, head) = if state.shutdown.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    };
+    let redis = match state.cluster.redis_up() {
+        None => "",
+        Some(true) => "redis: up\n",
+        Some(false) => "redis: down (session caps and limits per instance, admin lists this instance only)\n",
+    };
+    (status, format!("{head}{redis}"))
+>>>>>>> cluster
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

@@ -26,6 +26,7 @@ use axum::routing::{delete, get, post};
 use tokio::task::JoinHandle;
 
 use crate::audit::{self, AuditWriter};
+use crate::cluster::{Cluster, RedisLink};
 use crate::config::{AuthMode, Config, UpstreamKind};
 use crate::policy::auth::JwtVerifier;
 use crate::policy::phi::UserHasher;
@@ -114,7 +115,16 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         drain: shutdown.token().clone(),
     };
     let live = LiveSessions::new(config.server.max_sessions, config.server.max_sessions_per_user);
-    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets };
+    let cluster_link = match (&config.redis.url, redis) {
+        (Some(url), Some(conn)) => Some(RedisLink {
+            client: redis::Client::open(url.expose()).map_err(|e| StartError::Redis(format!("{:?}", e.kind())))?,
+            conn,
+            ttl: Duration::from_millis(config.redis.session_ttl_ms),
+        }),
+        _ => None,
+    };
+    let cluster = Cluster::start(config.server.instance_id(), cluster_link, live.clone(), deps.metrics.clone());
+    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets, cluster };
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -198,6 +208,7 @@ fn announce(config: &Config, state: &AppState, addr: SocketAddr) {
     let tools: Vec<&str> = state.deps.registry.iter().map(|t| t.name()).collect();
     tracing::info!(
         %addr,
+        instance = state.cluster.instance(),
         upstream = state.upstream_kind_name(),
         auth = ?config.auth.mode,
         redis = config.redis.url.is_some(),

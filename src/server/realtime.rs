@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::cluster::{Seat, SessionEntry};
 use crate::config::AuthMode;
 use crate::policy::auth::{self, AuthError};
 use crate::protocol::voxgate::{self as events, codes};
@@ -77,12 +78,15 @@ pub async fn realtime(
         ApiError::new(status, code, err.to_string())
     })?;
 
+    let seat = admit_in_cluster(&state, &id, &user, &model_name).await?;
+
     let on_upgrade = hyper::upgrade::on(&mut request);
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, request.extensions(), &headers, false);
     let info = SessionInfo { id, principal, user, wants_events, model: model_name, origin };
     let task_state = state.clone();
     state.shutdown.tracker().spawn(async move {
         let _admission = admission;
+        let _seat = seat;
         let upgraded = match on_upgrade.await {
             Ok(upgraded) => upgraded,
             Err(err) => {
@@ -107,6 +111,27 @@ pub async fn realtime(
         out.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
     }
     Ok(response)
+}
+
+/// Register the session with the cluster: the per-user cap across instances (not in `none`
+/// mode, where every session is the same anonymous user) and the registry the admin API lists.
+async fn admit_in_cluster(state: &AppState, id: &str, user: &str, model: &str) -> Result<Seat, ApiError> {
+    let started_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let entry = SessionEntry {
+        id: id.to_string(),
+        instance: state.cluster.instance().to_string(),
+        user: user.to_string(),
+        model: model.to_string(),
+        started_at,
+    };
+    let cap = (state.config.auth.mode != AuthMode::None).then(|| (user.to_string(), state.config.server.max_sessions_per_user));
+    state.cluster.admit(entry, cap).await.map_err(|err| {
+        state.deps.metrics.http_rejection("too_many_user_sessions");
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions", err.to_string())
+    })
 }
 
 /// Connect the upstream, then run the session; an upstream that refuses is reported to the client.

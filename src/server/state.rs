@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::error::ApiError;
+use crate::cluster::Cluster;
 use crate::config::{AuthMode, Config, UpstreamKind};
 use crate::policy::Principal;
 use crate::policy::auth::{self, AuthError, JwtVerifier};
@@ -22,6 +23,8 @@ pub struct AppState {
     pub jwt: Option<Arc<JwtVerifier>>,
     /// Present when `auth.admin_token` is set (tickets are minted with it).
     pub tickets: Option<Arc<Tickets>>,
+    /// This instance's identity and, with Redis, the cross-instance registry and caps.
+    pub cluster: Arc<Cluster>,
 }
 
 impl AppState {

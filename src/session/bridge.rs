@@ -195,7 +195,9 @@ impl Bridge {
             _ => "session ended",
         };
         if notify && self.info.wants_events {
-            let _ = self.to_client.try_send(Message::text(events::session_closing(reason)));
+            // Only a drain sends the client elsewhere; a kill or an expiry must not be undone by it.
+            let reconnect = outcome == SessionOutcome::Drained;
+            let _ = self.to_client.try_send(Message::text(events::session_closing(reason, reconnect)));
         }
         let code = match outcome {
             SessionOutcome::Drained => CloseCode::Restart,

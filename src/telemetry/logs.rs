@@ -3,10 +3,16 @@
 //! The filter applies to logs only, so `RUST_LOG=warn` quietens the console without turning off
 //! trace export. What the lines may contain is the callers' rule: ids, codes, durations, no PHI;
 //! libraries that would log payloads are capped at `info` whatever the filter says.
+//! Every line names the instance (`server.instance_id`) that wrote it: `instance=…` first on a
+//! text line, an `"instance"` field in a JSON object — so logs of many pods can be told apart.
 
 use std::io::IsTerminal;
 
+use tracing::{Event, Subscriber};
 use tracing_subscriber::filter::{FilterExt, filter_fn};
+use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use super::TelemetryError;
@@ -19,10 +25,12 @@ const LOG_ENV: &str = "RUST_LOG";
 /// The fmt layer for `config.log_format`, behind the effective filter.
 pub(crate) fn layer(config: &TelemetryConfig) -> Result<BoxedLayer, TelemetryError> {
     let filter = filter(config)?.and(filter_fn(not_payload));
+    let instance = config.instance_id.clone();
     let layer = match config.log_format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             // Colour codes only for a person at a terminal, never into a collected log file.
             .with_ansi(std::io::stdout().is_terminal())
+            .event_format(InstanceTagged::new(instance, format::format()))
             .with_filter(filter)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -30,13 +38,50 @@ pub(crate) fn layer(config: &TelemetryConfig) -> Result<BoxedLayer, TelemetryErr
             // Event fields at the top level, the innermost span under "span" and the whole chain
             // under "spans", so a tool line carries its session.id: what log shippers index
             // without extra parsing.
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(true)
+            .event_format(InstanceTagged::new(
+                instance,
+                format::format().json().flatten_event(true).with_current_span(true).with_span_list(true),
+            ))
             .with_filter(filter)
             .boxed(),
     };
     Ok(layer)
+}
+
+/// A line format that names the instance before the inner format's line: `instance=ID ` in
+/// front of a text line, `"instance":"ID"` as the first field of a JSON object.
+struct InstanceTagged<F> {
+    /// Empty when the instance is not known (tests): lines stay as the inner format makes them.
+    instance: String,
+    /// The instance id as a JSON string, escaped once.
+    instance_json: String,
+    inner: F,
+}
+
+impl<F> InstanceTagged<F> {
+    fn new(instance: String, inner: F) -> Self {
+        let instance_json = serde_json::Value::String(instance.clone()).to_string();
+        Self { instance, instance_json, inner }
+    }
+}
+
+impl<S, N, F> FormatEvent<S, N> for InstanceTagged<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
+        if self.instance.is_empty() {
+            return self.inner.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.inner.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => write!(writer, "{{\"instance\":{},{rest}", self.instance_json),
+            None => write!(writer, "instance={} {line}", self.instance),
+        }
+    }
 }
 
 /// `RUST_LOG` when set and non-empty, else `telemetry.log_level`; a bad directive is an error that

@@ -87,6 +87,10 @@ struct Inner {
     audit_records_total: Family<Labels1, Counter>,
     audit_errors_total: Counter,
     http_rejections_total: Family<Labels1, Counter>,
+    /// 1 while Redis answers (cluster registry, caps), 0 when it is down or not configured.
+    redis_up: Gauge,
+    /// `voxgate_instance_info{instance_id} 1`: joins this target's series to its instance name.
+    instance_info: Family<[(&'static str, String); 1], Gauge>,
 }
 
 /// Pre-resolved frame counters for one session: incrementing is a single relaxed atomic add, no
@@ -204,6 +208,10 @@ impl Metrics {
                 "Audit writes that failed", Counter::default()),
             http_rejections_total: register(&mut r, "voxgate_http_rejections",
                 "HTTP requests refused before a session started, by reason", Family::default()),
+            redis_up: register(&mut r, "voxgate_redis_up",
+                "1 while Redis answers, 0 when it is down or not configured", Gauge::default()),
+            instance_info: register(&mut r, "voxgate_instance_info",
+                "This instance's server.instance_id", Family::default()),
             registry: r,
         };
         inner.prefill();
@@ -346,6 +354,15 @@ impl Metrics {
             .http_rejections_total
             .get_or_create(&[("reason", reason)])
             .inc();
+    }
+
+    pub fn redis_up(&self, up: bool) {
+        self.inner.redis_up.set(i64::from(up));
+    }
+
+    /// Name this instance (`voxgate_instance_info{instance_id="…"} 1`).
+    pub fn set_instance(&self, instance_id: &str) {
+        self.inner.instance_info.get_or_create(&[("instance_id", instance_id.to_string())]).set(1);
     }
 }
 

@@ -53,9 +53,11 @@ pub(crate) fn pipeline(
     let processor = BatchSpanProcessor::builder(exporter, Tokio)
         .with_batch_config(batch_config)
         .build();
-    let resource = Resource::builder()
-        .with_service_name(config.service_name.clone())
-        .build();
+    let mut resource = Resource::builder().with_service_name(config.service_name.clone());
+    if !config.instance_id.is_empty() {
+        resource = resource.with_attribute(opentelemetry::KeyValue::new("service.instance.id", config.instance_id.clone()));
+    }
+    let resource = resource.build();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_resource(resource)

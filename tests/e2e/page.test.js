@@ -160,7 +160,7 @@ test("a token travels in the subprotocol; a bad one is refused with a clear erro
   assert.ok(!JSON.stringify(fake.headers).includes(token), "the token is not passed upstream");
 });
 
-test("a server restart drops the session with a reason; Reconnect opens a new one", { timeout: 90_000 }, async (t) => {
+test("a server restart drops the session with a reason; the page reconnects by itself", { timeout: 90_000 }, async (t) => {
   const { upstreamUrl } = await fakeModel(t);
   let voxgate = await startVoxgate({ upstreamUrl });
   t.after(() => voxgate.stop());
@@ -172,19 +172,20 @@ test("a server restart drops the session with a reason; Reconnect opens a new on
   const addr = voxgate.addr;
   assert.equal(await voxgate.stop(), 0, "voxgate drains and exits 0 on SIGTERM");
   await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
-  const status = await statusOf(page);
-  assert.match(status.text, /^Disconnected — /);
   const code = await page.evaluate(() => {
     const messages = [...document.querySelectorAll("[data-testid=error-message]")].map((m) => m.dataset.code);
     return messages;
   });
-  assert.ok(code.includes("connection_closed") || code.includes("closing"), `the drop is explained (${code})`);
-  assert.equal(await page.getByTestId("reconnect-button").isVisible(), true);
+  assert.ok(code.includes("closing"), `the drain is announced (voxgate.session.closing with reconnect: true) (${code})`);
   await screenshot(page, "page-dropped");
 
+  // The page retries with back-off (closing said reconnect: true); the server coming back is enough.
   voxgate = await startVoxgate({ upstreamUrl, listen: addr });
-  await page.getByTestId("reconnect-button").click();
-  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "open");
+  await page.waitForFunction(
+    () => document.querySelector("[data-testid=connection-status]").dataset.state === "open",
+    null,
+    { timeout: 40_000 },
+  );
   assert.equal(await page.getByTestId("reconnect-button").isVisible(), false);
   await screenshot(page, "page-reconnected");
 });

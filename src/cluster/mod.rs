@@ -1,0 +1,306 @@
+//! Many voxgate instances as one service (CONTRACT §11).
+//!
+//! Every instance has an identity ([`hostname`] unless `server.instance_id` is set). With
+//! `redis.url`, [`Cluster`] also keeps, in Redis ([`registry`]):
+//! - a registry of live sessions (id, instance, user hash, model, started), refreshed by the
+//!   instance that holds them every third of `redis.session_ttl_ms` and expiring when it dies;
+//! - the per-user session cap across instances (`server.max_sessions_per_user`), in the same
+//!   atomic admission;
+//! - the admin kill: `DELETE /admin/sessions/{id}` on any instance publishes the id to the owner's
+//!   channel, whose [`kill`] listener ends the session.
+//!
+//! Redis down degrades, never refuses: caps fall back to this instance's own count, listings show
+//! this instance only, `voxgate_redis_up` is 0 and `/readyz` says so; the next successful refresh
+//! re-registers every local session and everything is shared again.
+
+mod identity;
+mod kill;
+mod registry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub use identity::hostname;
+pub use registry::SessionEntry;
+use registry::{Registry, Seated};
+
+use crate::session::live::{AdmitError, LiveSessions};
+use crate::telemetry::metrics::Metrics;
+
+/// Ended sessions waiting to be removed from Redis. When full (Redis far behind), entries are
+/// left to expire on their own within one TTL.
+const RELEASE_QUEUE: usize = 1024;
+
+/// Why a Redis operation of the cluster failed. Only the kind is kept: a URL may hold a password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    #[error("redis error ({0:?})")]
+    Redis(redis::ErrorKind),
+    #[error("redis did not answer in time")]
+    Timeout,
+    #[error("a registry entry could not be encoded")]
+    Encoding,
+}
+
+/// What became of an admin kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillOutcome {
+    /// The session was on this instance and is closing.
+    Ended,
+    /// The instance holding it was told to end it.
+    Forwarded,
+    /// No instance holds a session with this id.
+    NotFound,
+    /// The registry (or the owning instance) cannot be reached now; try again.
+    Unreachable,
+}
+
+/// Which sessions a listing covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListingScope {
+    /// Every instance's (from the registry).
+    Cluster,
+    /// This instance's only (no Redis, or Redis is down).
+    Instance,
+}
+
+/// The connections the cluster needs when `redis.url` is set.
+pub struct RedisLink {
+    /// For the kill listener's own pub/sub connection.
+    pub client: redis::Client,
+    pub conn: ConnectionManager,
+    /// `redis.session_ttl_ms`.
+    pub ttl: Duration,
+}
+
+/// This instance's view of the cluster.
+pub struct Cluster {
+    instance: String,
+    /// Every session this instance holds, as registered; the refresh source and the local listing.
+    seats: DashMap<String, Seated>,
+    shared: Option<Shared>,
+    /// Stops the background tasks when the cluster goes away.
+    _stop: DropGuard,
+}
+
+struct Shared {
+    registry: Registry,
+    releases: mpsc::Sender<(String, Option<String>)>,
+    /// Whether the last Redis round trip succeeded (`voxgate_redis_up`, `/readyz`).
+    up: AtomicBool,
+    metrics: Metrics,
+}
+
+/// A session's place in the cluster; dropping it removes the session from the registry.
+#[must_use = "the session is registered only while its seat lives"]
+pub struct Seat {
+    cluster: Arc<Cluster>,
+    id: String,
+}
+
+impl Cluster {
+    /// Start the cluster view (and, with Redis, its refresh and kill-listener tasks).
+    pub fn start(
+        instance: String,
+        redis: Option<RedisLink>,
+        live: Arc<LiveSessions>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        let stop = CancellationToken::new();
+        metrics.set_instance(&instance);
+        let Some(link) = redis else {
+            return Arc::new(Self {
+                instance,
+                seats: DashMap::new(),
+                shared: None,
+                _stop: stop.drop_guard(),
+            });
+        };
+        let (releases, release_rx) = mpsc::channel(RELEASE_QUEUE);
+        metrics.redis_up(true);
+        let shared = Shared {
+            registry: Registry::new(link.conn, link.ttl),
+            releases,
+            up: AtomicBool::new(true),
+            metrics,
+        };
+        let cluster = Arc::new(Self {
+            instance,
+            seats: DashMap::new(),
+            shared: Some(shared),
+            _stop: stop.clone().drop_guard(),
+        });
+        tokio::spawn(maintain(
+            Arc::downgrade(&cluster),
+            release_rx,
+            link.ttl / 3,
+            stop.clone(),
+        ));
+        let channel = registry::kill_channel(&cluster.instance);
+        tokio::spawn(kill::listen(link.client, channel, live, stop));
+        cluster
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// `None` without Redis, else whether Redis answered last time.
+    pub fn redis_up(&self) -> Option<bool> {
+        self.shared.as_ref().map(|s| s.up.load(Ordering::Relaxed))
+    }
+
+    /// Register a session that this instance's own caps already admitted, enforcing `cap`
+    /// (the user's cap key and `server.max_sessions_per_user`) across instances. With Redis down
+    /// the session is admitted on the local caps alone and registered once Redis is back.
+    pub async fn admit(
+        self: &Arc<Self>,
+        entry: SessionEntry,
+        cap: Option<(String, usize)>,
+    ) -> Result<Seat, AdmitError> {
+        if let Some(shared) = &self.shared {
+            match shared
+                .registry
+                .admit(&entry, cap.as_ref().map(|(key, max)| (key.as_str(), *max)))
+                .await
+            {
+                Ok(true) => shared.set_up(true),
+                Ok(false) => return Err(AdmitError::UserLimit),
+                Err(err) => {
+                    shared.set_up(false);
+                    shared.metrics.redis_fallback("session_cap");
+                    tracing::debug!(error = %err, "session registry unavailable; admitted on local caps");
+                }
+            }
+        }
+        let id = entry.id.clone();
+        self.seats.insert(
+            id.clone(),
+            Seated {
+                entry,
+                cap_key: cap.map(|(key, _)| key),
+            },
+        );
+        Ok(Seat {
+            cluster: self.clone(),
+            id,
+        })
+    }
+
+    /// The sessions of every instance (or of this one when Redis is absent or down).
+    pub async fn list(&self) -> (Vec<SessionEntry>, ListingScope) {
+        if let Some(shared) = &self.shared {
+            match shared.registry.list().await {
+                Ok(entries) => {
+                    shared.set_up(true);
+                    return (entries, ListingScope::Cluster);
+                }
+                Err(err) => {
+                    shared.set_up(false);
+                    tracing::warn!(error = %err, "session registry unavailable; listing this instance only");
+                }
+            }
+        }
+        let mut local: Vec<SessionEntry> = self.seats.iter().map(|s| s.entry.clone()).collect();
+        local.sort_by(|a, b| {
+            a.started_at
+                .cmp(&b.started_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        (local, ListingScope::Instance)
+    }
+
+    /// End session `id` wherever it runs.
+    pub async fn kill(&self, live: &LiveSessions, id: &str) -> KillOutcome {
+        if live.kill(id) {
+            return KillOutcome::Ended;
+        }
+        let Some(shared) = &self.shared else {
+            return KillOutcome::NotFound;
+        };
+        let owner = match shared.registry.find(id).await {
+            Ok(Some(entry)) => entry.instance,
+            Ok(None) => return KillOutcome::NotFound,
+            Err(err) => {
+                shared.set_up(false);
+                tracing::warn!(error = %err, "session registry unavailable; cannot forward an admin kill");
+                return KillOutcome::Unreachable;
+            }
+        };
+        match shared.registry.publish_kill(&owner, id).await {
+            Ok(0) => KillOutcome::Unreachable,
+            Ok(_) => KillOutcome::Forwarded,
+            Err(err) => {
+                shared.set_up(false);
+                tracing::warn!(error = %err, "cannot forward an admin kill");
+                KillOutcome::Unreachable
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Record Redis's state; transitions are logged once and exported as `voxgate_redis_up`.
+    fn set_up(&self, up: bool) {
+        if self.up.swap(up, Ordering::Relaxed) != up {
+            self.metrics.redis_up(up);
+            if up {
+                tracing::info!(
+                    "redis is back: session caps and the session registry are shared again"
+                );
+            } else {
+                tracing::warn!(
+                    "redis is unreachable: per-instance session caps, admin listing of this instance only"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let Some((id, seated)) = self.cluster.seats.remove(&self.id) else {
+            return;
+        };
+        if let Some(shared) = &self.cluster.shared {
+            // Best effort: an entry whose release is lost expires within one TTL.
+            let _ = shared.releases.try_send((id, seated.cap_key));
+        }
+    }
+}
+
+/// Refresh every local session's entry each `every`, and remove ended ones as they end.
+async fn maintain(
+    cluster: std::sync::Weak<Cluster>,
+    mut releases: mpsc::Receiver<(String, Option<String>)>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            Some((id, cap_key)) = releases.recv() => {
+                let Some(cluster) = cluster.upgrade() else { return };
+                let Some(shared) = &cluster.shared else { return };
+                let result = shared.registry.release(&id, cap_key.as_deref()).await;
+                shared.set_up(result.is_ok());
+            }
+            _ = tick.tick() => {
+                let Some(cluster) = cluster.upgrade() else { return };
+                let Some(shared) = &cluster.shared else { return };
+                let seated: Vec<Seated> = cluster.seats.iter().map(|s| s.value().clone()).collect();
+                let result = shared.registry.refresh(&seated).await;
+                shared.set_up(result.is_ok());
+            }
+        }
+    }
+}

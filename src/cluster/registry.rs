@@ -1,0 +1,243 @@
+//! The Redis side of the cluster: the registry of live sessions and the per-user session caps, kept
+//! by atomic Lua scripts on Redis's own clock (instances need not agree on time).
+//!
+//! Keys (every member expires unless its instance refreshes it, so a dead instance's sessions
+//! vanish within one TTL):
+//! - `voxgate:session:{id}` — the session's [`SessionEntry`] as JSON, with a TTL;
+//! - `voxgate:sessions` — sorted set of session ids scored by expiry (ms), for listing;
+//! - `voxgate:user-sessions:{user}` — sorted set of one user's session ids scored by expiry, the
+//!   cross-instance cap;
+//! - channel `voxgate:kill:{instance}` — session ids the instance should end (admin kill).
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+
+use super::ClusterError;
+
+/// A Redis round trip may take this long before the caller degrades to local behaviour.
+const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+/// Sessions refreshed per script call, so one call never holds Redis for long.
+const REFRESH_BATCH: usize = 200;
+const INDEX_KEY: &str = "voxgate:sessions";
+
+/// A live session as every instance sees it (no PHI: `user` is the keyed hash of `sub`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    pub id: String,
+    /// `server.instance_id` of the instance that holds the session.
+    pub instance: String,
+    pub user: String,
+    pub model: String,
+    /// Unix seconds.
+    pub started_at: u64,
+}
+
+/// A session this instance holds, as refreshed into Redis.
+#[derive(Debug, Clone)]
+pub(super) struct Seated {
+    pub entry: SessionEntry,
+    /// The per-user cap key, when a per-user cap applies.
+    pub cap_key: Option<String>,
+}
+
+/// The script preamble: Redis's clock in milliseconds.
+macro_rules! now_ms {
+    () => {
+        "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    };
+}
+
+/// KEYS: index, session key[, user key]; ARGV: id, ttl_ms, max per user, entry JSON.
+/// Returns 1 when admitted, 0 when the user is at the cap.
+const ADMIT: &str = concat!(
+    now_ms!(),
+    r#"
+local ttl = tonumber(ARGV[2])
+if #KEYS == 3 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
+  redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+return 1
+"#
+);
+
+/// KEYS: index, then per session its key and its user key (the session key again when no cap
+/// applies); ARGV: ttl_ms, then per session id, entry JSON, "1" when capped else "0".
+/// Re-creates entries too, so a Redis that restarted empty learns every live session again.
+const REFRESH: &str = concat!(
+    now_ms!(),
+    r#"
+local ttl = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 2, #KEYS, 2 do
+  local a = (i / 2 - 1) * 3 + 2
+  local id = ARGV[a]
+  redis.call('SET', KEYS[i], ARGV[a + 1], 'PX', ttl)
+  redis.call('ZADD', KEYS[1], now + ttl, id)
+  if ARGV[a + 2] == '1' then
+    redis.call('ZADD', KEYS[i + 1], now + ttl, id)
+    redis.call('PEXPIRE', KEYS[i + 1], ttl)
+  end
+end
+return 1
+"#
+);
+
+/// KEYS: index, session key[, user key]; ARGV: id.
+const RELEASE: &str = r#"
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[1], ARGV[1])
+if #KEYS == 3 then redis.call('ZREM', KEYS[3], ARGV[1]) end
+return 1
+"#;
+
+fn session_key(id: &str) -> String {
+    format!("voxgate:session:{id}")
+}
+
+fn user_key(cap_key: &str) -> String {
+    format!("voxgate:user-sessions:{cap_key}")
+}
+
+/// The pub/sub channel on which `instance` takes admin kills.
+pub(super) fn kill_channel(instance: &str) -> String {
+    format!("voxgate:kill:{instance}")
+}
+
+pub(super) struct Registry {
+    conn: ConnectionManager,
+    ttl_ms: u64,
+    admit: redis::Script,
+    refresh: redis::Script,
+    release: redis::Script,
+}
+
+impl Registry {
+    pub fn new(conn: ConnectionManager, ttl: Duration) -> Self {
+        Self {
+            conn,
+            ttl_ms: ttl.as_millis() as u64,
+            admit: redis::Script::new(ADMIT),
+            refresh: redis::Script::new(REFRESH),
+            release: redis::Script::new(RELEASE),
+        }
+    }
+
+    /// Register a new session, enforcing `cap` = (user key, max) across instances.
+    /// `Ok(false)`: the user is at the cap.
+    pub async fn admit(
+        &self,
+        entry: &SessionEntry,
+        cap: Option<(&str, usize)>,
+    ) -> Result<bool, ClusterError> {
+        let json = serde_json::to_string(entry).map_err(|_| ClusterError::Encoding)?;
+        let mut invocation = self.admit.key(INDEX_KEY);
+        invocation.key(session_key(&entry.id));
+        if let Some((cap_key, _)) = cap {
+            invocation.key(user_key(cap_key));
+        }
+        invocation
+            .arg(&entry.id)
+            .arg(self.ttl_ms)
+            .arg(cap.map_or(0, |(_, max)| max))
+            .arg(json);
+        let mut conn = self.conn.clone();
+        let admitted: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        Ok(admitted == 1)
+    }
+
+    /// Extend (or re-create) the entries of every session this instance holds.
+    pub async fn refresh(&self, seated: &[Seated]) -> Result<(), ClusterError> {
+        if seated.is_empty() {
+            let mut conn = self.conn.clone();
+            let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+            return Ok(());
+        }
+        for batch in seated.chunks(REFRESH_BATCH) {
+            let mut invocation = self.refresh.key(INDEX_KEY);
+            invocation.arg(self.ttl_ms);
+            for seat in batch {
+                let key = session_key(&seat.entry.id);
+                let json =
+                    serde_json::to_string(&seat.entry).map_err(|_| ClusterError::Encoding)?;
+                invocation
+                    .key(&key)
+                    .key(seat.cap_key.as_deref().map(user_key).unwrap_or(key));
+                invocation
+                    .arg(&seat.entry.id)
+                    .arg(json)
+                    .arg(if seat.cap_key.is_some() { "1" } else { "0" });
+            }
+            let mut conn = self.conn.clone();
+            let _: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        }
+        Ok(())
+    }
+
+    /// Remove an ended session (its place in the user's cap is free at once).
+    pub async fn release(&self, id: &str, cap_key: Option<&str>) -> Result<(), ClusterError> {
+        let mut invocation = self.release.key(INDEX_KEY);
+        invocation.key(session_key(id));
+        if let Some(cap_key) = cap_key {
+            invocation.key(user_key(cap_key));
+        }
+        invocation.arg(id);
+        let mut conn = self.conn.clone();
+        let _: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    /// Every live session of every instance, oldest first.
+    pub async fn list(&self) -> Result<Vec<SessionEntry>, ClusterError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = bounded(conn.zrange(INDEX_KEY, 0, -1)).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| session_key(id)).collect();
+        let values: Vec<Option<String>> =
+            bounded(redis::cmd("MGET").arg(&keys).query_async(&mut conn)).await?;
+        // An entry that expired since the index was last pruned is simply gone.
+        let mut entries: Vec<SessionEntry> = values
+            .into_iter()
+            .flatten()
+            .filter_map(|json| serde_json::from_str(&json).ok())
+            .collect();
+        entries.sort_by(|a, b| {
+            a.started_at
+                .cmp(&b.started_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        Ok(entries)
+    }
+
+    /// The registry entry of one session, if any instance holds it.
+    pub async fn find(&self, id: &str) -> Result<Option<SessionEntry>, ClusterError> {
+        let mut conn = self.conn.clone();
+        let json: Option<String> = bounded(conn.get(session_key(id))).await?;
+        Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
+    }
+
+    /// Ask `instance` to end session `id`; returns how many subscribers heard it.
+    pub async fn publish_kill(&self, instance: &str, id: &str) -> Result<usize, ClusterError> {
+        let mut conn = self.conn.clone();
+        bounded(conn.publish(kill_channel(instance), id)).await
+    }
+}
+
+/// One Redis round trip under [`REDIS_TIMEOUT`]; errors keep only their kind (a URL may hold a
+/// password).
+async fn bounded<T>(call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, ClusterError> {
+    match tokio::time::timeout(REDIS_TIMEOUT, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(ClusterError::Redis(err.kind())),
+        Err(_) => Err(ClusterError::Timeout),
+    }
+}

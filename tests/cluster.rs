@@ -1,0 +1,671 @@
+//! Many instances as one service (CONTRACT §11), end to end: a real nginx load-balancing WebSockets
+//! over three real voxgate processes that share one real Redis and one fake upstream. Sessions
+//! spread; tickets, session caps and rate limits hold across instances; the admin API lists and
+//! ends sessions wherever they run; a drained instance's clients are told to reconnect and carry on
+//! through nginx; a killed instance's registry entries expire; every audit file verifies.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use support::{Client, FakeConn, FakeUpstream, RedisServer, spawn_voxgate};
+
+const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
+const ADMIN: &str = "admin-token-0123456789abcdef";
+/// Short, so a killed instance's entries vanish within the test's time.
+const SESSION_TTL_MS: u64 = 1500;
+const INSTANCES: usize = 3;
+/// Every wait in this file is bounded by this.
+const WAIT: Duration = Duration::from_secs(15);
+
+fn jwt(sub: &str) -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let claims = json!({"sub": sub, "roles": ["clinician"], "exp": exp});
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// One voxgate process.
+struct Instance {
+    id: String,
+    addr: String,
+    child: tokio::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Instance {
+    async fn start(index: usize, fake: &FakeUpstream, redis: &RedisServer) -> Instance {
+        let dir = tempfile::tempdir().unwrap();
+        let id = format!("vg-{index}");
+        let config = format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+instance_id = "{id}"
+max_sessions_per_user = 2
+drain_timeout_ms = 3000
+[upstream]
+kind = "openai"
+url = "ws://{fake}/v1/realtime"
+api_key = "sk-test-upstream-key"
+[auth]
+mode = "ticket"
+jwt_secret = "{SECRET}"
+admin_token = "{ADMIN}"
+user_hash_key = "a-user-hash-key-every-instance-shares"
+[redis]
+url = "{redis}"
+session_ttl_ms = {SESSION_TTL_MS}
+[audit]
+path = "{audit}"
+[backends.calendar]
+path = "{calendar}"
+[tools.calculate_medical_score]
+rate_limit_per_minute = 3
+"#,
+            fake = fake.addr,
+            redis = redis.url(),
+            audit = dir.path().join("audit.jsonl").display(),
+            calendar = dir.path().join("calendar.ics").display(),
+        );
+        let (child, addr) = spawn_voxgate(&config, dir.path()).await;
+        Instance {
+            id,
+            addr,
+            child,
+            dir,
+        }
+    }
+
+    fn audit_path(&self) -> PathBuf {
+        self.dir.path().join("audit.jsonl")
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().unwrap().to_string()
+    }
+
+    async fn sessions(&self) -> Value {
+        let url = format!("http://{}/admin/sessions", self.addr);
+        reqwest::Client::new()
+            .get(url)
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn delete_session(&self, id: &str) -> u16 {
+        let url = format!("http://{}/admin/sessions/{id}", self.addr);
+        reqwest::Client::new()
+            .delete(url)
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    async fn mint_ticket(&self, sub: &str) -> String {
+        let url = format!("http://{}/v1/sessions", self.addr);
+        let response = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(ADMIN)
+            .json(&json!({"sub": sub}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        let body: Value = response.json().await.unwrap();
+        body["token"].as_str().unwrap().to_string()
+    }
+
+    async fn signal(&self, signal: &str) {
+        let status = tokio::process::Command::new("kill")
+            .args([signal, &self.pid()])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// A real nginx on a free port, load-balancing (round robin) WebSockets over `backends`; its
+/// config, logs, pid and temp files all live in its own temp dir, so it needs no system paths.
+struct Nginx {
+    port: u16,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start(backends: &[&str]) -> Nginx {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.path().display();
+        let servers: String = backends
+            .iter()
+            .map(|b| format!("    server {b} max_fails=1 fail_timeout=30s;\n"))
+            .collect();
+        // `user root`: when the test runs as root the workers may use the temp dir; otherwise
+        // nginx ignores the directive with a warning.
+        let config = format!(
+            r#"user root;
+worker_processes 1;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/client_body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}
+  upstream voxgate {{
+{servers}  }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://voxgate;
+      proxy_http_version 1.1;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $connection_upgrade;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_read_timeout 3600s;
+      proxy_send_timeout 3600s;
+      # A draining instance answers 503 and a stopped one refuses: try the next.
+      proxy_next_upstream error timeout http_502 http_503;
+    }}
+  }}
+}}
+"#
+        );
+        std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
+        let binary = if Path::new("/usr/sbin/nginx").exists() {
+            "/usr/sbin/nginx"
+        } else {
+            "nginx"
+        };
+        let child = std::process::Command::new(binary)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .arg("-g")
+            .arg(format!("daemon off; pid {d}/nginx.pid;"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx is not installed: run scripts/test, which installs it");
+        let mut nginx = Nginx { port, child, dir };
+        let deadline = std::time::Instant::now() + WAIT;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = nginx.child.try_wait() {
+                panic!("nginx exited ({status}): {}", nginx.error_log());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nginx did not start: {}",
+                nginx.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        nginx
+    }
+
+    fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}/v1/realtime", self.port)
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A session opened through `url` with `token`, its upstream connection, and its id.
+async fn open(url: &str, token: &str, fake: &mut FakeUpstream) -> (Client, FakeConn, String) {
+    let protocol = format!("voxgate-token.{token}");
+    let mut client = Client::connect(url, &["realtime", "voxgate.v1", &protocol]).await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    let ready = client.until("voxgate.session.ready").await;
+    (
+        client,
+        up,
+        ready["session_id"].as_str().unwrap().to_string(),
+    )
+}
+
+/// The HTTP status of an upgrade attempt (101 when a session opened).
+async fn upgrade_status(url: &str, token: &str) -> (u16, Option<Client>) {
+    let protocol = format!("voxgate-token.{token}");
+    match Client::try_connect(url, &["realtime", "voxgate.v1", &protocol], &[]).await {
+        Ok(client) => (101, Some(client)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            (response.status().as_u16(), None)
+        }
+        Err(other) => panic!("unexpected: {other}"),
+    }
+}
+
+/// The model calls the BMI calculator; returns the output voxgate sends back.
+async fn call_calculator(up: &mut FakeConn, call_id: &str) -> Value {
+    let args = r#"{"calculator_name":"bmi","parameters":{"weight_kg":70,"height_cm":175}}"#;
+    up.send_json(&json!({"type": "response.function_call_arguments.done", "event_id": "e", "response_id": "r",
+        "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id, "name": "calculate_medical_score", "arguments": args}))
+        .await;
+    let output = up.until("conversation.item.create").await;
+    serde_json::from_str(output["item"]["output"].as_str().unwrap()).unwrap()
+}
+
+/// Which instance holds each listed session.
+fn owners(list: &Value) -> HashMap<String, String> {
+    list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_string(),
+                s["instance"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Poll `check` (bounded by [`WAIT`]) until it holds.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_instances_behind_nginx_behave_as_one_service() {
+    tokio::time::timeout(Duration::from_secs(110), scenario())
+        .await
+        .expect("the cluster scenario took too long");
+}
+
+async fn scenario() {
+    let redis = RedisServer::start();
+    let mut fake = FakeUpstream::start().await;
+    let (a, b, c) = tokio::join!(
+        Instance::start(0, &fake, &redis),
+        Instance::start(1, &fake, &redis),
+        Instance::start(2, &fake, &redis)
+    );
+    let mut instances = vec![a, b, c];
+    let addrs: Vec<&str> = instances.iter().map(|i| i.addr.as_str()).collect();
+    let nginx = Nginx::start(&addrs);
+    let lb = nginx.url();
+
+    // Sessions spread over the instances (round robin), and any instance lists them all.
+    let mut sessions = Vec::new();
+    for user in ["dr.a", "dr.b", "dr.c"] {
+        sessions.push(open(&lb, &jwt(user), &mut fake).await);
+    }
+    let list = instances[0].sessions().await;
+    assert_eq!(list["scope"], "cluster");
+    let placed = owners(&list);
+    let spread: HashSet<&String> = sessions.iter().map(|(_, _, id)| &placed[id]).collect();
+    assert_eq!(spread.len(), INSTANCES, "one session per instance: {list}");
+    for instance in &instances[1..] {
+        assert_eq!(
+            owners(&instance.sessions().await),
+            placed,
+            "every instance lists the same sessions"
+        );
+    }
+    assert!(
+        !list.to_string().contains("dr.a"),
+        "users are keyed hashes, never the sub"
+    );
+
+    // A ticket minted by one instance is redeemed once, on any instance, and never again.
+    let ticket = instances[0].mint_ticket("dr.ticket").await;
+    let on_b = format!("ws://{}/v1/realtime", instances[1].addr);
+    let on_c = format!("ws://{}/v1/realtime", instances[2].addr);
+    let (status, ticket_client) = upgrade_status(&on_b, &ticket).await;
+    assert_eq!(status, 101, "redeemed on another instance");
+    let mut ticket_up = fake.accept().await;
+    ticket_up.open_session().await;
+    assert_eq!(
+        upgrade_status(&on_c, &ticket).await.0,
+        401,
+        "refused on a third instance"
+    );
+    assert_eq!(
+        upgrade_status(&lb, &ticket).await.0,
+        401,
+        "refused through the load balancer"
+    );
+    drop(ticket_client);
+    let _ = ticket_up.closed().await;
+
+    // A user's session cap (2) holds across instances, and a closed session frees its place.
+    let on_a = format!("ws://{}/v1/realtime", instances[0].addr);
+    let cap_token = jwt("dr.cap");
+    let (cap_1, _cap_up_1, _) = open(&on_a, &cap_token, &mut fake).await;
+    let (_cap_2, _cap_up_2, _) = open(&on_b, &cap_token, &mut fake).await;
+    assert_eq!(
+        upgrade_status(&on_c, &cap_token).await.0,
+        429,
+        "a third session on a third instance"
+    );
+    drop(cap_1);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let cap_3 = loop {
+        match upgrade_status(&on_c, &cap_token).await {
+            (101, client) => break client,
+            (status, _) => assert!(
+                status == 429 && tokio::time::Instant::now() < deadline,
+                "the closed session's place is freed ({status})"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut cap_up_3 = fake.accept().await;
+    cap_up_3.open_session().await;
+
+    // A user's rate limit (3 a minute) holds across instances.
+    let rate_token = jwt("dr.rate");
+    let (_rate_a, mut rate_up_a, _) = open(&on_a, &rate_token, &mut fake).await;
+    let (_rate_b, mut rate_up_b, _) = open(&on_b, &rate_token, &mut fake).await;
+    assert!(
+        call_calculator(&mut rate_up_a, "call_rate_1")
+            .await
+            .get("error")
+            .is_none()
+    );
+    assert!(
+        call_calculator(&mut rate_up_b, "call_rate_2")
+            .await
+            .get("error")
+            .is_none()
+    );
+    assert!(
+        call_calculator(&mut rate_up_a, "call_rate_3")
+            .await
+            .get("error")
+            .is_none()
+    );
+    assert_eq!(
+        call_calculator(&mut rate_up_b, "call_rate_4").await["error"]["code"],
+        "rate_limited"
+    );
+
+    // DELETE on one instance ends a session held by another; it is told not to reconnect.
+    let placed = owners(&instances[0].sessions().await);
+    let (victim_index, victim_owner) = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, placed[&s.2].clone()))
+        .find(|(_, o)| o == "vg-1")
+        .unwrap();
+    let (mut victim, mut victim_up, victim_id) = sessions.remove(victim_index);
+    assert_eq!(victim_owner, "vg-1");
+    assert_eq!(instances[2].delete_session(&victim_id).await, 204);
+    let closing = victim.until("voxgate.session.closing").await;
+    assert_eq!(closing["reconnect"], false, "{closing}");
+    assert_eq!(victim.closed().await.0, 1000);
+    let _ = victim_up.closed().await;
+    let (first, gone) = (&instances[0], &victim_id);
+    eventually("the ended session leaves the registry", || async move {
+        !owners(&first.sessions().await).contains_key(gone)
+    })
+    .await;
+    assert_eq!(
+        instances[0].delete_session(&victim_id).await,
+        404,
+        "no instance holds it any more"
+    );
+    assert_eq!(
+        instances[0]
+            .delete_session("vgs_0123456789abcdef0123456789abcdef")
+            .await,
+        404
+    );
+
+    // SIGTERM to vg-0: its clients are told to reconnect, do so through nginx and carry on, while
+    // the other instances keep serving.
+    let placed = owners(&instances[0].sessions().await);
+    let (drained_index, _) = sessions
+        .iter()
+        .enumerate()
+        .find(|(_, s)| placed[&s.2] == "vg-0")
+        .unwrap();
+    let (mut drained, mut drained_up, drained_id) = sessions.remove(drained_index);
+    instances[0].signal("-TERM").await;
+    let closing = drained.until("voxgate.session.closing").await;
+    assert_eq!(closing["reconnect"], true, "{closing}");
+    assert_eq!(drained.closed().await.0, 1012);
+    let _ = drained_up.closed().await;
+    let other_up = &mut sessions.last_mut().unwrap().1;
+    assert!(
+        call_calculator(other_up, "call_while_draining")
+            .await
+            .get("error")
+            .is_none(),
+        "others keep serving"
+    );
+    let status = tokio::time::timeout(WAIT, instances[0].child.wait())
+        .await
+        .expect("drained instance exits")
+        .unwrap();
+    assert!(status.success(), "drain exits 0: {status}");
+    let (_again, mut again_up, again_id) = open(&lb, &jwt("dr.a"), &mut fake).await;
+    assert_ne!(again_id, drained_id);
+    let survivor_id = owners(&instances[1].sessions().await)[&again_id].clone();
+    assert_ne!(survivor_id, "vg-0", "the new session is on a live instance");
+    assert!(
+        call_calculator(&mut again_up, "call_after_reconnect")
+            .await
+            .get("error")
+            .is_none(),
+        "the client carries on"
+    );
+
+    // kill -9 of the other live instance: its registry entries expire; the survivor is unaffected.
+    let (survivor, doomed) = if survivor_id == "vg-1" {
+        (1, 2)
+    } else {
+        (2, 1)
+    };
+    let doomed_id = instances[doomed].id.clone();
+    assert!(
+        owners(&instances[survivor].sessions().await)
+            .values()
+            .any(|o| *o == doomed_id),
+        "{doomed_id} holds sessions before it dies"
+    );
+    instances[doomed].signal("-KILL").await;
+    let _ = tokio::time::timeout(WAIT, instances[doomed].child.wait())
+        .await
+        .expect("killed");
+    let (live, dead) = (&instances[survivor], doomed_id.as_str());
+    eventually("the killed instance's entries expire", || async move {
+        owners(&live.sessions().await).values().all(|o| o != dead)
+    })
+    .await;
+    assert!(
+        call_calculator(&mut again_up, "call_after_kill")
+            .await
+            .get("error")
+            .is_none(),
+        "the survivor is unaffected"
+    );
+    let base = format!("http://{}", instances[survivor].addr);
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(|l| l == "voxgate_redis_up 1"),
+        "{metrics}"
+    );
+    let info = format!("voxgate_instance_info{{instance_id=\"{survivor_id}\"}} 1");
+    assert!(metrics.contains(&info), "{metrics}");
+    let ready = reqwest::get(format!("{base}/readyz"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(ready.contains("redis: up"), "{ready}");
+
+    // Every instance's audit log verifies, and every call is finished exactly once across them.
+    drop((sessions, cap_3, cap_up_3, again_up));
+    instances[survivor].signal("-TERM").await;
+    let _ = tokio::time::timeout(WAIT, instances[survivor].child.wait())
+        .await
+        .expect("the survivor exits");
+    let mut finished: HashMap<String, usize> = HashMap::new();
+    let mut started: HashSet<String> = HashSet::new();
+    for instance in &instances {
+        let verify = tokio::process::Command::new(support::binary())
+            .arg("audit")
+            .arg("verify")
+            .arg(instance.audit_path())
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            verify.status.success(),
+            "{}: {}",
+            instance.id,
+            String::from_utf8_lossy(&verify.stdout)
+        );
+        for record in support::read_jsonl(&instance.audit_path()) {
+            let call = record["call_id"].as_str().unwrap_or_default().to_string();
+            match record["event"].as_str() {
+                Some("call_started") => {
+                    started.insert(call);
+                }
+                Some("call_finished") => *finished.entry(call).or_default() += 1,
+                _ => {}
+            }
+        }
+    }
+    for call in [
+        "call_rate_1",
+        "call_rate_2",
+        "call_rate_3",
+        "call_rate_4",
+        "call_while_draining",
+        "call_after_reconnect",
+        "call_after_kill",
+    ] {
+        assert_eq!(
+            finished.get(call),
+            Some(&1),
+            "{call} finished exactly once: {finished:?}"
+        );
+        assert!(started.contains(call), "{call} started");
+    }
+    assert!(finished.values().all(|n| *n == 1), "{finished:?}");
+    assert!(
+        !nginx.error_log().contains("[emerg]"),
+        "{}",
+        nginx.error_log()
+    );
+}
+
+/// Redis down: sessions are still admitted on this instance's own caps, the listing says it covers
+/// this instance only, `/readyz` and `voxgate_redis_up` say so; Redis back (empty, as after a
+/// restart): every live session is registered again and the listing covers every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_degrades_to_local_caps_and_recovers() {
+    tokio::time::timeout(Duration::from_secs(60), outage()).await.expect("the outage scenario took too long");
+}
+
+async fn outage() {
+    let mut redis = RedisServer::start();
+    let mut fake = FakeUpstream::start().await;
+    let toml = |id: &str| {
+        format!(
+            "[server]\ninstance_id = \"{id}\"\nmax_sessions_per_user = 1\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-key\"\n[redis]\nurl = \"{}\"\nsession_ttl_ms = 600\n",
+            redis.url()
+        )
+    };
+    let a = support::TestProxy::with_upstream(&fake, &toml("vg-a")).await;
+    let b = support::TestProxy::with_upstream(&fake, &toml("vg-b")).await;
+    let admin = |proxy: &support::TestProxy| {
+        let url = format!("http://{}/admin/sessions", proxy.addr);
+        async move { reqwest::Client::new().get(url).bearer_auth(ADMIN).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let (_on_a, _up_a, id_a) = open(&a.url(""), &jwt("dr.out"), &mut fake).await;
+    assert_eq!(upgrade_status(&b.url(""), &jwt("dr.out")).await.0, 429, "the cap is shared while Redis is up");
+
+    redis.stop();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !a.http_get("/readyz").await.1.contains("redis: down") {
+        assert!(tokio::time::Instant::now() < deadline, "the outage is noticed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = a.http_get("/readyz").await;
+    assert_eq!(status, 200, "an outage degrades, it does not take the instance out: {body}");
+    assert!(a.http_get("/metrics").await.1.lines().any(|l| l == "voxgate_redis_up 0"));
+    let (_on_b, _up_b, id_b) = open(&b.url(""), &jwt("dr.out"), &mut fake).await;
+    let (status, _) = upgrade_status(&b.url(""), &jwt("dr.out")).await;
+    assert_eq!(status, 429, "the local cap still holds");
+    let listed = admin(&a).await;
+    assert_eq!(listed["scope"], "instance", "{listed}");
+    assert_eq!(owners(&listed), HashMap::from([(id_a.clone(), "vg-a".to_string())]));
+
+    redis.restart();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let listed = admin(&a).await;
+        if listed["scope"] == "cluster" && owners(&listed).len() == 2 {
+            assert_eq!(owners(&listed), HashMap::from([(id_a.clone(), "vg-a".to_string()), (id_b.clone(), "vg-b".to_string())]));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "both sessions are registered again: {listed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(a.http_get("/readyz").await.1.contains("redis: up"));
+    assert!(a.http_get("/metrics").await.1.lines().any(|l| l == "voxgate_redis_up 1"));
+}
