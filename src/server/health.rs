@@ -10,35 +10,31 @@ pub async fn healthz() -> impl IntoResponse {
     (StatusCode::OK, "ok\n")
 }
 
-<<<<<<< HEAD
 /// 503 while draining: load balancers stop sending new sessions before the process goes away;
 /// and, with `audit.on_error = "fail_closed"`, while audit records cannot be made durable (calls
 /// would fail `audit_unavailable`; the writer retries on its own, so readiness comes back).
 /// A tool whose remote backend cannot be reached is reported degraded, still 200: every other tool
-/// and the voice session itself keep working.
+/// and the voice session itself keep working. A Redis outage is reported but keeps the instance
+/// ready: it degrades to local caps.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let audit = &state.deps.audit;
-    if state.shutdown.is_draining() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
-    }
-    if audit.on_error() == crate::config::AuditOnError::FailClosed && !audit.is_healthy() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "audit log unavailable\n".to_string());
-    }
-    let degraded: Vec<&str> =
-        state.deps.registry.iter().filter(|t| t.tool.backend_reachable() == Some(false)).map(|t| t.name()).collect();
-    if degraded.is_empty() {
-        (StatusCode::OK, "ready\n".to_string())
-    } else {
-        (StatusCode::OK, format!("ready, degraded: backend unreachable for {}\n", degraded.join(", ")))
-    }
-=======
-/// 503 while draining: load balancers stop sending new sessions before the process goes away.
-/// A Redis outage is reported but keeps the instance ready: it degrades to local caps.
-pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let (status, head) = if state.shutdown.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
+    } else if audit.on_error() == crate::config::AuditOnError::FailClosed && !audit.is_healthy() {
+        (StatusCode::SERVICE_UNAVAILABLE, "audit log unavailable\n".to_string())
     } else {
-        (StatusCode::OK, "ready\n")
+        let degraded: Vec<&str> = state
+            .deps
+            .registry
+            .iter()
+            .filter(|t| t.tool.backend_reachable() == Some(false))
+            .map(|t| t.name())
+            .collect();
+        if degraded.is_empty() {
+            (StatusCode::OK, "ready\n".to_string())
+        } else {
+            (StatusCode::OK, format!("ready, degraded: backend unreachable for {}\n", degraded.join(", ")))
+        }
     };
     let redis = match state.cluster.redis_up() {
         None => "",
@@ -46,7 +42,6 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         Some(false) => "redis: down (session caps and limits per instance, admin lists this instance only)\n",
     };
     (status, format!("{head}{redis}"))
->>>>>>> cluster
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
