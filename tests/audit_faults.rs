@@ -438,7 +438,7 @@ async fn a_recomputed_chain_fails_verify_with_the_chain_key() {
         &fake,
         &audit,
         &work.path().join("cal.ics"),
-        "chain_key = \"k-3f9a1c\"\ncheckpoint_records = 3",
+        "chain_key = \"k-3f9a1c-7d2e5b40\"\ncheckpoint_records = 3",
     );
     let (mut child, addr) = spawn_voxgate(&config, work.path()).await;
     let (_client, mut up) = session(&addr, &mut fake).await;
@@ -447,7 +447,7 @@ async fn a_recomputed_chain_fails_verify_with_the_chain_key() {
         up.until("conversation.item.create").await;
     }
     stop(&mut child).await;
-    let key = [("VOXGATE_AUDIT__CHAIN_KEY", "k-3f9a1c")];
+    let key = [("VOXGATE_AUDIT__CHAIN_KEY", "k-3f9a1c-7d2e5b40")];
     let (ok, report) = verify(&audit, &key);
     assert!(ok, "{report}");
     let text = std::fs::read_to_string(&audit).unwrap();

@@ -40,7 +40,7 @@ pub enum Action {
     /// Send a `voxgate.*` event to the client (dropped if the client did not ask for them).
     Client(String),
     /// Append an audit record; when `gates` names a call, its next step waits for the flush.
-    Audit { record: AuditRecord, gates: Option<String> },
+    Audit { record: Box<AuditRecord>, gates: Option<String> },
     /// Charge the call to the user's rate limit, then report with [`CallTable::on_limit_checked`].
     CheckLimit { call_id: String, tool: Arc<RegisteredTool> },
     /// Run the tool in its own task.
@@ -199,7 +199,7 @@ impl CallTable {
         };
         let started = self.record(AuditEvent::CallStarted, call_id, &call);
         self.calls.insert(call_id.to_string(), call);
-        let mut actions = vec![Action::Audit { record: started, gates: None }];
+        let mut actions = vec![Action::Audit { record: Box::new(started), gates: None }];
 
         let checked = match (tool, parsed) {
             (None, _) => Err(ToolError::UnknownTool),
@@ -274,7 +274,7 @@ impl CallTable {
         // The decision is on disk before the tool can act on it.
         let Some(call) = self.calls.get(call_id) else { return Ok(Vec::new()) };
         let record = self.record(AuditEvent::CallApproved, call_id, call);
-        Ok(vec![Action::Audit { record, gates: Some(call_id.to_string()) }])
+        Ok(vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }])
     }
 
     /// A parked call's confirmation window closed.
@@ -441,7 +441,7 @@ impl CallTable {
         call.outcome = Some(outcome);
         let Some(call) = self.calls.get(call_id) else { return Vec::new() };
         let record = self.record(AuditEvent::CallFinished, call_id, call);
-        vec![Action::Audit { record, gates: Some(call_id.to_string()) }]
+        vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }]
     }
 
     fn record(&self, event: AuditEvent, call_id: &str, call: &Call) -> AuditRecord {

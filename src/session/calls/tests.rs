@@ -79,7 +79,7 @@ fn table(can_confirm: bool) -> CallTable {
 }
 
 fn audits(actions: &[Action]) -> Vec<&AuditRecord> {
-    actions.iter().filter_map(|a| if let Action::Audit { record, .. } = a { Some(record) } else { None }).collect()
+    actions.iter().filter_map(|a| if let Action::Audit { record, .. } = a { Some(&**record) } else { None }).collect()
 }
 
 fn client_events(actions: &[Action]) -> Vec<Value> {
