@@ -342,3 +342,18 @@ fn identifiers_in_any_string_argument_of_any_third_party_tool_are_blocked() {
     }
     assert!(screened >= 3 * identifiers.len(), "search_pubmed: query, date_from, date_to at least ({screened})");
 }
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_released_before_every_gating_record_is_on_disk() {
+    let mut t = table(true);
+    accept(&mut t, "c1", "create_calendar_event", r#"{"text":"a"}"#);
+    t.on_confirm("c1", true).unwrap();
+    // The drain deadline passes while the approval is being flushed: the call finishes as
+    // timed out, and its finish may be acknowledged before the approval.
+    assert_eq!(audits(&t.abandon_running())[0].error_code.as_deref(), Some("timeout"));
+    assert!(t.on_audited("c1").is_empty(), "one of two records acknowledged: nothing goes out");
+    let actions = t.on_audited("c1");
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    assert_eq!(output(&actions)["error"]["code"], "timeout");
+    assert!(t.on_audited("c1").is_empty());
+}
