@@ -36,7 +36,7 @@ const MAX_BACKLOG: usize = 100_000;
 const TICK: Duration = Duration::from_secs(1);
 
 enum Job {
-    Record(AuditRecord, oneshot::Sender<Result<(), AuditError>>),
+    Record(Box<AuditRecord>, oneshot::Sender<Result<(), AuditError>>),
     /// Retry held records; write a checkpoint when one is due by time.
     Tick,
 }
@@ -56,9 +56,9 @@ impl AuditHandle {
     /// Queue a record. The record takes its place in the log at once (records keep the order of
     /// `record()` calls); the returned future resolves when it is written and fsynced, or with
     /// [`AuditError::Unavailable`] when that first attempt failed.
-    pub fn record(&self, record: AuditRecord) -> impl Future<Output = Result<(), AuditError>> + Send + 'static {
+    pub fn record(&self, record: impl Into<Box<AuditRecord>>) -> impl Future<Output = Result<(), AuditError>> + Send + 'static {
         let (ack_tx, ack_rx) = oneshot::channel();
-        let queued = self.tx.send(Job::Record(record, ack_tx)).map_err(|_| AuditError::Closed);
+        let queued = self.tx.send(Job::Record(record.into(), ack_tx)).map_err(|_| AuditError::Closed);
         async move {
             queued?;
             ack_rx.await.map_err(|_| AuditError::Closed)?
@@ -193,7 +193,7 @@ impl Writer {
             let mut acks = Vec::with_capacity(jobs.len());
             for job in jobs.drain(..) {
                 if let Job::Record(record, ack) = job {
-                    records.push(record);
+                    records.push(*record);
                     acks.push(ack);
                 }
             }

@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+use super::{AuditConfig, ConfigError, ServerConfig};
+
 /// `audit.on_error`: what a call does when its audit record cannot be made durable (disk full,
 /// fsync error, unwritable directory).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -24,5 +26,85 @@ impl AuditOnError {
             AuditOnError::FailClosed => "fail_closed",
             AuditOnError::FailOpen => "fail_open",
         }
+    }
+}
+
+/// The shortest `audit.chain_key` accepted: a guessable key would let anyone recompute the chain.
+const MIN_CHAIN_KEY_BYTES: usize = 16;
+
+/// Checks of the audit keys that `serde` cannot express.
+pub(super) fn validate(audit: &AuditConfig, server: &ServerConfig) -> Result<(), ConfigError> {
+    if audit
+        .chain_key
+        .as_ref()
+        .is_some_and(|k| k.expose().len() < MIN_CHAIN_KEY_BYTES)
+    {
+        return Err(ConfigError::new(
+            "audit.chain_key",
+            format!("must be at least {MIN_CHAIN_KEY_BYTES} bytes"),
+        ));
+    }
+    if audit
+        .redis_stream
+        .as_ref()
+        .is_some_and(|s| s.trim().is_empty())
+    {
+        return Err(ConfigError::new("audit.redis_stream", "must not be empty"));
+    }
+    if server
+        .instance_id
+        .as_ref()
+        .is_some_and(|id| id.trim().is_empty() || id.len() > 128)
+    {
+        return Err(ConfigError::new(
+            "server.instance_id",
+            "must be 1-128 characters",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, validate};
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config = Config::from_table(
+            toml::from_str(text).map_err(|e| ConfigError::new("toml", e.to_string()))?,
+        )?;
+        validate(&config).map(|()| config)
+    }
+
+    #[test]
+    fn audit_failure_policy_chain_key_and_instance() {
+        let config = parse("").unwrap();
+        assert_eq!(
+            config.audit.on_error,
+            AuditOnError::FailClosed,
+            "fail closed unless told otherwise"
+        );
+        assert!(!config.server.instance_id().is_empty(), "the hostname");
+        let config = parse(
+            "[server]\ninstance_id = \"vg-2\"\ntrusted_proxies = [\"10.0.0.1\"]\n[audit]\non_error = \"fail_open\"\nchain_key = \"0123456789abcdef\"",
+        )
+        .unwrap();
+        assert_eq!(config.audit.on_error, AuditOnError::FailOpen);
+        assert_eq!(config.server.instance_id(), "vg-2");
+        assert_eq!(config.server.trusted_proxies.len(), 1);
+        assert_eq!(
+            parse("[audit]\nchain_key = \"short\"").unwrap_err().key,
+            "audit.chain_key"
+        );
+        assert!(
+            parse("[audit]\non_error = \"ignore\"")
+                .unwrap_err()
+                .key
+                .starts_with("audit")
+        );
+        assert_eq!(
+            parse("[server]\ninstance_id = \"\"").unwrap_err().key,
+            "server.instance_id"
+        );
     }
 }

@@ -114,6 +114,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.audit.path.as_os_str().is_empty() {
         return Err(ConfigError::new("audit.path", "must not be empty"));
     }
+    super::audit::validate(&config.audit, &config.server)?;
     if let Some(url) = &config.redis.url {
         let ok = url::Url::parse(url.expose())
             .is_ok_and(|u| matches!(u.scheme(), "redis" | "rediss" | "redis+unix" | "unix"));

@@ -40,7 +40,7 @@ pub enum Action {
     /// Send a `voxgate.*` event to the client (dropped if the client did not ask for them).
     Client(String),
     /// Append an audit record; when `gates` names a call, its next step waits for the flush.
-    Audit { record: AuditRecord, gates: Option<String> },
+    Audit { record: Box<AuditRecord>, gates: Option<String> },
     /// Charge the call to the user's rate limit, then report with [`CallTable::on_limit_checked`].
     CheckLimit { call_id: String, tool: Arc<RegisteredTool> },
     /// Run the tool in its own task.
@@ -87,6 +87,11 @@ struct Call {
     outcome: Option<Outcome>,
     /// For PHI tools: the resource the call touches (never content).
     resource: Option<String>,
+    /// Gating records (approval, finish) not yet acknowledged: acks may arrive in any order, and
+    /// the call moves on only when all of them are in.
+    pending_gates: u8,
+    /// One of them could not be made durable (`fail_closed`).
+    gate_failed: bool,
 }
 
 /// The largest arguments (serialised) an audit line holds; larger ones are recorded by digest.
@@ -196,10 +201,12 @@ impl CallTable {
             confirmation: Confirmation::NotRequired,
             outcome: None,
             resource: None,
+            pending_gates: 0,
+            gate_failed: false,
         };
         let started = self.record(AuditEvent::CallStarted, call_id, &call);
         self.calls.insert(call_id.to_string(), call);
-        let mut actions = vec![Action::Audit { record: started, gates: None }];
+        let mut actions = vec![Action::Audit { record: Box::new(started), gates: None }];
 
         let checked = match (tool, parsed) {
             (None, _) => Err(ToolError::UnknownTool),
@@ -271,10 +278,11 @@ impl CallTable {
         }
         call.confirmation = Confirmation::Approved;
         call.state = State::Approving;
+        call.pending_gates += 1;
         // The decision is on disk before the tool can act on it.
         let Some(call) = self.calls.get(call_id) else { return Ok(Vec::new()) };
         let record = self.record(AuditEvent::CallApproved, call_id, call);
-        Ok(vec![Action::Audit { record, gates: Some(call_id.to_string()) }])
+        Ok(vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }])
     }
 
     /// A parked call's confirmation window closed.
@@ -305,29 +313,37 @@ impl CallTable {
     /// approved call does not run, a finished one releases nothing but `audit_unavailable` (the
     /// writer records it so).
     pub fn on_audit_failed(&mut self, call_id: &str) -> Vec<Action> {
-        let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
-        match call.state {
-            State::Approving => self.finish(call_id, Outcome::Failed(ToolError::AuditUnavailable)),
-            State::Finishing => {
-                call.outcome = Some(Outcome::Failed(ToolError::AuditUnavailable));
-                self.on_audited(call_id)
-            }
-            _ => Vec::new(),
-        }
+        self.on_gate(call_id, false)
     }
 
     /// A gating record is on disk: run an approved call, or tell the model and the client how a
     /// finished one ended.
     pub fn on_audited(&mut self, call_id: &str) -> Vec<Action> {
+        self.on_gate(call_id, true)
+    }
+
+    fn on_gate(&mut self, call_id: &str, durable: bool) -> Vec<Action> {
         let Some(call) = self.calls.get_mut(call_id) else { return Vec::new() };
-        if call.state == State::Approving {
-            return match (call.tool.clone(), call.args.take()) {
-                (Some(tool), Some(args)) => self.run(call_id, tool, args),
-                _ => self.finish(call_id, Outcome::Failed(ToolError::Internal)),
-            };
-        }
-        if call.state != State::Finishing {
+        if call.pending_gates == 0 {
             return Vec::new();
+        }
+        call.pending_gates -= 1;
+        call.gate_failed |= !durable;
+        if call.pending_gates > 0 {
+            return Vec::new();
+        }
+        let failed = std::mem::take(&mut call.gate_failed);
+        match call.state {
+            State::Approving if failed => return self.finish(call_id, Outcome::Failed(ToolError::AuditUnavailable)),
+            State::Approving => {
+                return match (call.tool.clone(), call.args.take()) {
+                    (Some(tool), Some(args)) => self.run(call_id, tool, args),
+                    _ => self.finish(call_id, Outcome::Failed(ToolError::Internal)),
+                };
+            }
+            State::Finishing if failed => call.outcome = Some(Outcome::Failed(ToolError::AuditUnavailable)),
+            State::Finishing => {}
+            _ => return Vec::new(),
         }
         call.state = State::Done;
         let duration_ms = call.accepted_at.elapsed().as_millis() as u64;
@@ -438,10 +454,11 @@ impl CallTable {
             return Vec::new();
         }
         call.state = State::Finishing;
+        call.pending_gates += 1;
         call.outcome = Some(outcome);
         let Some(call) = self.calls.get(call_id) else { return Vec::new() };
         let record = self.record(AuditEvent::CallFinished, call_id, call);
-        vec![Action::Audit { record, gates: Some(call_id.to_string()) }]
+        vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }]
     }
 
     fn record(&self, event: AuditEvent, call_id: &str, call: &Call) -> AuditRecord {

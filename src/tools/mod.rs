@@ -202,7 +202,8 @@ pub trait Tool: Send + Sync + 'static {
         format!("I'd like to use the tool {}. Should I proceed?", self.spec().name)
     }
 
-    /// The text this call would send to a third party, for PHI screening; `None` when nothing leaves.
+    /// Text this call builds from its arguments and sends to a third party, for PHI screening
+    /// besides every string argument (which is always screened); `None` when it builds none.
     fn outbound_text(&self, _args: &Value) -> Option<String> {
         None
     }

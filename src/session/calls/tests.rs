@@ -79,7 +79,7 @@ fn table(can_confirm: bool) -> CallTable {
 }
 
 fn audits(actions: &[Action]) -> Vec<&AuditRecord> {
-    actions.iter().filter_map(|a| if let Action::Audit { record, .. } = a { Some(record) } else { None }).collect()
+    actions.iter().filter_map(|a| if let Action::Audit { record, .. } = a { Some(&**record) } else { None }).collect()
 }
 
 fn client_events(actions: &[Action]) -> Vec<Value> {
@@ -341,4 +341,19 @@ fn identifiers_in_any_string_argument_of_any_third_party_tool_are_blocked() {
         assert_eq!(crate::policy::screening::screen_call(tool.tool.as_ref(), &nested, &taint), Err(ToolError::PhiBlocked));
     }
     assert!(screened >= 3 * identifiers.len(), "search_pubmed: query, date_from, date_to at least ({screened})");
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_released_before_every_gating_record_is_on_disk() {
+    let mut t = table(true);
+    accept(&mut t, "c1", "create_calendar_event", r#"{"text":"a"}"#);
+    t.on_confirm("c1", true).unwrap();
+    // The drain deadline passes while the approval is being flushed: the call finishes as
+    // timed out, and its finish may be acknowledged before the approval.
+    assert_eq!(audits(&t.abandon_running())[0].error_code.as_deref(), Some("timeout"));
+    assert!(t.on_audited("c1").is_empty(), "one of two records acknowledged: nothing goes out");
+    let actions = t.on_audited("c1");
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    assert_eq!(output(&actions)["error"]["code"], "timeout");
+    assert!(t.on_audited("c1").is_empty());
 }
