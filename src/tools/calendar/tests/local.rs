@@ -163,7 +163,7 @@ async fn a_missing_file_and_its_directory_are_created_empty() {
 
 #[test]
 fn bad_caldav_urls_and_unknown_zones_are_refused_naming_the_key() {
-    for url in ["not a url", "ftp://cal.example/dav", "file:///etc/passwd"] {
+    for url in ["not a url", "ftp://cal.example/dav", "file:///etc/passwd", "https://alice:pw@cal.example/dav"] {
         let caldav = CalendarBackendConfig { kind: CalendarKind::Caldav, url: Some(url.into()), ..Default::default() };
         let err = RegistryError::from(super::super::tools(&caldav).err().unwrap());
         assert!(err.to_string().contains("backends.calendar.url"), "{err}");
