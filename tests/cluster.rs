@@ -618,7 +618,9 @@ async fn scenario() {
 /// restart): every live session is registered again and the listing covers every instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_outage_degrades_to_local_caps_and_recovers() {
-    tokio::time::timeout(Duration::from_secs(60), outage()).await.expect("the outage scenario took too long");
+    tokio::time::timeout(Duration::from_secs(60), outage())
+        .await
+        .expect("the outage scenario took too long");
 }
 
 async fn outage() {
@@ -634,38 +636,82 @@ async fn outage() {
     let b = support::TestProxy::with_upstream(&fake, &toml("vg-b")).await;
     let admin = |proxy: &support::TestProxy| {
         let url = format!("http://{}/admin/sessions", proxy.addr);
-        async move { reqwest::Client::new().get(url).bearer_auth(ADMIN).send().await.unwrap().json::<Value>().await.unwrap() }
+        async move {
+            reqwest::Client::new()
+                .get(url)
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
     };
     let (_on_a, _up_a, id_a) = open(&a.url(""), &jwt("dr.out"), &mut fake).await;
-    assert_eq!(upgrade_status(&b.url(""), &jwt("dr.out")).await.0, 429, "the cap is shared while Redis is up");
+    assert_eq!(
+        upgrade_status(&b.url(""), &jwt("dr.out")).await.0,
+        429,
+        "the cap is shared while Redis is up"
+    );
 
     redis.stop();
     let deadline = tokio::time::Instant::now() + WAIT;
     while !a.http_get("/readyz").await.1.contains("redis: down") {
-        assert!(tokio::time::Instant::now() < deadline, "the outage is noticed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the outage is noticed"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (status, body) = a.http_get("/readyz").await;
-    assert_eq!(status, 200, "an outage degrades, it does not take the instance out: {body}");
-    assert!(a.http_get("/metrics").await.1.lines().any(|l| l == "voxgate_redis_up 0"));
+    assert_eq!(
+        status, 200,
+        "an outage degrades, it does not take the instance out: {body}"
+    );
+    assert!(
+        a.http_get("/metrics")
+            .await
+            .1
+            .lines()
+            .any(|l| l == "voxgate_redis_up 0")
+    );
     let (_on_b, _up_b, id_b) = open(&b.url(""), &jwt("dr.out"), &mut fake).await;
     let (status, _) = upgrade_status(&b.url(""), &jwt("dr.out")).await;
     assert_eq!(status, 429, "the local cap still holds");
     let listed = admin(&a).await;
     assert_eq!(listed["scope"], "instance", "{listed}");
-    assert_eq!(owners(&listed), HashMap::from([(id_a.clone(), "vg-a".to_string())]));
+    assert_eq!(
+        owners(&listed),
+        HashMap::from([(id_a.clone(), "vg-a".to_string())])
+    );
 
     redis.restart();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let listed = admin(&a).await;
         if listed["scope"] == "cluster" && owners(&listed).len() == 2 {
-            assert_eq!(owners(&listed), HashMap::from([(id_a.clone(), "vg-a".to_string()), (id_b.clone(), "vg-b".to_string())]));
+            assert_eq!(
+                owners(&listed),
+                HashMap::from([
+                    (id_a.clone(), "vg-a".to_string()),
+                    (id_b.clone(), "vg-b".to_string())
+                ])
+            );
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "both sessions are registered again: {listed}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both sessions are registered again: {listed}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(a.http_get("/readyz").await.1.contains("redis: up"));
-    assert!(a.http_get("/metrics").await.1.lines().any(|l| l == "voxgate_redis_up 1"));
+    assert!(
+        a.http_get("/metrics")
+            .await
+            .1
+            .lines()
+            .any(|l| l == "voxgate_redis_up 1")
+    );
 }

@@ -46,6 +46,8 @@ pub enum ClusterError {
     Timeout,
     #[error("a registry entry could not be encoded")]
     Encoding,
+    #[error("redis was down at the last attempt; the next refresh tries again")]
+    Down,
 }
 
 /// What became of an admin kill.
@@ -166,11 +168,17 @@ impl Cluster {
         cap: Option<(String, usize)>,
     ) -> Result<Seat, AdmitError> {
         if let Some(shared) = &self.shared {
-            match shared
-                .registry
-                .admit(&entry, cap.as_ref().map(|(key, max)| (key.as_str(), *max)))
-                .await
-            {
+            // During an outage admissions do not wait on Redis; the refresh tick notices its return.
+            let shared_result = match shared.up.load(Ordering::Relaxed) {
+                true => {
+                    shared
+                        .registry
+                        .admit(&entry, cap.as_ref().map(|(key, max)| (key.as_str(), *max)))
+                        .await
+                }
+                false => Err(ClusterError::Down),
+            };
+            match shared_result {
                 Ok(true) => shared.set_up(true),
                 Ok(false) => return Err(AdmitError::UserLimit),
                 Err(err) => {

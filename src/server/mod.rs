@@ -208,7 +208,6 @@ fn announce(config: &Config, state: &AppState, addr: SocketAddr) {
     let tools: Vec<&str> = state.deps.registry.iter().map(|t| t.name()).collect();
     tracing::info!(
         %addr,
-        instance = state.cluster.instance(),
         upstream = state.upstream_kind_name(),
         auth = ?config.auth.mode,
         redis = config.redis.url.is_some(),

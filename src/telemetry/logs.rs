@@ -136,3 +136,76 @@ mod tests {
         assert!(!is_payload_logger("voxgate::session"));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::MakeWriter;
+    use tracing_subscriber::fmt::format;
+
+    use super::InstanceTagged;
+
+    /// Collects what the fmt layer writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    fn text(captured: &Captured) -> String {
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn every_line_names_the_instance_in_text_and_json() {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(out.clone())
+            .with_ansi(false)
+            .event_format(InstanceTagged::new("vg-\"7\"".into(), format::format()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || tracing::info!(session.id = "vgs_1", "session started"));
+        let line = text(&out);
+        assert!(line.starts_with("instance=vg-\"7\" "), "{line}");
+        assert!(line.contains("session started"), "{line}");
+
+        let out = Captured::default();
+        let json = format::format().json().flatten_event(true);
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(out.clone())
+            .event_format(InstanceTagged::new("vg-\"7\"".into(), json))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || tracing::info!(session.id = "vgs_1", "session started"));
+        let value: serde_json::Value = serde_json::from_str(text(&out).trim()).unwrap();
+        assert_eq!(value["instance"], "vg-\"7\"");
+        assert_eq!(value["session.id"], "vgs_1");
+    }
+
+    #[test]
+    fn without_an_instance_lines_are_unchanged() {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(out.clone())
+            .with_ansi(false)
+            .event_format(InstanceTagged::new(String::new(), format::format()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || tracing::info!("hello"));
+        assert!(!text(&out).contains("instance="), "{}", text(&out));
+    }
+}
