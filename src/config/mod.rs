@@ -94,6 +94,8 @@ pub struct ServerConfig {
     pub ping_interval_ms: u64,
     /// Accept `auth.mode = "none"` on a non-loopback address (a loud warning is still logged).
     pub allow_unauthenticated_public: bool,
+    /// Frames per second one client may send; more are dropped with an `error` event (0 = no limit).
+    pub max_client_frames_per_s: u32,
 }
 
 impl Default for ServerConfig {
@@ -101,7 +103,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             allowed_origins: Vec::new(),
-            max_frame_bytes: 32 * 1024 * 1024,
+            max_frame_bytes: 4 * 1024 * 1024,
             max_sessions: 10_000,
             max_sessions_per_user: 20,
             drain_timeout_ms: 10_000,
@@ -110,6 +112,7 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             ping_interval_ms: 20_000,
             allow_unauthenticated_public: false,
+            max_client_frames_per_s: 500,
         }
     }
 }
@@ -146,6 +149,12 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Largest frame accepted from the upstream.
     pub max_frame_bytes: usize,
+    /// A frame the upstream has not taken within this time ends the session (a stalled upstream).
+    pub send_timeout_ms: u64,
+    /// Models a client may ask for with `?model=` besides `upstream.model`; others get HTTP 400.
+    pub allowed_models: Vec<String>,
+    /// Let clients give the model provider-hosted `mcp` tools (they bypass screening and audit).
+    pub allow_hosted_mcp: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -160,6 +169,9 @@ impl Default for UpstreamConfig {
             deployment: None,
             connect_timeout_ms: 10_000,
             max_frame_bytes: 64 * 1024 * 1024,
+            send_timeout_ms: 5_000,
+            allowed_models: Vec::new(),
+            allow_hosted_mcp: false,
         }
     }
 }
@@ -203,6 +215,8 @@ pub struct AuthConfig {
     /// Key for the keyed hash of `sub` in logs and audit; unset = derived per process (not stable
     /// across restarts — set it in production).
     pub user_hash_key: Option<Secret>,
+    /// Longest lifetime a JWT may have (`exp - iat`, and `exp - now`); longer ones are refused.
+    pub max_token_lifetime_s: u64,
 }
 
 impl Default for AuthConfig {
@@ -217,6 +231,7 @@ impl Default for AuthConfig {
             max_ticket_ttl_s: 300,
             anonymous_roles: vec!["clinician".into()],
             user_hash_key: None,
+            max_token_lifetime_s: 24 * 3600,
         }
     }
 }
