@@ -94,6 +94,8 @@ pub(super) struct Bridge {
     pub unacknowledged_outputs: HashSet<String>,
     /// The client frame-rate ceiling, when configured.
     pub pace: Option<FramePace>,
+    /// This session's token (drain or admin kill): also ends a send blocked on the upstream.
+    pub cancel: CancellationToken,
 }
 
 impl Bridge {
@@ -142,6 +144,7 @@ impl Bridge {
             upstream_ping_since: None,
             unacknowledged_outputs: HashSet::new(),
             pace: deps.settings.max_client_frames_per_s.map(|limit| FramePace::new(limit, Instant::now())),
+            cancel: cancel.clone(),
             info,
             deps,
         };
@@ -476,14 +479,19 @@ impl Bridge {
             return false;
         }
         let timeout = self.deps.settings.upstream_send_timeout;
-        match tokio::time::timeout(timeout, self.to_upstream.send(message)).await {
-            Ok(sent) => sent.is_ok(),
-            Err(_) => {
-                // The loop closes the session at its next turn (as for a stalled client).
-                self.upstream_stalled = true;
-                false
-            }
-        }
+        let send = tokio::time::timeout(timeout, self.to_upstream.send(message));
+        let sent = tokio::select! {
+            biased;
+            sent = send => sent.map(|queued| queued.is_ok()),
+            // An administrator or the drain wants the session gone: a frame that cannot be queued
+            // at once is not waited for.
+            () = self.cancel.cancelled() => return false,
+        };
+        sent.unwrap_or_else(|_| {
+            // The loop closes the session at its next turn (as for a stalled client).
+            self.upstream_stalled = true;
+            false
+        })
     }
 
     /// The standard `error` event to the client.
