@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use support::{Client, TestProxy};
+use support::{Client, TestProxy, handshake_status};
 
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -35,14 +35,6 @@ fn auth_toml(extra_server: &str) -> String {
     )
 }
 
-async fn status_of(url: &str, protocols: &[&str], headers: &[(&str, &str)]) -> u16 {
-    match Client::try_connect(url, protocols, headers).await {
-        Ok(_) => 101,
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
-        Err(other) => panic!("unexpected: {other}"),
-    }
-}
-
 #[tokio::test]
 async fn a_subprotocol_is_echoed_only_when_offered() {
     let proxy = TestProxy::start("").await;
@@ -66,17 +58,17 @@ async fn a_subprotocol_is_echoed_only_when_offered() {
 async fn only_allowed_models_may_be_asked_for() {
     let proxy = TestProxy::start("[upstream]\nallowed_models = [\"gpt-realtime-mini\"]\n").await;
     assert_eq!(
-        status_of(&proxy.url("?model=gpt-realtime-mini"), &[], &[]).await,
+        handshake_status(&proxy.url("?model=gpt-realtime-mini"), &[], &[]).await,
         101
     );
     assert_eq!(
-        status_of(&proxy.url("?model=gpt-realtime"), &[], &[]).await,
+        handshake_status(&proxy.url("?model=gpt-realtime"), &[], &[]).await,
         101,
         "upstream.model itself"
     );
-    assert_eq!(status_of(&proxy.url(""), &[], &[]).await, 101);
+    assert_eq!(handshake_status(&proxy.url(""), &[], &[]).await, 101);
     assert_eq!(
-        status_of(&proxy.url("?model=some-expensive-model"), &[], &[]).await,
+        handshake_status(&proxy.url("?model=some-expensive-model"), &[], &[]).await,
         400
     );
 }
@@ -104,7 +96,7 @@ async fn a_ticket_refused_for_the_session_cap_is_not_spent() {
     }
     let mut first = Client::connect(&proxy.url(""), &["realtime", &tickets[0]]).await;
     assert_eq!(
-        status_of(&proxy.url(""), &["realtime", &tickets[1]], &[]).await,
+        handshake_status(&proxy.url(""), &["realtime", &tickets[1]], &[]).await,
         429,
         "over the per-user cap"
     );
@@ -113,7 +105,7 @@ async fn a_ticket_refused_for_the_session_cap_is_not_spent() {
     // Once the first session is gone, the refused ticket still opens a session (once).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match status_of(&proxy.url(""), &["realtime", &tickets[1]], &[]).await {
+        match handshake_status(&proxy.url(""), &["realtime", &tickets[1]], &[]).await {
             101 => break,
             429 if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await
@@ -129,17 +121,17 @@ async fn tokens_longer_lived_than_the_maximum_are_refused() {
     let bearer = |token: String| format!("Bearer {token}");
     let short = hs256(json!({"sub": "dr.a", "iat": now(), "exp": now() + 600}));
     assert_eq!(
-        status_of(&proxy.url(""), &[], &[("authorization", &bearer(short))]).await,
+        handshake_status(&proxy.url(""), &[], &[("authorization", &bearer(short))]).await,
         101
     );
     let year = hs256(json!({"sub": "dr.a", "iat": now(), "exp": now() + 365 * 24 * 3600}));
     assert_eq!(
-        status_of(&proxy.url(""), &[], &[("authorization", &bearer(year))]).await,
+        handshake_status(&proxy.url(""), &[], &[("authorization", &bearer(year))]).await,
         401
     );
     let no_iat = hs256(json!({"sub": "dr.a", "exp": now() + 7200}));
     assert_eq!(
-        status_of(&proxy.url(""), &[], &[("authorization", &bearer(no_iat))]).await,
+        handshake_status(&proxy.url(""), &[], &[("authorization", &bearer(no_iat))]).await,
         401
     );
 }

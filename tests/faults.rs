@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::SinkExt;
 use serde_json::{Value, json};
-use support::{Client, FakeUpstream, model_calls, spawn_voxgate};
+use support::{Client, FakeUpstream, handshake_status, model_calls, spawn_voxgate};
 use tokio_tungstenite::tungstenite::Message;
 
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -73,14 +73,6 @@ async fn sessions(http: &reqwest::Client, addr: &str) -> Vec<Value> {
     list["sessions"].as_array().unwrap().clone()
 }
 
-async fn status_of(url: &str) -> u16 {
-    match Client::try_connect(url, &["realtime"], &[]).await {
-        Ok(_) => 101,
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
-        Err(other) => panic!("unexpected: {other}"),
-    }
-}
-
 #[tokio::test]
 async fn an_admin_kill_ends_a_session_whose_upstream_stopped_reading() {
     let mut fake = FakeUpstream::start().await;
@@ -97,7 +89,7 @@ async fn an_admin_kill_ends_a_session_whose_upstream_stopped_reading() {
     assert_eq!(listed.len(), 1);
     let id = listed[0]["id"].as_str().unwrap();
     assert_eq!(
-        status_of(&format!("ws://{addr}/v1/realtime")).await,
+        handshake_status(&format!("ws://{addr}/v1/realtime"), &["realtime"], &[]).await,
         503,
         "the one slot is taken"
     );
@@ -121,7 +113,7 @@ async fn an_admin_kill_ends_a_session_whose_upstream_stopped_reading() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        status_of(&format!("ws://{addr}/v1/realtime")).await,
+        handshake_status(&format!("ws://{addr}/v1/realtime"), &["realtime"], &[]).await,
         101,
         "the slot was freed"
     );

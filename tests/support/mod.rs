@@ -563,3 +563,12 @@ pub async fn model_calls(up: &mut FakeConn, calls: &[(&str, &str, &str)]) {
     }
     up.send_json(&json!({"type": "response.done", "event_id": "event_rd", "response": {"id": "resp_1", "object": "realtime.response", "status": "completed", "output": output}})).await;
 }
+
+/// The HTTP status of a WebSocket handshake: 101 when it succeeded.
+pub async fn handshake_status(url: &str, protocols: &[&str], headers: &[(&str, &str)]) -> u16 {
+    match Client::try_connect(url, protocols, headers).await {
+        Ok(_) => 101,
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(other) => panic!("unexpected: {other}"),
+    }
+}
