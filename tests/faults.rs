@@ -220,3 +220,81 @@ async fn wait_for_slot(url: &str) -> Client {
         }
     }
 }
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Open `SESSIONS` sessions, send one `frame` -byte append on each, let them idle, and return how
+/// many MiB the process holds above its baseline.
+async fn held_after_large_frames(frame: usize, max_frame_bytes: usize) -> u64 {
+    const SESSIONS: usize = 4;
+    let mut fake = FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&fake, dir.path()).replace(
+        "max_sessions = 1",
+        &format!("max_sessions = {SESSIONS}\nmax_frame_bytes = {max_frame_bytes}"),
+    );
+    let (child, addr) = spawn_voxgate(&config, dir.path()).await;
+    let pid = child.id().unwrap();
+    let url = format!("ws://{addr}/v1/realtime");
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        let client = Client::connect(&url, &["realtime"]).await;
+        let mut up = fake.accept().await;
+        up.open_session().await;
+        sessions.push((client, up));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let baseline = vm_rss_kib(pid);
+    // The JSON wrapper takes ~60 bytes of the frame.
+    let audio =
+        json!({"type": "input_audio_buffer.append", "audio": "A".repeat(frame - 64)}).to_string();
+    for (client, up) in &mut sessions {
+        client.ws.send(Message::text(audio.clone())).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(30), up.next_text())
+            .await
+            .unwrap();
+        assert_eq!(
+            got.len(),
+            audio.len(),
+            "the frame reaches the upstream whole"
+        );
+    }
+    // Idle: what the sessions hold now is what they keep.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = vm_rss_kib(pid);
+    let held = after.saturating_sub(baseline) / 1024;
+    eprintln!(
+        "VmRSS {baseline} KiB before, {after} KiB after {SESSIONS} x {frame} B frames and idle (+{held} MiB)"
+    );
+    held
+}
+
+/// With the default `max_frame_bytes` (4 MiB), what a session keeps after its largest frame is
+/// bounded: at most about two frames' worth (the client socket's read buffer and the upstream
+/// socket's write buffer, which tungstenite keeps at their largest size).
+#[tokio::test]
+async fn memory_held_after_large_frames_is_bounded_by_the_frame_limit() {
+    let held = held_after_large_frames(4 * 1024 * 1024, 4 * 1024 * 1024).await;
+    assert!(
+        held < 4 * 2 * 4 + 16,
+        "4 idle sessions kept {held} MiB after one 4 MiB frame each"
+    );
+}
+
+/// Known gap: with `max_frame_bytes` raised to 32 MiB, each session keeps ~60 MiB after one 30 MiB
+/// frame (measured: +240 MiB for 4 sessions), because tungstenite 0.30 never shrinks a socket's
+/// read buffer (`BytesMut`) or write buffer (`Vec`). Giving it back needs a socket rebuilt after a
+/// large frame; until then operators who raise the limit must budget two frames per session.
+#[tokio::test]
+#[ignore = "known gap: tungstenite keeps its buffers at their largest size (docs/reliability.md)"]
+async fn memory_returns_near_baseline_after_huge_frames() {
+    let held = held_after_large_frames(30 * 1024 * 1024, 32 * 1024 * 1024).await;
+    assert!(
+        held < 64,
+        "idle sessions kept {held} MiB after their large frames"
+    );
+}
