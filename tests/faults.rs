@@ -298,3 +298,66 @@ async fn memory_returns_near_baseline_after_huge_frames() {
         "idle sessions kept {held} MiB after their large frames"
     );
 }
+
+/// One calculator call through the session; returns the output the model got.
+async fn calculate(up: &mut support::FakeConn, call_id: &str) -> Value {
+    model_calls(up, &[(call_id, "calculate_medical_score", BMI)]).await;
+    let item = up.until("conversation.item.create").await;
+    serde_json::from_str(item["item"]["output"].as_str().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn redis_stopped_and_restarted_mid_session() {
+    let mut redis = support::RedisServer::start();
+    let mut fake = FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}[redis]\nurl = \"{}\"\n",
+        config(&fake, dir.path()),
+        redis.url()
+    );
+    let (_child, addr) = spawn_voxgate(&config, dir.path()).await;
+    let mut client = Client::connect(
+        &format!("ws://{addr}/v1/realtime"),
+        &["realtime", "voxgate.v1"],
+    )
+    .await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    client.until("voxgate.session.ready").await;
+
+    assert!(
+        calculate(&mut up, "call_before")
+            .await
+            .get("error")
+            .is_none()
+    );
+    redis.stop();
+    // Without Redis the session goes on: limits fall back to the instance, the audit file is written.
+    assert!(
+        calculate(&mut up, "call_during")
+            .await
+            .get("error")
+            .is_none()
+    );
+    redis.restart();
+    assert!(
+        calculate(&mut up, "call_after")
+            .await
+            .get("error")
+            .is_none()
+    );
+    // Still the same live session, and every call audited exactly once.
+    client
+        .send_json(json!({"type": "input_audio_buffer.clear"}))
+        .await;
+    up.until("input_audio_buffer.clear").await;
+    let records = support::read_jsonl(&dir.path().join("audit.jsonl"));
+    for call_id in ["call_before", "call_during", "call_after"] {
+        let finished = records
+            .iter()
+            .filter(|r| r["call_id"] == call_id && r["event"] == "call_finished")
+            .count();
+        assert_eq!(finished, 1, "{call_id}");
+    }
+}
