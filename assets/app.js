@@ -382,7 +382,17 @@ client.addEventListener("confirmation", (event) => {
   // A deadline already past on arrival means the clocks disagree: show no countdown then, and let
   // the server's own expiry decide.
   const skewed = !(event.detail.expires_at_ms > Date.now() + 500);
-  confirmations.push({ ...event.detail, receivedAt: Date.now(), skewed });
+  const request = { ...event.detail, receivedAt: Date.now(), skewed };
+  // Keyed by call id: the dialog always shows the prompt of the very call a decision goes to. A
+  // second request for a call already queued or shown replaces it rather than queueing a twin.
+  if (current && current.call_id === request.call_id) {
+    confirmations.unshift(request);
+    showNextConfirmation();
+    return;
+  }
+  const queued = confirmations.findIndex((c) => c.call_id === request.call_id);
+  if (queued >= 0) confirmations[queued] = request;
+  else confirmations.push(request);
   if (!current) showNextConfirmation();
   else updateQueueNote();
 });

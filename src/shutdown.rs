@@ -1,6 +1,9 @@
 //! The process-wide drain: a root [`CancellationToken`] every session's token descends from, a
 //! [`TaskTracker`] that knows when the last session has ended (axum's upgraded sockets are detached
 //! tasks its own graceful shutdown does not wait for), and the "draining" flag `/readyz` reports.
+//!
+//! A drain is bounded: sessions that outlive it (a peer that never answers, a tool that never
+//! returns) are aborted through a second token, so SIGTERM always ends the process.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +14,8 @@ use tokio_util::task::TaskTracker;
 #[derive(Clone, Default)]
 pub struct Shutdown {
     token: CancellationToken,
+    /// Cancelled when the drain gives up: every session task still running is dropped.
+    abort: CancellationToken,
     tracker: TaskTracker,
     draining: Arc<AtomicBool>,
 }
@@ -28,6 +33,16 @@ impl Shutdown {
     /// Sessions are spawned here so the drain can wait for them.
     pub fn tracker(&self) -> &TaskTracker {
         &self.tracker
+    }
+
+    /// Session tasks end at once when this is cancelled (see [`Shutdown::abort`]).
+    pub fn abort_token(&self) -> &CancellationToken {
+        &self.abort
+    }
+
+    /// The drain timed out: drop every session still running.
+    pub fn abort(&self) {
+        self.abort.cancel();
     }
 
     pub fn is_draining(&self) -> bool {

@@ -31,7 +31,8 @@ fn output_audio_frame(i: usize) -> String {
 #[tokio::test]
 async fn audio_passes_byte_for_byte_in_order_under_load() {
     let mut fake = FakeUpstream::start().await;
-    let proxy = TestProxy::with_upstream(&fake, "").await;
+    // As fast as the socket goes: far past the per-session frame-rate ceiling, which is off here.
+    let proxy = TestProxy::with_upstream(&fake, "[server]\nmax_client_frames_per_s = 0\n").await;
     let mut client = Client::connect(&proxy.url(""), &["realtime"]).await;
     let mut upstream = fake.accept().await;
     upstream.open_session().await;
@@ -196,9 +197,9 @@ async fn upstream_refusals_are_reported_without_leaking() {
 
 #[tokio::test]
 async fn upstream_request_ga_beta_and_azure() {
-    // GA (default): bearer, model from the client's query, no beta header.
+    // GA (default): bearer, model from the client's query (an allowed one), no beta header.
     let mut fake = FakeUpstream::start().await;
-    let proxy = TestProxy::with_upstream(&fake, "").await;
+    let proxy = TestProxy::with_upstream(&fake, "allowed_models = [\"gpt-realtime-mini\"]\n").await;
     let _client = Client::connect(&proxy.url("?model=gpt-realtime-mini"), &[]).await;
     let conn = fake.accept().await;
     assert_eq!(conn.uri, "/v1/realtime?model=gpt-realtime-mini");

@@ -317,7 +317,10 @@ async fn no_response_create_over_a_speaking_user() {
     // The result is delivered even though the user is speaking...
     let output = up.until("conversation.item.create").await;
     assert_eq!(output["item"]["call_id"], "call_b1");
-    // ...but no response.create while they speak; server VAD's own response then covers it.
+    // ...but no response.create while they speak; server VAD's own response, started after the
+    // server acknowledged the output, then covers it.
+    up.send_json(&json!({"type": "conversation.item.added", "event_id": "e", "previous_item_id": null,
+        "item": {"id": "item_o1", "type": "function_call_output", "call_id": "call_b1", "output": "{}"}})).await;
     up.send_json(&json!({"type": "input_audio_buffer.speech_stopped", "event_id": "e", "audio_end_ms": 900, "item_id": "item_u"})).await;
     up.send_json(&json!({"type": "response.created", "event_id": "e", "response": {"id": "resp_vad"}})).await;
     up.send_json(&json!({"type": "response.done", "event_id": "e", "response": {"id": "resp_vad", "output": []}})).await;

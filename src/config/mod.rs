@@ -100,6 +100,8 @@ pub struct ServerConfig {
     pub instance_id: Option<String>,
     /// Proxies whose `X-Forwarded-For` names the client address recorded in audit records.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Frames per second one client may send; more are dropped with an `error` event (0 = no limit).
+    pub max_client_frames_per_s: u32,
 }
 
 impl Default for ServerConfig {
@@ -107,7 +109,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             allowed_origins: Vec::new(),
-            max_frame_bytes: 32 * 1024 * 1024,
+            max_frame_bytes: 4 * 1024 * 1024,
             max_sessions: 10_000,
             max_sessions_per_user: 20,
             drain_timeout_ms: 10_000,
@@ -118,6 +120,7 @@ impl Default for ServerConfig {
             allow_unauthenticated_public: false,
             instance_id: None,
             trusted_proxies: Vec::new(),
+            max_client_frames_per_s: 500,
         }
     }
 }
@@ -161,6 +164,12 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Largest frame accepted from the upstream.
     pub max_frame_bytes: usize,
+    /// A frame the upstream has not taken within this time ends the session (a stalled upstream).
+    pub send_timeout_ms: u64,
+    /// Models a client may ask for with `?model=` besides `upstream.model`; others get HTTP 400.
+    pub allowed_models: Vec<String>,
+    /// Let clients give the model provider-hosted `mcp` tools (they bypass screening and audit).
+    pub allow_hosted_mcp: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -175,6 +184,9 @@ impl Default for UpstreamConfig {
             deployment: None,
             connect_timeout_ms: 10_000,
             max_frame_bytes: 64 * 1024 * 1024,
+            send_timeout_ms: 5_000,
+            allowed_models: Vec::new(),
+            allow_hosted_mcp: false,
         }
     }
 }
@@ -218,6 +230,8 @@ pub struct AuthConfig {
     /// Key for the keyed hash of `sub` in logs and audit; unset = derived per process (not stable
     /// across restarts — set it in production).
     pub user_hash_key: Option<Secret>,
+    /// Longest lifetime a JWT may have (`exp - iat`, and `exp - now`); longer ones are refused.
+    pub max_token_lifetime_s: u64,
 }
 
 impl Default for AuthConfig {
@@ -232,6 +246,7 @@ impl Default for AuthConfig {
             max_ticket_ttl_s: 300,
             anonymous_roles: vec!["clinician".into()],
             user_hash_key: None,
+            max_token_lifetime_s: 24 * 3600,
         }
     }
 }

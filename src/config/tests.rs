@@ -20,7 +20,7 @@ fn defaults_run_the_simulated_model_on_loopback() {
     let config = Config::load(None, &env(&[])).unwrap();
     assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(config.upstream.effective_kind(), UpstreamKind::Simulated);
-    assert_eq!(config.server.max_frame_bytes, 32 * 1024 * 1024);
+    assert_eq!(config.server.max_frame_bytes, 4 * 1024 * 1024);
     assert_eq!(config.auth.mode, AuthMode::None);
     assert_eq!(config.tools.confirmation_timeout_ms, 60_000);
     assert_eq!(config.audit.path, PathBuf::from("./voxgate-audit.jsonl"));

@@ -2,6 +2,9 @@
 //! `Authorization: Bearer`, or from a `voxgate-token.` / `openai-insecure-api-key.` subprotocol
 //! (browsers cannot set headers). A token is a JWT (HS256 secret, or RS256/ES256 public key; `exp`,
 //! `nbf`, optional `iss`/`aud`) or, in `ticket` mode, a single-use ticket.
+//!
+//! A JWT may not live longer than `auth.max_token_lifetime_s`, counted both from its `iat` and from
+//! now: a leaked year-long token must not open sessions for a year.
 
 use http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -22,6 +25,8 @@ pub enum AuthError {
     Invalid,
     #[error("the token has expired")]
     Expired,
+    #[error("the token's lifetime is longer than this server accepts")]
+    TooLong,
     #[error("the ticket has already been used or is unknown")]
     TicketUsed,
     #[error("authentication is temporarily unavailable")]
@@ -59,12 +64,16 @@ struct Claims {
     sub: String,
     #[serde(default)]
     roles: Vec<String>,
+    exp: u64,
+    #[serde(default)]
+    iat: Option<u64>,
 }
 
 /// Verifies JWTs with the configured key.
 pub struct JwtVerifier {
     key: DecodingKey,
     validation: Validation,
+    max_lifetime_s: u64,
 }
 
 impl JwtVerifier {
@@ -95,12 +104,23 @@ impl JwtVerifier {
             Some(audience) => validation.set_audience(&[audience]),
             None => validation.validate_aud = false,
         }
-        Ok(Some(Self { key, validation }))
+        Ok(Some(Self { key, validation, max_lifetime_s: config.max_token_lifetime_s }))
     }
 
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
         match jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation) {
-            Ok(data) if !data.claims.sub.is_empty() => Ok(Principal::new(data.claims.sub, data.claims.roles)),
+            Ok(data) if !data.claims.sub.is_empty() => {
+                let claims = data.claims;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or_default();
+                let lifetime = claims.exp.saturating_sub(claims.iat.unwrap_or(now).min(now));
+                if lifetime > self.max_lifetime_s {
+                    return Err(AuthError::TooLong);
+                }
+                Ok(Principal::new(claims.sub, claims.roles))
+            }
             Ok(_) => Err(AuthError::Invalid),
             Err(err) => match err.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => Err(AuthError::Expired),
@@ -137,5 +157,20 @@ mod tests {
         let openai = vec!["realtime".to_string(), "openai-insecure-api-key.k1".to_string()];
         assert_eq!(presented_token(&HeaderMap::new(), &openai).as_deref(), Some("k1"));
         assert_eq!(presented_token(&HeaderMap::new(), &[]), None);
+    }
+
+    #[test]
+    fn tokens_longer_lived_than_the_maximum_are_refused() {
+        let config = AuthConfig { jwt_secret: Some(crate::config::Secret::new("k")), max_token_lifetime_s: 3600, ..AuthConfig::default() };
+        let verifier = JwtVerifier::from_config(&config).unwrap().unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let key = jsonwebtoken::EncodingKey::from_secret(b"k");
+        let token = |claims: serde_json::Value| jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap();
+        let ok = token(serde_json::json!({"sub": "u", "iat": now, "exp": now + 600}));
+        assert!(verifier.verify(&ok).is_ok());
+        let long_from_now = token(serde_json::json!({"sub": "u", "exp": now + 7200}));
+        assert_eq!(verifier.verify(&long_from_now).unwrap_err(), AuthError::TooLong);
+        let long_from_iat = token(serde_json::json!({"sub": "u", "iat": now - 7000, "exp": now + 300}));
+        assert_eq!(verifier.verify(&long_from_iat).unwrap_err(), AuthError::TooLong);
     }
 }

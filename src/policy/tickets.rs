@@ -37,6 +37,19 @@ pub struct Minted {
     pub expires_at: u64,
 }
 
+/// A ticket whose signature and expiry are good, not spent yet.
+#[derive(Debug)]
+pub struct CheckedTicket {
+    claims: Claims,
+}
+
+impl CheckedTicket {
+    /// Who the ticket was minted for.
+    pub fn principal(&self) -> Principal {
+        Principal::new(self.claims.sub.clone(), self.claims.roles.clone())
+    }
+}
+
 /// Mints and redeems tickets.
 pub struct Tickets {
     key: Vec<u8>,
@@ -94,6 +107,13 @@ impl Tickets {
 
     /// Check a ticket and spend it.
     pub async fn redeem(&self, token: &str) -> Result<Principal, AuthError> {
+        let checked = self.check(token)?;
+        self.spend(checked).await
+    }
+
+    /// Check a ticket's signature and expiry without spending it: a session refused for its cap
+    /// must not use up the ticket (the browser could not retry).
+    pub fn check(&self, token: &str) -> Result<CheckedTicket, AuthError> {
         let (payload, signature) = token.rsplit_once('.').ok_or(AuthError::Invalid)?;
         let body = payload.strip_prefix("vgt.").ok_or(AuthError::Invalid)?;
         let given = URL_SAFE_NO_PAD.decode(signature).map_err(|_| AuthError::Invalid)?;
@@ -103,6 +123,15 @@ impl Tickets {
         }
         let raw = URL_SAFE_NO_PAD.decode(body).map_err(|_| AuthError::Invalid)?;
         let claims: Claims = serde_json::from_slice(&raw).map_err(|_| AuthError::Invalid)?;
+        if claims.exp <= now_s() {
+            return Err(AuthError::Expired);
+        }
+        Ok(CheckedTicket { claims })
+    }
+
+    /// Spend a checked ticket (once, across instances with Redis).
+    pub async fn spend(&self, ticket: CheckedTicket) -> Result<Principal, AuthError> {
+        let CheckedTicket { claims } = ticket;
         let now = now_s();
         if claims.exp <= now {
             return Err(AuthError::Expired);

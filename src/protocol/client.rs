@@ -1,6 +1,8 @@
-//! The client events voxgate reads: `session.update` (server tools are merged in and guarded),
-//! `conversation.item.create` (nobody but voxgate answers a server call) and
-//! `voxgate.tool_call.confirm`. Each is parsed only when its `type` says so.
+//! The client events voxgate reads: `session.update` and `response.create` (server tools are
+//! merged in and guarded, provider-hosted `mcp` tools refused unless allowed; a `response.create`
+//! may not carry a server call's items in its `input`), `conversation.item.create` (nobody but
+//! voxgate answers a server call) and `voxgate.tool_call.confirm`. Each is parsed only when its
+//! `type` says so.
 
 use std::borrow::Cow;
 
@@ -41,6 +43,95 @@ pub fn parse_item_create(bytes: &[u8]) -> Result<ItemCreate<'_>, FrameError> {
     serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)
 }
 
+/// Why a client frame that sets tools or items is refused as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the frame is not valid JSON or its tools are not a list")]
+    Malformed,
+    /// A provider-hosted `mcp` tool: the provider would call it directly, past voxgate's
+    /// screening and audit (`upstream.allow_hosted_mcp`).
+    #[error("hosted MCP tools are not allowed on this server")]
+    HostedMcp,
+    /// `response.input` carries a `function_call`/`function_call_output` of a server call.
+    #[error("this call belongs to a server tool; only voxgate can answer it")]
+    ServerCall,
+}
+
+impl From<FrameError> for Refusal {
+    fn from(_: FrameError) -> Self {
+        Refusal::Malformed
+    }
+}
+
+/// What voxgate needs to know of a server tool call to guard items that name it.
+pub struct CallGuard<S, O> {
+    pub is_server_tool: S,
+    pub owns_call: O,
+    pub allow_hosted_mcp: bool,
+}
+
+impl<S: Fn(&str) -> bool, O: Fn(&str) -> bool> CallGuard<S, O> {
+    /// Is this item a call or output that only voxgate may create?
+    pub fn is_server_call_item(&self, kind: Option<&str>, call_id: Option<&str>, name: Option<&str>) -> bool {
+        matches!(kind, Some("function_call_output" | "function_call"))
+            && (call_id.is_some_and(|c| (self.owns_call)(c)) || name.is_some_and(|n| (self.is_server_tool)(n)))
+    }
+}
+
+/// Guard a client `response.create`: refuse items of server calls in `response.input` and hosted
+/// `mcp` tools, and keep the server tools in a per-response `tools` list. `Ok(None)`: forward the
+/// frame unchanged.
+pub fn guard_response_create(
+    bytes: &[u8],
+    server_tools: &[Value],
+    guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
+) -> Result<Option<MergedUpdate>, Refusal> {
+    let mut event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
+    let Some(response) = event.get_mut("response") else { return Ok(None) };
+    if let Some(input) = response.get("input").and_then(Value::as_array) {
+        let forged = input.iter().any(|item| {
+            let field = |k: &str| item.get(k).and_then(Value::as_str);
+            guard.is_server_call_item(field("type"), field("call_id"), field("name"))
+        });
+        if forged {
+            return Err(Refusal::ServerCall);
+        }
+    }
+    let Some(tools) = response.get_mut("tools") else { return Ok(None) };
+    let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
+    Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
+}
+
+/// Put the server tools into a client tools list (dropping client tools that take a server
+/// tool's name); refuse hosted `mcp` tools unless allowed.
+fn merge_tools(tools: &mut Value, server_tools: &[Value], guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>) -> Result<(Vec<String>, Vec<String>), Refusal> {
+    let client_list = match tools.take() {
+        Value::Array(list) => list,
+        Value::Null => Vec::new(),
+        _ => return Err(Refusal::Malformed),
+    };
+    if !guard.allow_hosted_mcp && client_list.iter().any(|t| t.get("type").and_then(Value::as_str) == Some("mcp")) {
+        return Err(Refusal::HostedMcp);
+    }
+    let mut kept = Vec::with_capacity(client_list.len() + server_tools.len());
+    let mut client_tools = Vec::new();
+    let mut dropped = Vec::new();
+    for tool in client_list {
+        match tool.get("name").and_then(Value::as_str) {
+            Some(name) if (guard.is_server_tool)(name) => dropped.push(name.to_string()),
+            Some(name) => {
+                client_tools.push(name.to_string());
+                kept.push(tool);
+            }
+            // Tools without a name (allowed hosted MCP servers) are the client's business.
+            None => kept.push(tool),
+        }
+    }
+    kept.extend(server_tools.iter().cloned());
+    *tools = Value::Array(kept);
+    Ok((client_tools, dropped))
+}
+
 /// The result of merging server tools into a client `session.update`.
 #[derive(Debug)]
 pub struct MergedUpdate {
@@ -57,33 +148,13 @@ pub struct MergedUpdate {
 pub fn merge_session_update(
     bytes: &[u8],
     server_tools: &[Value],
-    is_server_tool: impl Fn(&str) -> bool,
-) -> Result<Option<MergedUpdate>, FrameError> {
-    let mut event: Value = serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)?;
+    guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
+) -> Result<Option<MergedUpdate>, Refusal> {
+    let mut event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
     let Some(tools) = event.get_mut("session").and_then(|s| s.get_mut("tools")) else {
         return Ok(None);
     };
-    let client_list = match tools.take() {
-        Value::Array(list) => list,
-        Value::Null => Vec::new(),
-        _ => return Err(FrameError::NotJson),
-    };
-    let mut kept = Vec::with_capacity(client_list.len() + server_tools.len());
-    let mut client_tools = Vec::new();
-    let mut dropped = Vec::new();
-    for tool in client_list {
-        match tool.get("name").and_then(Value::as_str) {
-            Some(name) if is_server_tool(name) => dropped.push(name.to_string()),
-            Some(name) => {
-                client_tools.push(name.to_string());
-                kept.push(tool);
-            }
-            // Tools without a name (e.g. MCP servers) are the client's business.
-            None => kept.push(tool),
-        }
-    }
-    kept.extend(server_tools.iter().cloned());
-    *tools = Value::Array(kept);
+    let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
     Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
 }
 
@@ -92,12 +163,42 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn guard(is_server_tool: fn(&str) -> bool) -> CallGuard<fn(&str) -> bool, fn(&str) -> bool> {
+        CallGuard { is_server_tool, owns_call: |c| c == "call_srv", allow_hosted_mcp: false }
+    }
+
+    #[test]
+    fn response_create_keeps_server_tools_and_refuses_server_call_items() {
+        let server = vec![json!({"type":"function","name":"a"})];
+        let is_a: fn(&str) -> bool = |n| n == "a";
+        let empty = br#"{"type":"response.create","response":{"tools":[]}}"#;
+        let merged = guard_response_create(empty, &server, &guard(is_a)).unwrap().unwrap();
+        assert!(merged.frame.contains(r#""name":"a""#), "per-response tools cannot remove server tools");
+        let output = br#"{"type":"response.create","response":{"input":[{"type":"function_call_output","call_id":"call_srv","output":"{}"}]}}"#;
+        assert_eq!(guard_response_create(output, &server, &guard(is_a)).unwrap_err(), Refusal::ServerCall);
+        let by_name = br#"{"type":"response.create","response":{"input":[{"type":"function_call","name":"a","call_id":"x","arguments":"{}"}]}}"#;
+        assert_eq!(guard_response_create(by_name, &server, &guard(is_a)).unwrap_err(), Refusal::ServerCall);
+        let plain = br#"{"type":"response.create","response":{"instructions":"hi"}}"#;
+        assert!(guard_response_create(plain, &server, &guard(is_a)).unwrap().is_none());
+    }
+
+    #[test]
+    fn hosted_mcp_tools_are_refused_unless_allowed() {
+        let mcp = br#"{"type":"session.update","session":{"tools":[{"type":"mcp","server_label":"x","server_url":"https://x"}]}}"#;
+        let none: fn(&str) -> bool = |_| false;
+        assert_eq!(merge_session_update(mcp, &[], &guard(none)).unwrap_err(), Refusal::HostedMcp);
+        let allowed = CallGuard { allow_hosted_mcp: true, ..guard(none) };
+        assert!(merge_session_update(mcp, &[], &allowed).unwrap().is_some());
+        let in_response = br#"{"type":"response.create","response":{"tools":[{"type":"mcp","server_label":"x"}]}}"#;
+        assert_eq!(guard_response_create(in_response, &[], &guard(none)).unwrap_err(), Refusal::HostedMcp);
+    }
+
     #[test]
     fn merge_keeps_client_tools_and_drops_collisions() {
         let update = json!({"type":"session.update","session":{"type":"realtime","instructions":"hi",
             "tools":[{"type":"function","name":"get_weather"},{"type":"function","name":"search_pubmed"}]}});
         let server = vec![json!({"type":"function","name":"search_pubmed","description":"server"})];
-        let merged = merge_session_update(update.to_string().as_bytes(), &server, |n| n == "search_pubmed")
+        let merged = merge_session_update(update.to_string().as_bytes(), &server, &guard(|n| n == "search_pubmed"))
             .unwrap()
             .unwrap();
         assert_eq!(merged.client_tools, vec!["get_weather"]);
@@ -112,14 +213,14 @@ mod tests {
     #[test]
     fn update_without_tools_is_left_alone() {
         let update = br#"{"type":"session.update","session":{"instructions":"x"}}"#;
-        assert!(merge_session_update(update, &[], |_| false).unwrap().is_none());
+        assert!(merge_session_update(update, &[], &guard(|_| false)).unwrap().is_none());
     }
 
     #[test]
     fn empty_tools_cannot_remove_server_tools() {
         let update = br#"{"type":"session.update","session":{"tools":[]}}"#;
         let server = vec![json!({"name":"a"})];
-        let merged = merge_session_update(update, &server, |n| n == "a").unwrap().unwrap();
+        let merged = merge_session_update(update, &server, &guard(|n| n == "a")).unwrap().unwrap();
         assert!(merged.frame.contains("\"a\""));
     }
 

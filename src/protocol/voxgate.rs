@@ -11,6 +11,9 @@ use crate::tools::Citation;
 /// Prefix of the `event_id` of every event voxgate creates.
 pub const EVENT_ID_PREFIX: &str = "voxgate_";
 
+/// Prefix of every event type in voxgate's own namespace; none may come from the upstream.
+pub const TYPE_PREFIX: &str = "voxgate.";
+
 /// A fresh event id for an event voxgate sends.
 pub fn event_id() -> String {
     format!("{EVENT_ID_PREFIX}{}", uuid::Uuid::new_v4().simple())
@@ -30,6 +33,8 @@ pub mod codes {
     pub const SERVER_CALL: &str = "voxgate_server_call";
     pub const UPSTREAM_UNAVAILABLE: &str = "voxgate_upstream_unavailable";
     pub const SLOW_CLIENT: &str = "voxgate_slow_client";
+    pub const TOO_MANY_FRAMES: &str = "voxgate_too_many_frames";
+    pub const HOSTED_MCP_REFUSED: &str = "voxgate_hosted_mcp_refused";
 }
 
 /// The standard realtime `error` event (CONTRACT §4).

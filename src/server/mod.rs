@@ -157,14 +157,23 @@ impl RunningServer {
         state.shutdown.begin();
         let limit = Duration::from_millis(state.config.server.drain_timeout_ms) + Duration::from_secs(5);
         if tokio::time::timeout(limit, state.shutdown.tracker().wait()).await.is_err() {
-            tracing::warn!(sessions = state.live.len(), "drain timed out; closing the remaining sessions");
+            tracing::warn!(sessions = state.live.len(), "drain timed out; aborting the remaining sessions");
+            state.shutdown.abort();
+            let _ = tokio::time::timeout(Duration::from_secs(2), state.shutdown.tracker().wait()).await;
         }
         if serve.await.is_err() {
             tracing::warn!("the accept loop ended abnormally");
         }
         // The sessions held the last audit handles; the writer ends once they are gone.
         drop(state);
-        let result = audit_writer.join().await;
+        // Bounded: something still holding an audit handle must not keep the process alive.
+        let result = match tokio::time::timeout(Duration::from_secs(10), audit_writer.join()).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::error!("the audit writer did not finish in time");
+                Err(crate::audit::AuditError::Closed)
+            }
+        };
         tracing::info!("stopped");
         result
     }

@@ -1,6 +1,10 @@
-//! `GET /v1/realtime`: everything decided before the upgrade (origin, token, subprotocol, session
-//! caps — refusals are HTTP errors, never a socket that closes at once), then the upgrade itself,
-//! the upstream connection, and the session task.
+//! `GET /v1/realtime`: everything decided before the upgrade (origin, token, subprotocol, model,
+//! session caps — refusals are HTTP errors, never a socket that closes at once), then the upgrade
+//! itself, the upstream connection, and the session task.
+//!
+//! Order matters: a single-use ticket is spent only after the session is admitted, so a browser
+//! refused for its cap can retry with the same ticket; a subprotocol is echoed only when the client
+//! offered it (RFC 6455: a client fails a handshake that selects one it did not offer).
 //!
 //! The upgrade is done here rather than with axum's `WebSocketUpgrade` so the client socket is a
 //! plain tokio-tungstenite stream: the same frame type as the upstream's, so frames pass from one
@@ -48,20 +52,21 @@ pub async fn realtime(
 
     let protocols = auth::offered_protocols(&headers);
     let token = auth::presented_token(&headers, &protocols);
-    let principal = state.authenticate(token.as_deref()).await.map_err(|err| {
+    let authenticated = state.authenticate(token.as_deref()).map_err(|err| {
         state.deps.metrics.http_rejection("unauthorized");
         ApiError::unauthorized(err.to_string())
     })?;
-    let wants_events = protocols.iter().any(|p| p == EVENTS_PROTOCOL)
-        || query.get("voxgate_events").is_some_and(|v| v == "1" || v == "true");
+    let principal = authenticated.principal.clone();
+    let offers_events = protocols.iter().any(|p| p == EVENTS_PROTOCOL);
+    let wants_events = offers_events || query.get("voxgate_events").is_some_and(|v| v == "1" || v == "true");
     let selected = if protocols.iter().any(|p| p == "realtime") {
         Some("realtime")
-    } else if wants_events {
+    } else if offers_events {
         Some(EVENTS_PROTOCOL)
     } else {
         None
     };
-    let model = query.get("model").filter(|m| !m.is_empty() && m.len() <= 128).cloned();
+    let model = allowed_model(&state, query.get("model"))?;
 
     let id = format!("vgs_{}", uuid::Uuid::new_v4().simple());
     let user = state.hasher.hash(&principal.sub);
@@ -77,6 +82,11 @@ pub async fn realtime(
         state.deps.metrics.http_rejection(code);
         ApiError::new(status, code, err.to_string())
     })?;
+    // Admitted: now the ticket (if any) is spent. Refused here, the admission is dropped with it.
+    authenticated.spend().await.map_err(|err| {
+        state.deps.metrics.http_rejection("unauthorized");
+        ApiError::unauthorized(err.to_string())
+    })?;
 
     let seat = admit_in_cluster(&state, &id, &user, &model_name).await?;
 
@@ -84,6 +94,7 @@ pub async fn realtime(
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, request.extensions(), &headers, false);
     let info = SessionInfo { id, principal, user, wants_events, model: model_name, origin };
     let task_state = state.clone();
+    let abort = state.shutdown.abort_token().clone();
     state.shutdown.tracker().spawn(async move {
         let _admission = admission;
         let _seat = seat;
@@ -96,7 +107,12 @@ pub async fn realtime(
         };
         let config = client_ws_config(task_state.config.server.max_frame_bytes);
         let client = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-        serve_session(task_state, info, client, model, cancel).await;
+        // A session still running when the drain gives up is dropped here: its sockets, its
+        // writer tasks and its admission go with it, so the process can exit.
+        tokio::select! {
+            () = serve_session(task_state, info, client, model, cancel) => {}
+            () = abort.cancelled() => tracing::warn!("session aborted: it outlived the drain"),
+        }
     });
 
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -184,6 +200,20 @@ fn client_ws_config(max_frame_bytes: usize) -> WebSocketConfig {
         .max_write_buffer_size(64 * 1024 * 1024)
         .max_message_size(Some(hard_limit))
         .max_frame_size(Some(hard_limit))
+}
+
+/// The model a client asked for with `?model=`: `upstream.model` or one of
+/// `upstream.allowed_models`; anything else is refused (HTTP 400) before the upgrade. `None` means
+/// the default.
+fn allowed_model(state: &AppState, asked: Option<&String>) -> Result<Option<String>, ApiError> {
+    let Some(asked) = asked.filter(|m| !m.is_empty()) else { return Ok(None) };
+    let upstream = &state.config.upstream;
+    if *asked == upstream.model || upstream.allowed_models.iter().any(|m| m == asked) {
+        return Ok(Some(asked.clone()));
+    }
+    state.deps.metrics.http_rejection("model_not_allowed");
+    // The asked-for name is not echoed: an error never repeats what the client sent.
+    Err(ApiError::bad_request("model_not_allowed", "this model is not available on this server"))
 }
 
 fn websocket_key(headers: &HeaderMap) -> Result<String, ApiError> {

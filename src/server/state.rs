@@ -7,7 +7,7 @@ use crate::cluster::Cluster;
 use crate::config::{AuthMode, Config, UpstreamKind};
 use crate::policy::Principal;
 use crate::policy::auth::{self, AuthError, JwtVerifier};
-use crate::policy::tickets::Tickets;
+use crate::policy::tickets::{CheckedTicket, Tickets};
 use crate::policy::phi::UserHasher;
 use crate::session::SessionDeps;
 use crate::session::live::LiveSessions;
@@ -28,21 +28,21 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Who is opening this session.
-    pub async fn authenticate(&self, token: Option<&str>) -> Result<Principal, AuthError> {
+    /// Who is opening this session. A ticket is checked but not spent: the caller spends it
+    /// once the session has been admitted ([`Authenticated::spend`]).
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Authenticated, AuthError> {
         let auth_config = &self.config.auth;
         if auth_config.mode == AuthMode::None {
-            return Ok(auth::anonymous(auth_config));
+            return Ok(Authenticated { principal: auth::anonymous(auth_config), ticket: None });
         }
         let token = token.ok_or(AuthError::Missing)?;
         if auth_config.mode == AuthMode::Ticket && Tickets::is_ticket(token) {
-            return match &self.tickets {
-                Some(tickets) => tickets.redeem(token).await,
-                None => Err(AuthError::Invalid),
-            };
+            let tickets = self.tickets.clone().ok_or(AuthError::Invalid)?;
+            let checked = tickets.check(token)?;
+            return Ok(Authenticated { principal: checked.principal(), ticket: Some((tickets, checked)) });
         }
         match &self.jwt {
-            Some(jwt) => jwt.verify(token),
+            Some(jwt) => jwt.verify(token).map(|principal| Authenticated { principal, ticket: None }),
             None => Err(AuthError::Invalid),
         }
     }
@@ -70,6 +70,22 @@ impl AppState {
             UpstreamKind::Openai => "openai",
             UpstreamKind::Azure => "azure",
             UpstreamKind::Simulated => "simulated",
+        }
+    }
+}
+
+/// An authenticated session opener; a ticket is spent only by [`Authenticated::spend`].
+pub struct Authenticated {
+    pub principal: Principal,
+    ticket: Option<(Arc<Tickets>, CheckedTicket)>,
+}
+
+impl Authenticated {
+    /// Spend the ticket, if the session was opened with one (single use, across instances).
+    pub async fn spend(self) -> Result<Principal, AuthError> {
+        match self.ticket {
+            Some((tickets, checked)) => tickets.spend(checked).await,
+            None => Ok(self.principal),
         }
     }
 }

@@ -1,6 +1,13 @@
 //! The session task: one `select!` over client frames, upstream frames, tool completions, audit
 //! flushes, confirmation deadlines and timers. Each arm is a call to a named handler; the frame
 //! handlers live in `client_frames.rs` and `upstream_frames.rs`.
+//!
+//! Two rules keep the loop honest on a bad day. It never freezes: every wait on a peer is bounded
+//! (a send the upstream does not take within `upstream.send_timeout_ms` ends the session, the
+//! upstream is pinged and a missing pong ends it, closing is bounded by the drain timeout plus a
+//! grace). It never spins: a timer is armed only when its firing can change state (the speech
+//! grace only while nothing else holds the response gate shut, the close deadline only while calls
+//! run), so an idle session sleeps until a frame or a real deadline.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -18,6 +25,7 @@ use tokio_util::time::DelayQueue;
 
 use super::calls::{Action, CallTable};
 use super::outbox::Outbox;
+use super::pace::FramePace;
 use super::runner::ToolJob;
 use super::turns::ResponseGate;
 use super::{SessionDeps, SessionInfo, SessionOutcome};
@@ -28,6 +36,14 @@ use crate::tools::{CallContext, ToolError, ToolOutput};
 use crate::upstream::UpstreamConn;
 
 type AuditAck = BoxFuture<'static, (Option<String>, Result<(), AuditError>)>;
+
+/// After the close deadline, how long audit acknowledgements may still take before the session
+/// ends anyway (the records are already with the writer; only the wait is given up).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// An upstream ping unanswered for this long means the upstream is gone. Generous, so a busy
+/// server is not mistaken for a dead one; checked on the ping tick.
+const UPSTREAM_PONG_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the session is ending.
 pub(super) struct Closing {
@@ -70,6 +86,16 @@ pub(super) struct Bridge {
     pub started_at: Instant,
     /// A send to the client timed out: nothing more is sent to it and the session closes (1008).
     pub client_stalled: bool,
+    /// A send to the upstream timed out: nothing more is sent to it and the session closes.
+    pub upstream_stalled: bool,
+    /// When voxgate sent the upstream a ping no pong has answered yet.
+    pub upstream_ping_since: Option<Instant>,
+    /// Call ids of outputs sent whose item the upstream has not acknowledged yet.
+    pub unacknowledged_outputs: HashSet<String>,
+    /// The client frame-rate ceiling, when configured.
+    pub pace: Option<FramePace>,
+    /// This session's token (drain or admin kill): also ends a send blocked on the upstream.
+    pub cancel: CancellationToken,
 }
 
 impl Bridge {
@@ -115,31 +141,53 @@ impl Bridge {
             tool_spans: HashMap::new(),
             started_at: Instant::now(),
             client_stalled: false,
+            upstream_stalled: false,
+            upstream_ping_since: None,
+            unacknowledged_outputs: HashSet::new(),
+            pace: deps.settings.max_client_frames_per_s.map(|limit| FramePace::new(limit, Instant::now())),
+            cancel: cancel.clone(),
             info,
             deps,
         };
-        let ping_every = bridge.deps.settings.ping_interval.unwrap_or(Duration::from_secs(3600));
-        let mut housekeeping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
+        // With pings off there is no periodic work at all: the idle timeout has its own deadline.
+        let mut pings = bridge.deps.settings.ping_interval.map(|every| tokio::time::interval_at(Instant::now() + every, every));
         let mut client_open = true;
         let mut upstream_open = true;
 
         loop {
+            bridge.frames.loop_turn();
             if bridge.client_stalled && bridge.closing.is_none() {
                 bridge.begin_close(SessionOutcome::SlowClient, false).await;
+            }
+            if bridge.upstream_stalled && bridge.closing.is_none() {
+                bridge.upstream_gone("the realtime service stopped reading").await;
             }
             if let Some(closing) = &bridge.closing {
                 let done = bridge.calls.unfinished() == 0 && bridge.audit_acks.is_empty();
                 if done {
                     break;
                 }
-                if Instant::now() >= closing.deadline && bridge.calls.running() > 0 {
+                let now = Instant::now();
+                if now >= closing.deadline + CLOSE_GRACE {
+                    tracing::warn!(parent: &bridge.span, "session outlived its close deadline; ending it");
+                    break;
+                }
+                if now >= closing.deadline && bridge.calls.running() > 0 {
                     let actions = bridge.calls.abandon_running();
                     bridge.tool_tasks.abort_all();
                     bridge.perform(actions).await;
                 }
             }
-            let closing_deadline = bridge.closing.as_ref().map(|c| c.deadline);
+            // Armed only while firing it changes something: running calls are abandoned at the
+            // deadline; after that, only the hard end of the grace is left to wait for.
+            let closing_wake = bridge.closing.as_ref().map(|c| {
+                if bridge.calls.running() > 0 { c.deadline } else { c.deadline + CLOSE_GRACE }
+            });
             let gate_wake = bridge.gate.wake_at();
+            let idle_at = match (bridge.deps.settings.idle_timeout, &bridge.closing) {
+                (Some(idle), None) => Some(bridge.last_activity + idle),
+                _ => None,
+            };
             tokio::select! {
                 _ = cancel.cancelled(), if bridge.closing.is_none() => {
                     let outcome = if bridge.deps.drain.is_cancelled() { SessionOutcome::Drained } else { SessionOutcome::Killed };
@@ -167,9 +215,15 @@ impl Bridge {
                         bridge.handle_audited(gated, result).await;
                     }
                 }
-                _ = sleep_until_opt(gate_wake), if gate_wake.is_some() => {}
-                _ = sleep_until_opt(closing_deadline), if closing_deadline.is_some() => {}
-                _ = housekeeping.tick() => bridge.housekeeping().await,
+                _ = sleep_until_opt(gate_wake), if gate_wake.is_some() => bridge.gate.on_tick(Instant::now()),
+                _ = sleep_until_opt(closing_wake), if closing_wake.is_some() => {}
+                _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
+                    // Activity may have moved the deadline since it was armed; the next turn re-arms it.
+                    if Instant::now() >= bridge.last_activity + bridge.deps.settings.idle_timeout.unwrap_or_default() {
+                        bridge.begin_close(SessionOutcome::IdleTimeout, true).await;
+                    }
+                }
+                _ = tick_opt(&mut pings), if pings.is_some() => bridge.ping().await,
             }
             bridge.request_response_if_due().await;
             if bridge.closing.is_none() && (bridge.to_client.is_closed() || !client_open) {
@@ -180,6 +234,11 @@ impl Bridge {
             if bridge.closing.is_none() && (bridge.to_upstream.is_closed() || !upstream_open) {
                 let frame = close_frame(CloseCode::Error, "the realtime service closed the session");
                 bridge.begin_close_with(SessionOutcome::UpstreamClosed, Some(frame), None).await;
+            }
+            if bridge.closing.is_some() {
+                // Nothing more is forwarded: a stalled peer must not hold the close up.
+                client_open = false;
+                upstream_open = false;
             }
         }
         bridge.finish().await
@@ -262,8 +321,9 @@ impl Bridge {
                 }
                 Action::Output { call_id, output } => {
                     let frame = events::function_call_output(&call_id, &output);
-                    if self.to_upstream.send(Message::text(frame)).await.is_ok() {
+                    if self.send_upstream(Message::text(frame)).await {
                         self.gate.on_output_sent();
+                        self.unacknowledged_outputs.insert(call_id);
                     }
                 }
             }
@@ -339,7 +399,7 @@ impl Bridge {
             return;
         }
         if let Some(event_id) = self.gate.try_request(Instant::now(), events::event_id) {
-            let _ = self.to_upstream.send(Message::text(events::response_create(&event_id))).await;
+            self.send_upstream(Message::text(events::response_create(&event_id))).await;
         }
     }
 
@@ -351,15 +411,34 @@ impl Bridge {
         }
     }
 
-    async fn housekeeping(&mut self) {
-        if self.deps.settings.ping_interval.is_some() {
-            let _ = self.to_client.try_send(Message::Ping(Default::default()));
+    /// Ping both peers. An upstream that leaves a ping unanswered for [`UPSTREAM_PONG_TIMEOUT`]
+    /// is gone (half-open TCP, a stalled proxy): nothing else would notice, as it may simply have
+    /// nothing to say.
+    async fn ping(&mut self) {
+        if self.closing.is_some() {
+            return;
         }
-        if let Some(idle) = self.deps.settings.idle_timeout {
-            if self.closing.is_none() && self.last_activity.elapsed() >= idle {
-                self.begin_close(SessionOutcome::IdleTimeout, true).await;
+        let now = Instant::now();
+        let _ = self.to_client.try_send(Message::Ping(Default::default()));
+        match self.upstream_ping_since {
+            Some(since) if now.duration_since(since) >= UPSTREAM_PONG_TIMEOUT => {
+                self.upstream_gone("the realtime service stopped answering pings").await;
+            }
+            Some(_) => {}
+            None => {
+                // A full queue is a stall the bounded send catches.
+                if let Ok(true) = self.to_upstream.try_send(Message::Ping(Default::default())) {
+                    self.upstream_ping_since = Some(now);
+                }
             }
         }
+    }
+
+    /// The upstream is unusable: close the session (the client gets 1011).
+    pub(super) async fn upstream_gone(&mut self, why: &'static str) {
+        tracing::warn!(parent: &self.span, why, "closing the session: upstream unusable");
+        let frame = close_frame(CloseCode::Error, "the realtime service is not responding");
+        self.begin_close_with(SessionOutcome::UpstreamError, Some(frame), None).await;
     }
 
     /// Send a `voxgate.*` event, if this client asked for them.
@@ -383,9 +462,27 @@ impl Bridge {
         }
     }
 
-    /// Send a frame upstream (waits while the upstream's queue is full: backpressure).
-    pub(super) async fn send_upstream(&mut self, message: Message) {
-        let _ = self.to_upstream.send(message).await;
+    /// Send a frame upstream, waiting while the upstream's queue is full (backpressure), but never
+    /// longer than `upstream.send_timeout_ms`: an upstream that stops reading must not freeze the
+    /// session. False when the frame was not queued.
+    pub(super) async fn send_upstream(&mut self, message: Message) -> bool {
+        if self.upstream_stalled {
+            return false;
+        }
+        let timeout = self.deps.settings.upstream_send_timeout;
+        let send = tokio::time::timeout(timeout, self.to_upstream.send(message));
+        let sent = tokio::select! {
+            biased;
+            sent = send => sent.map(|queued| queued.is_ok()),
+            // An administrator or the drain wants the session gone: a frame that cannot be queued
+            // at once is not waited for.
+            () = self.cancel.cancelled() => return false,
+        };
+        sent.unwrap_or_else(|_| {
+            // The loop closes the session at its next turn (as for a stalled client).
+            self.upstream_stalled = true;
+            false
+        })
     }
 
     /// The standard `error` event to the client.
@@ -403,6 +500,15 @@ pub(super) fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
 async fn next_deadline(deadlines: &mut Option<DelayQueue<String>>) -> Option<tokio_util::time::delay_queue::Expired<String>> {
     match deadlines {
         Some(deadlines) => deadlines.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn tick_opt(interval: &mut Option<tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
         None => std::future::pending().await,
     }
 }

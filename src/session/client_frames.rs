@@ -1,15 +1,20 @@
 //! Frames from the client. Most are forwarded upstream as the same bytes; voxgate reads only
-//! `session.update` (to keep the server tools), `conversation.item.create` (nobody but voxgate
-//! answers a server call) and its own `voxgate.*` events. Bad frames get an `error` event and the
-//! session goes on.
+//! `session.update` and `response.create` (to keep the server tools, refuse hosted MCP tools and
+//! server-call items), `conversation.item.create` (nobody but voxgate answers a server call) and
+//! its own `voxgate.*` events. Bad frames get an `error` event and the session goes on; frames past
+//! the per-session rate ceiling are dropped; text that is not UTF-8 closes the socket with 1007.
 
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 
+use tokio::time::Instant;
+
 use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
+use super::pace::Pace;
+use crate::protocol::client::{self, CallGuard, Refusal};
+use crate::protocol::peek_checked;
 use crate::protocol::voxgate::codes;
-use crate::protocol::{client, peek_checked};
 
 impl Bridge {
     /// Handle one client frame; false when the client side has ended.
@@ -22,6 +27,12 @@ impl Bridge {
                 self.begin_close_with(SessionOutcome::ClientError, Some(close.clone()), Some(close)).await;
                 return false;
             }
+            Some(Err(tungstenite::Error::Utf8(_))) => {
+                // RFC 6455 §8.1: text that is not UTF-8 fails the connection with 1007.
+                let close = close_frame(CloseCode::Invalid, "text frames must be UTF-8");
+                self.begin_close_with(SessionOutcome::ClientError, Some(close), None).await;
+                return false;
+            }
             Some(Err(err)) => {
                 tracing::debug!(parent: &self.span, error = %err, "client socket ended");
                 return false;
@@ -29,6 +40,17 @@ impl Bridge {
             Some(Ok(message)) => message,
         };
         self.frames.client_to_upstream();
+        if matches!(message, Message::Text(_) | Message::Binary(_)) {
+            match self.pace.as_mut().map_or(Pace::Accept, |p| p.check(Instant::now())) {
+                Pace::Accept => {}
+                Pace::DropAndTell => {
+                    let message = "Too many frames per second; frames over the limit were dropped.";
+                    self.client_error(codes::TOO_MANY_FRAMES, message, None).await;
+                    return true;
+                }
+                Pace::Drop => return true,
+            }
+        }
         match message {
             Message::Text(text) => self.handle_client_text(text).await,
             Message::Binary(_) => {
@@ -63,6 +85,7 @@ impl Bridge {
         let event_id = event_id.as_deref();
         match kind.as_str() {
             "session.update" => self.handle_session_update(text, event_id).await,
+            "response.create" => self.handle_response_create(text, event_id).await,
             "conversation.item.create" => self.handle_item_create(text, event_id).await,
             "voxgate.tool_call.confirm" => self.handle_confirm(text.as_bytes(), event_id).await,
             other if other.starts_with("voxgate.") => {
@@ -70,35 +93,83 @@ impl Bridge {
                 let message = "Unknown voxgate event type; the only one a client sends is voxgate.tool_call.confirm.";
                 self.client_error(codes::UNKNOWN_EVENT, message, event_id).await;
             }
-            _ => self.send_upstream(Message::Text(text)).await,
+            _ => {
+                self.send_upstream(Message::Text(text)).await;
+            }
         }
     }
 
     async fn handle_session_update(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
-        let registry = self.deps.registry.clone();
-        match client::merge_session_update(text.as_bytes(), &server_tools, |n| registry.is_server_tool_name(n)) {
-            Ok(None) => self.send_upstream(Message::Text(text)).await,
-            Ok(Some(merged)) => {
-                self.client_tools = merged.client_tools.into_iter().collect();
-                self.injected = true;
-                for name in &merged.dropped {
-                    let message = format!("The tool `{}` is provided by the server; the client's definition was dropped.", truncate(name, 64));
-                    self.client_error(codes::SERVER_TOOL_NAME, &message, event_id).await;
-                }
-                self.send_upstream(Message::text(merged.frame)).await;
+        let merged = client::merge_session_update(text.as_bytes(), &server_tools, &self.call_guard());
+        match merged {
+            Ok(None) => {
+                self.send_upstream(Message::Text(text)).await;
             }
-            Err(err) => self.client_error(err.code(), "session.update could not be read", event_id).await,
+            Ok(Some(merged)) => {
+                self.client_tools = merged.client_tools.iter().cloned().collect();
+                self.injected = true;
+                self.forward_merged(merged, event_id).await;
+            }
+            Err(refusal) => self.refuse(refusal, "session.update", event_id).await,
+        }
+    }
+
+    /// `response.create` is guarded like `session.update` and `conversation.item.create`: its
+    /// `input` may not answer or fake a server call, and its own `tools` cannot remove ours.
+    async fn handle_response_create(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
+        let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
+        let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard());
+        match guarded {
+            Ok(None) => {
+                self.send_upstream(Message::Text(text)).await;
+            }
+            Ok(Some(merged)) => {
+                // Calls to this response's own client tools are the client's to answer.
+                self.client_tools.extend(merged.client_tools.iter().cloned());
+                self.forward_merged(merged, event_id).await;
+            }
+            Err(refusal) => self.refuse(refusal, "response.create", event_id).await,
+        }
+    }
+
+    async fn forward_merged(&mut self, merged: client::MergedUpdate, event_id: Option<&str>) {
+        for name in &merged.dropped {
+            let message = format!("The tool `{}` is provided by the server; the client's definition was dropped.", truncate(name, 64));
+            self.client_error(codes::SERVER_TOOL_NAME, &message, event_id).await;
+        }
+        self.send_upstream(Message::text(merged.frame)).await;
+    }
+
+    async fn refuse(&mut self, refusal: Refusal, what: &str, event_id: Option<&str>) {
+        match refusal {
+            Refusal::Malformed => self.client_error(codes::INVALID_EVENT, &format!("{what} could not be read"), event_id).await,
+            Refusal::HostedMcp => {
+                let message = "Hosted MCP tools are not allowed on this server; the event was dropped.";
+                self.client_error(codes::HOSTED_MCP_REFUSED, message, event_id).await;
+            }
+            Refusal::ServerCall => self.refuse_server_call(event_id).await,
+        }
+    }
+
+    async fn refuse_server_call(&mut self, event_id: Option<&str>) {
+        let message = "This call belongs to a server tool; only voxgate can answer it.";
+        self.client_error(codes::SERVER_CALL, message, event_id).await;
+    }
+
+    /// What the protocol guards need to know about this session's server calls.
+    fn call_guard(&self) -> CallGuard<impl Fn(&str) -> bool + '_, impl Fn(&str) -> bool + '_> {
+        CallGuard {
+            is_server_tool: |n: &str| self.deps.registry.is_server_tool_name(n),
+            owns_call: |c: &str| self.owned_calls.contains_key(c) || self.calls.owns(c),
+            allow_hosted_mcp: self.deps.settings.allow_hosted_mcp,
         }
     }
 
     async fn handle_item_create(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let forged = match client::parse_item_create(text.as_bytes()) {
             Ok(create) => create.item.is_some_and(|item| {
-                let is_call_item = matches!(item.kind.as_deref(), Some("function_call_output" | "function_call"));
-                let owned_call = item.call_id.as_deref().is_some_and(|id| self.owned_calls.contains_key(id) || self.calls.owns(id));
-                let server_name = item.name.as_deref().is_some_and(|n| self.deps.registry.is_server_tool_name(n));
-                is_call_item && (owned_call || server_name)
+                self.call_guard().is_server_call_item(item.kind.as_deref(), item.call_id.as_deref(), item.name.as_deref())
             }),
             Err(err) => {
                 self.client_error(err.code(), &err.to_string(), event_id).await;
@@ -106,12 +177,7 @@ impl Bridge {
             }
         };
         if forged {
-            self.client_error(
-                codes::SERVER_CALL,
-                "This call belongs to a server tool; only voxgate can answer it.",
-                event_id,
-            )
-            .await;
+            self.refuse_server_call(event_id).await;
             return;
         }
         self.send_upstream(Message::Text(text)).await;

@@ -9,15 +9,19 @@
 //! - [`turns`]: when voxgate may send `response.create`.
 //! - [`outbox`]: one writer task per socket behind a bounded channel.
 //! - [`live`]: the registry of live sessions, for admission and the admin API.
+//! - [`pace`]: the per-session ceiling on client frames per second.
 
 mod bridge;
 pub mod calls;
 mod client_frames;
 pub mod live;
 pub mod outbox;
+mod pace;
 pub mod runner;
 pub mod turns;
 mod upstream_frames;
+#[cfg(test)]
+mod harness;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +48,12 @@ pub struct SessionSettings {
     pub idle_timeout: Option<Duration>,
     pub ping_interval: Option<Duration>,
     pub protocol: UpstreamProtocol,
+    /// A frame the upstream has not taken within this time ends the session.
+    pub upstream_send_timeout: Duration,
+    /// Client frames per second accepted (`None` = no limit).
+    pub max_client_frames_per_s: Option<u32>,
+    /// Provider-hosted `mcp` tools may be given to the model.
+    pub allow_hosted_mcp: bool,
 }
 
 impl SessionSettings {
@@ -57,6 +67,9 @@ impl SessionSettings {
             idle_timeout: nonzero(config.server.idle_timeout_ms),
             ping_interval: nonzero(config.server.ping_interval_ms),
             protocol: config.upstream.protocol,
+            upstream_send_timeout: Duration::from_millis(config.upstream.send_timeout_ms),
+            max_client_frames_per_s: (config.server.max_client_frames_per_s > 0).then_some(config.server.max_client_frames_per_s),
+            allow_hosted_mcp: config.upstream.allow_hosted_mcp,
         }
     }
 }

@@ -4,7 +4,13 @@
 //! voxgate sends `response.create` only when outputs it added are not yet covered by a response,
 //! no response is in progress, the user is not speaking, and its previous request has been
 //! answered. Several outputs ready together share one request. A request the upstream refuses
-//! because a response is active (a race with server VAD) is retried after that response.
+//! because a response is active (a race with server VAD) is retried after that response; any other
+//! refusal, or no answer at all within [`REQUEST_ANSWER_TIMEOUT`], frees the gate too, so tool
+//! results are never left unspoken behind a request nobody will answer.
+//!
+//! Coverage follows the server's order, not ours: a response the server started on its own (server
+//! VAD) covers only the outputs it had acknowledged (`conversation.item.created/added`) before it
+//! began; an output still in flight when it starts needs a turn of its own.
 
 use std::time::Duration;
 
@@ -14,12 +20,24 @@ use tokio::time::Instant;
 /// covers our outputs) before voxgate asks for one.
 pub const AFTER_SPEECH_GRACE: Duration = Duration::from_millis(700);
 
+/// voxgate's `response.create` unanswered (neither `response.created` nor an error) for this long
+/// is given up, so the gate does not stay shut on a lost request.
+pub const REQUEST_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Refusals (other than the VAD race) of requests for the same outputs before voxgate stops
+/// asking: the outputs are in the conversation, and the next response covers them anyway.
+const MAX_REFUSALS: u8 = 2;
+
 #[derive(Debug, Default)]
 pub struct ResponseGate {
     response_active: bool,
     user_speaking: bool,
     /// Outputs voxgate added that no response has started after yet.
     uncovered: usize,
+    /// Outputs sent whose item the server has not acknowledged yet.
+    unacknowledged: usize,
+    /// Consecutive refusals of voxgate's requests (not counting the VAD race).
+    refusals: u8,
     /// Outputs added while voxgate's own request was pending: the response it starts was created
     /// before they arrived, so it does not cover them.
     after_request: usize,
@@ -28,12 +46,15 @@ pub struct ResponseGate {
     last_request: Option<(String, usize)>,
     /// voxgate's `response.create` whose `response.created` has not arrived yet.
     pending_request: Option<String>,
+    /// When the pending request is given up if nothing answers it.
+    pending_until: Option<Instant>,
     /// Do not request before this instant (speech grace).
     not_before: Option<Instant>,
 }
 
 impl ResponseGate {
     pub fn on_output_sent(&mut self) {
+        self.unacknowledged += 1;
         if self.pending_request.is_some() {
             self.after_request += 1;
         } else {
@@ -41,13 +62,26 @@ impl ResponseGate {
         }
     }
 
+    /// The server acknowledged one of voxgate's output items (`conversation.item.created/added`).
+    pub fn on_output_acknowledged(&mut self) {
+        self.unacknowledged = self.unacknowledged.saturating_sub(1);
+    }
+
     pub fn on_response_created(&mut self) {
         self.response_active = true;
-        // A response that starts after our outputs were added has them in context; outputs sent
-        // after our own pending request reach the server after the response it starts.
-        self.uncovered = if self.pending_request.is_some() { self.after_request } else { 0 };
+        self.uncovered = if self.pending_request.is_some() {
+            // Our own request: the server read it after every output sent before it, so its
+            // response covers them; outputs sent after the request do not make it in.
+            self.refusals = 0;
+            self.after_request
+        } else {
+            // A response the server started on its own covers what it had acknowledged, not
+            // what is still on the wire.
+            self.uncovered.min(self.unacknowledged)
+        };
         self.after_request = 0;
         self.pending_request = None;
+        self.pending_until = None;
     }
 
     pub fn on_response_done(&mut self) {
@@ -68,11 +102,7 @@ impl ResponseGate {
     pub fn on_request_refused(&mut self, event_id: &str) -> bool {
         match self.last_request.take() {
             Some((id, count)) if id == event_id => {
-                if self.pending_request.as_deref() == Some(event_id) {
-                    self.pending_request = None;
-                    self.uncovered += self.after_request;
-                    self.after_request = 0;
-                }
+                self.release_pending(event_id);
                 self.uncovered += count;
                 self.response_active = true;
                 true
@@ -84,9 +114,54 @@ impl ResponseGate {
         }
     }
 
-    /// The instant the gate may open later on its own (speech grace), if it is waiting for time.
+    /// The upstream answered voxgate's request with any other error: the request is over. Its
+    /// outputs are asked for again, up to [`MAX_REFUSALS`] times in a row. True when the error
+    /// was about voxgate's request (and so is not the client's business).
+    pub fn on_request_failed(&mut self, event_id: &str) -> bool {
+        match self.last_request.take() {
+            Some((id, count)) if id == event_id => {
+                self.release_pending(event_id);
+                self.refusals = self.refusals.saturating_add(1);
+                if self.refusals < MAX_REFUSALS {
+                    self.uncovered += count;
+                }
+                true
+            }
+            other => {
+                self.last_request = other;
+                false
+            }
+        }
+    }
+
+    /// Nothing answered the pending request in time (see [`Self::wake_at`]): stop waiting for it.
+    pub fn on_tick(&mut self, now: Instant) {
+        if self.pending_until.is_some_and(|t| now >= t) {
+            if let Some(id) = self.pending_request.clone() {
+                self.on_request_failed(&id);
+            }
+        }
+    }
+
+    fn release_pending(&mut self, event_id: &str) {
+        if self.pending_request.as_deref() == Some(event_id) {
+            self.pending_request = None;
+            self.pending_until = None;
+            self.uncovered += self.after_request;
+            self.after_request = 0;
+        }
+    }
+
+    /// The next instant at which time alone changes what the gate decides: the end of the
+    /// speech grace when nothing else holds the gate shut, or the give-up time of an unanswered
+    /// request. `None` when only an event can open it: a timer armed then would fire at once,
+    /// change nothing, and fire again (a spinning loop).
     pub fn wake_at(&self) -> Option<Instant> {
-        if self.uncovered > 0 { self.not_before } else { None }
+        if let Some(until) = self.pending_until {
+            return Some(until);
+        }
+        let held_by_events = self.response_active || self.user_speaking;
+        if self.uncovered > 0 && !held_by_events { self.not_before } else { None }
     }
 
     /// Should voxgate send `response.create` now? If so, the caller sends it with `event_id`.
@@ -102,6 +177,7 @@ impl ResponseGate {
         self.last_request = Some((id.clone(), self.uncovered));
         self.uncovered = 0;
         self.pending_request = Some(id.clone());
+        self.pending_until = Some(now + REQUEST_ANSWER_TIMEOUT);
         Some(id)
     }
 }
@@ -155,6 +231,7 @@ mod tests {
         let mut gate = ResponseGate::default();
         gate.on_speech_started();
         gate.on_output_sent();
+        gate.on_output_acknowledged();
         gate.on_speech_stopped(now);
         gate.on_response_created();
         gate.on_response_done();
@@ -182,5 +259,56 @@ mod tests {
         gate.on_response_done();
         assert!(gate.try_request(now, id).is_some(), "retried");
         assert!(!gate.on_request_refused("someone_else"));
+    }
+
+    #[test]
+    fn wake_at_is_armed_only_when_time_alone_opens_the_gate() {
+        let now = Instant::now();
+        let mut gate = ResponseGate::default();
+        gate.on_output_sent();
+        gate.on_speech_started();
+        gate.on_speech_stopped(now);
+        gate.on_response_created();
+        assert_eq!(gate.wake_at(), None, "an active response holds the gate: no timer");
+        gate.on_response_done();
+        assert_eq!(gate.wake_at(), Some(now + AFTER_SPEECH_GRACE));
+        gate.on_speech_started();
+        assert_eq!(gate.wake_at(), None, "a speaking user holds the gate: no timer");
+    }
+
+    #[test]
+    fn any_error_or_silence_frees_a_pending_request() {
+        let now = Instant::now();
+        let mut gate = ResponseGate::default();
+        gate.on_output_sent();
+        let sent = gate.try_request(now, id).unwrap();
+        assert!(gate.on_request_failed(&sent));
+        let again = gate.try_request(now, id).expect("asked again after an error");
+        assert!(gate.on_request_failed(&again));
+        assert!(gate.try_request(now, id).is_none(), "stops asking after repeated refusals");
+
+        let mut gate = ResponseGate::default();
+        gate.on_output_sent();
+        gate.try_request(now, id).unwrap();
+        assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
+        gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
+        assert_eq!(gate.wake_at(), None);
+        assert!(gate.try_request(now + REQUEST_ANSWER_TIMEOUT, id).is_some(), "an unanswered request is retried");
+    }
+
+    #[test]
+    fn a_vad_response_covers_only_acknowledged_outputs() {
+        let now = Instant::now();
+        let mut gate = ResponseGate::default();
+        gate.on_speech_started();
+        gate.on_output_sent();
+        gate.on_output_sent();
+        gate.on_output_acknowledged();
+        gate.on_speech_stopped(now);
+        // The server started a response after acknowledging one output only.
+        gate.on_response_created();
+        gate.on_output_acknowledged();
+        gate.on_response_done();
+        assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the late output gets its own turn");
     }
 }

@@ -2,6 +2,10 @@
 //! the same bytes, classified by peeking at `type` only. voxgate reads the response lifecycle and
 //! user speech (to sequence `response.create`), injects the server tools on `session.created`, and
 //! takes every server-owned function call out of the client's stream and into the call table.
+//!
+//! The upstream is not trusted with voxgate's own namespace: an event whose type starts with
+//! `voxgate.` cannot come from a realtime server, only from one that forges voxgate's events (a
+//! fake confirmation prompt, say), so it is dropped and counted, never shown to the client.
 
 use serde_json::json;
 use tokio::time::Instant;
@@ -32,6 +36,11 @@ impl Bridge {
         match message {
             Message::Text(text) => {
                 let inspect = match peek_type(text.as_bytes()) {
+                    Ok(kind) if kind.starts_with(events::TYPE_PREFIX) => {
+                        tracing::warn!(parent: &self.span, "dropped an upstream event with a voxgate.* type");
+                        self.deps.metrics.upstream_forged_event();
+                        return true;
+                    }
                     Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
                     // Not ours to judge: the client gets what the server sent.
                     Err(_) => None,
@@ -47,7 +56,8 @@ impl Bridge {
                 self.begin_close_with(SessionOutcome::UpstreamClosed, client_close, None).await;
                 return false;
             }
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            Message::Pong(_) => self.upstream_ping_since = None,
+            Message::Ping(_) | Message::Frame(_) => {}
         }
         true
     }
@@ -142,6 +152,9 @@ impl Bridge {
                     // voxgate's own race with server VAD: retried after the active response.
                     return;
                 }
+                // Any other answer to voxgate's request ends it too, so the gate never waits on
+                // a request the server has already refused. The client still sees the error.
+                self.gate.on_request_failed(event_id);
             }
         }
         self.send_client(Message::Text(text)).await;
@@ -187,9 +200,13 @@ impl Bridge {
     }
 
     /// Record a function-call item if it is server-owned; true when the event must be hidden.
-    fn track_item(&mut self, _kind: &str, item: &Item<'_>) -> bool {
+    fn track_item(&mut self, kind: &str, item: &Item<'_>) -> bool {
         let call_id = item.call_id.as_deref();
         if item.is_function_call_output() {
+            let acknowledged = matches!(kind, "conversation.item.created" | "conversation.item.added");
+            if acknowledged && call_id.is_some_and(|c| self.unacknowledged_outputs.remove(c)) {
+                self.gate.on_output_acknowledged();
+            }
             return call_id.is_some_and(|c| self.owned_calls.contains_key(c));
         }
         if !item.is_function_call() {

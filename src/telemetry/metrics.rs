@@ -91,6 +91,10 @@ struct Inner {
     redis_up: Gauge,
     /// `voxgate_instance_info{instance_id} 1`: joins this target's series to its instance name.
     instance_info: Family<[(&'static str, String); 1], Gauge>,
+    /// Turns of every session loop: a rate far above the frame rate means a loop is spinning.
+    session_loop_turns_total: Counter,
+    /// Upstream events dropped because they carried a `voxgate.` type (forged).
+    upstream_forged_events_total: Counter,
 }
 
 /// Pre-resolved frame counters for one session: incrementing is a single relaxed atomic add, no
@@ -99,6 +103,7 @@ struct Inner {
 pub struct FrameCounters {
     client_to_upstream: Counter,
     upstream_to_client: Counter,
+    loop_turns: Counter,
 }
 
 impl FrameCounters {
@@ -112,6 +117,12 @@ impl FrameCounters {
     #[inline]
     pub fn upstream_to_client(&self) {
         self.upstream_to_client.inc();
+    }
+
+    /// One turn of a session loop.
+    #[inline]
+    pub fn loop_turn(&self) {
+        self.loop_turns.inc();
     }
 }
 
@@ -212,6 +223,11 @@ impl Metrics {
                 "1 while Redis answers, 0 when it is down or not configured", Gauge::default()),
             instance_info: register(&mut r, "voxgate_instance_info",
                 "This instance's server.instance_id", Family::default()),
+            session_loop_turns_total: register(&mut r, "voxgate_session_loop_turns",
+                "Turns of the session loops (each wakes on a frame, a completion or a due timer)",
+                Counter::default()),
+            upstream_forged_events_total: register(&mut r, "voxgate_upstream_forged_events",
+                "Upstream events dropped for carrying a voxgate.* type", Counter::default()),
             registry: r,
         };
         inner.prefill();
@@ -240,7 +256,13 @@ impl Metrics {
         FrameCounters {
             client_to_upstream: self.inner.frames_client_to_upstream.clone(),
             upstream_to_client: self.inner.frames_upstream_to_client.clone(),
+            loop_turns: self.inner.session_loop_turns_total.clone(),
         }
+    }
+
+    /// An upstream event claimed a `voxgate.` type and was dropped.
+    pub fn upstream_forged_event(&self) {
+        self.inner.upstream_forged_events_total.inc();
     }
 
     /// A session started: raises `voxgate_sessions_active` until the guard is dropped.

@@ -75,4 +75,3 @@ pub fn one_span<'a>(lines: &'a [Value], name: &str, attr: (&str, &str)) -> &'a V
     );
     found[0]
 }
-
