@@ -11,11 +11,17 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// 503 while draining: load balancers stop sending new sessions before the process goes away.
+/// Tools whose backend cannot be reached are named as degraded, with 200: the other tools work.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if state.shutdown.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string());
+    }
+    let degraded: Vec<&str> =
+        state.deps.registry.iter().filter(|t| t.tool.degraded()).map(|t| t.name()).collect();
+    if degraded.is_empty() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
-        (StatusCode::OK, "ready\n")
+        (StatusCode::OK, format!("ready (degraded: {})\n", degraded.join(", ")))
     }
 }
 

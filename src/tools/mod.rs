@@ -7,6 +7,7 @@
 
 pub mod calculators;
 pub mod calendar;
+pub mod files;
 pub mod pubmed;
 pub mod registry;
 pub mod schema;
@@ -198,6 +199,12 @@ pub trait Tool: Send + Sync + 'static {
     /// The text this call would send to a third party, for PHI screening; `None` when nothing leaves.
     fn outbound_text(&self, _args: &Value) -> Option<String> {
         None
+    }
+
+    /// The tool's backend could not be reached (or refused voxgate's credentials) the last time it
+    /// was asked: `/readyz` reports it as degraded, without failing.
+    fn degraded(&self) -> bool {
+        false
     }
 
     /// Run the call. Arguments have been validated against the spec's schema.
