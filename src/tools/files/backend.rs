@@ -43,8 +43,9 @@ pub enum Health {
 #[async_trait::async_trait]
 pub trait FilesBackend: Send + Sync + 'static {
     /// Files that may match `words` (the lower-case words of the query): every file of a bounded
-    /// walk, or the server's own search results where it has one. Ranking happens later.
-    async fn candidates(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError>;
+    /// walk, or the server's own name search where it has one and the text of files will not be
+    /// searched (`by_content` false). Ranking happens later.
+    async fn candidates(&self, words: &[String], by_content: bool) -> Result<Vec<FileEntry>, FilesError>;
 
     /// One file's metadata and up to `max_bytes` of its content; a larger file is refused with
     /// [`FilesError::TooLarge`] before more than `max_bytes` are read.

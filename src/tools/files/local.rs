@@ -144,7 +144,7 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
 
 #[async_trait::async_trait]
 impl FilesBackend for LocalFiles {
-    async fn candidates(&self, _words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
+    async fn candidates(&self, _words: &[String], _by_content: bool) -> Result<Vec<FileEntry>, FilesError> {
         let this = Self {
             root: self.root.clone(),
         };

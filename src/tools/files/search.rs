@@ -35,7 +35,7 @@ pub async fn search(
 ) -> Result<(Vec<FileEntry>, usize), FilesError> {
     let words = query_words(&request.query);
     let mut scored: Vec<(usize, usize, FileEntry)> = backend
-        .candidates(&words)
+        .candidates(&words, request.include_content)
         .await?
         .into_iter()
         .filter(|entry| {

@@ -19,7 +19,7 @@ async fn listing_stays_inside_the_root() {
     let (_dir, root) = tree();
     let files = LocalFiles::open(&root).unwrap();
     let mut listed: Vec<String> = files
-        .candidates(&[])
+        .candidates(&[], false)
         .await
         .unwrap()
         .into_iter()

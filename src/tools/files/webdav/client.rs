@@ -78,7 +78,7 @@ impl DavClient {
         method: Method,
         url: &Url,
         depth: Option<&'static str>,
-        body: Option<&'static str>,
+        body: Option<&str>,
     ) -> Result<Response, FilesError> {
         let mut attempt = 1;
         loop {
@@ -116,7 +116,7 @@ impl DavClient {
         method: Method,
         url: Url,
         depth: Option<&'static str>,
-        body: Option<&'static str>,
+        body: Option<&str>,
     ) -> Result<Response, (Failure, Option<Duration>)> {
         let mut request = self
             .http
@@ -130,11 +130,8 @@ impl DavClient {
         }
         if let Some(body) = body {
             request = request
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    "application/xml; charset=utf-8",
-                )
-                .body(body);
+                .header(reqwest::header::CONTENT_TYPE, "text/xml; charset=utf-8")
+                .body(body.to_string());
         }
         let response = request
             .send()

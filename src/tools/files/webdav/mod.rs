@@ -1,12 +1,14 @@
 //! The WebDAV backend (`backends.files.kind = "webdav"`): a Nextcloud user's files at
 //! `https://HOST/remote.php/dav/files/USER/`, or any RFC 4918 server (tests use wsgidav).
 //!
-//! Listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers such as Nextcloud refuse
-//! `Depth: infinity`), bounded in depth, folders and entries. Every `href` a server returns is
+//! A name search uses the server's WebDAV SEARCH when it advertises one ([`dasl`]); otherwise, and
+//! for content searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers
+//! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders and entries. Every `href` a server returns is
 //! resolved against the root and kept only when it stays on the root's origin and below its path;
 //! every URL voxgate builds from a [`RelPath`] is checked the same way before it is requested.
 
 mod client;
+mod dasl;
 mod multistatus;
 
 use std::collections::VecDeque;
@@ -15,6 +17,7 @@ use reqwest::Method;
 use url::Url;
 
 use self::client::{DavClient, read_capped};
+use self::dasl::Dasl;
 use self::multistatus::DavResource;
 use super::FilesError;
 use super::backend::{FileEntry, FilesBackend, Health, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
@@ -35,6 +38,10 @@ pub struct WebdavFiles {
     /// The root collection, with a trailing slash.
     root: Url,
     client: DavClient,
+    /// Where a WebDAV SEARCH would go (Nextcloud: the DAV root).
+    dasl: Dasl,
+    /// Whether the server offers SEARCH: asked once (OPTIONS), remembered after an answer.
+    dasl_offered: tokio::sync::OnceCell<bool>,
 }
 
 impl WebdavFiles {
@@ -61,7 +68,13 @@ impl WebdavFiles {
             root.set_path(&path);
         }
         let client = DavClient::new(config.username.clone(), config.password.clone())?;
-        Ok(Self { root, client })
+        let dasl = Dasl::for_root(&root);
+        Ok(Self {
+            root,
+            client,
+            dasl,
+            dasl_offered: tokio::sync::OnceCell::new(),
+        })
     }
 
     /// Ask the server once (OPTIONS on the root) so `/readyz` can tell whether it is reachable.
@@ -148,6 +161,51 @@ impl WebdavFiles {
         })
     }
 
+    /// Does the server advertise `DAV:basicsearch` at the arbiter? A failed OPTIONS is not
+    /// remembered, so a server that was down is asked again next time.
+    async fn search_offered(&self) -> bool {
+        let ask = || async {
+            let response = self
+                .client
+                .send(Method::OPTIONS, &self.dasl.arbiter, None, None)
+                .await?;
+            Ok::<bool, FilesError>(Dasl::advertised(response.headers()))
+        };
+        self.dasl_offered
+            .get_or_try_init(ask)
+            .await
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Files below the root whose name contains one of `words`, by the server's SEARCH.
+    async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
+        let method = Method::from_bytes(b"SEARCH").map_err(|_| FilesError::Malformed)?;
+        let body = self.dasl.body(words);
+        let response = self
+            .client
+            .send(method, &self.dasl.arbiter, None, Some(&body))
+            .await?;
+        let answer = read_capped(response, MAX_MULTISTATUS_BYTES)
+            .await
+            .map_err(|e| match e {
+                FilesError::TooLarge { .. } => FilesError::Malformed,
+                other => other,
+            })?;
+        let mut files = Vec::new();
+        for resource in multistatus::parse(&answer)? {
+            // The scope is the root, but trust no server: anything not below the root is dropped.
+            let Ok(Some(path)) = self.path_of(&resource.href) else {
+                continue;
+            };
+            let hidden = path.segments().iter().any(|s| s.starts_with('.'));
+            if !resource.is_collection && !hidden && files.len() < MAX_WALK_ENTRIES {
+                files.push(self.entry(path, &resource)?);
+            }
+        }
+        Ok(files)
+    }
+
     /// Every file below the root, breadth first, within the walk's bounds.
     async fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
         let mut files = Vec::new();
@@ -197,7 +255,21 @@ impl WebdavFiles {
 
 #[async_trait::async_trait]
 impl FilesBackend for WebdavFiles {
-    async fn candidates(&self, _words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
+    async fn candidates(
+        &self,
+        words: &[String],
+        by_content: bool,
+    ) -> Result<Vec<FileEntry>, FilesError> {
+        // A name search can use the server's index; a content search needs every file anyway.
+        if !words.is_empty() && !by_content && self.search_offered().await {
+            match self.search(words).await {
+                Ok(files) => return Ok(files),
+                Err(err @ FilesError::CredentialsRefused) => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, "WebDAV SEARCH failed; walking the folders instead")
+                }
+            }
+        }
         self.walk().await
     }
 
