@@ -131,19 +131,29 @@ impl WebdavFiles {
         RelPath::from_segments(segments).map(Some)
     }
 
-    async fn propfind(&self, url: &Url) -> Result<Vec<DavResource>, FilesError> {
-        let method = Method::from_bytes(b"PROPFIND").map_err(|_| FilesError::Malformed)?;
-        let response = self
-            .client
-            .send(method, url, Some("1"), Some(PROPFIND_BODY))
-            .await?;
-        let body = read_capped(response, MAX_MULTISTATUS_BYTES)
+    /// Send a request whose answer is a multistatus (PROPFIND, SEARCH) and parse it.
+    async fn multistatus(
+        &self,
+        method: &[u8],
+        url: &Url,
+        depth: Option<&'static str>,
+        body: &str,
+    ) -> Result<Vec<DavResource>, FilesError> {
+        let method = Method::from_bytes(method).map_err(|_| FilesError::Malformed)?;
+        let response = self.client.send(method, url, depth, Some(body)).await?;
+        // A listing larger than the cap is not a file that is too large: the answer is unusable.
+        let answer = read_capped(response, MAX_MULTISTATUS_BYTES)
             .await
             .map_err(|e| match e {
                 FilesError::TooLarge { .. } => FilesError::Malformed,
                 other => other,
             })?;
-        multistatus::parse(&body)
+        multistatus::parse(&answer)
+    }
+
+    async fn propfind(&self, url: &Url) -> Result<Vec<DavResource>, FilesError> {
+        self.multistatus(b"PROPFIND", url, Some("1"), PROPFIND_BODY)
+            .await
     }
 
     fn entry(&self, path: RelPath, resource: &DavResource) -> Result<FileEntry, FilesError> {
@@ -180,20 +190,12 @@ impl WebdavFiles {
 
     /// Files below the root whose name contains one of `words`, by the server's SEARCH.
     async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
-        let method = Method::from_bytes(b"SEARCH").map_err(|_| FilesError::Malformed)?;
         let body = self.dasl.body(words);
-        let response = self
-            .client
-            .send(method, &self.dasl.arbiter, None, Some(&body))
+        let found = self
+            .multistatus(b"SEARCH", &self.dasl.arbiter, None, &body)
             .await?;
-        let answer = read_capped(response, MAX_MULTISTATUS_BYTES)
-            .await
-            .map_err(|e| match e {
-                FilesError::TooLarge { .. } => FilesError::Malformed,
-                other => other,
-            })?;
         let mut files = Vec::new();
-        for resource in multistatus::parse(&answer)? {
+        for resource in found {
             // The scope is the root, but trust no server: anything not below the root is dropped.
             let Ok(Some(path)) = self.path_of(&resource.href) else {
                 continue;
