@@ -7,6 +7,7 @@
 
 mod audit;
 mod env;
+mod files;
 mod summary;
 mod validate;
 
@@ -431,10 +432,15 @@ pub enum FilesKind {
 #[serde(default, deny_unknown_fields)]
 pub struct FilesBackendConfig {
     pub kind: FilesKind,
+    /// `local`: the folder of documents.
     pub root: PathBuf,
+    /// `webdav`: the root collection of the user's files (Nextcloud:
+    /// `https://HOST/remote.php/dav/files/USER/`).
     pub url: Option<String>,
     pub username: Option<String>,
     pub password: Option<Secret>,
+    /// Larger files are refused before their download completes.
+    pub max_file_bytes: u64,
 }
 
 impl Default for FilesBackendConfig {
@@ -445,6 +451,7 @@ impl Default for FilesBackendConfig {
             url: None,
             username: None,
             password: None,
+            max_file_bytes: 20 * 1024 * 1024,
         }
     }
 }

@@ -45,6 +45,8 @@ pub fn summary(config: &Config) -> String {
         ("tools.confirmation_timeout_ms", config.tools.confirmation_timeout_ms.to_string()),
         ("backends.calendar.kind", format!("{:?}", config.backends.calendar.kind).to_lowercase()),
         ("backends.calendar.password", secret(&config.backends.calendar.password).into()),
+        ("backends.files.kind", format!("{:?}", config.backends.files.kind).to_lowercase()),
+        ("backends.files.max_file_bytes", config.backends.files.max_file_bytes.to_string()),
         ("backends.files.password", secret(&config.backends.files.password).into()),
         ("backends.pubmed.api_key", secret(&config.backends.pubmed.api_key).into()),
         ("server.max_client_frames_per_s", s.max_client_frames_per_s.to_string()),

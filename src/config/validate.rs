@@ -163,6 +163,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if calendar.timezone.parse::<chrono_tz::Tz>().is_err() {
         return Err(ConfigError::new("backends.calendar.timezone", "not an IANA time zone name"));
     }
+    super::files::validate(&config.backends.files)?;
     let pubmed = url::Url::parse(&config.backends.pubmed.base_url);
     if !pubmed.is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
         return Err(ConfigError::new("backends.pubmed.base_url", "must be an http(s) URL"));

@@ -7,6 +7,7 @@
 
 pub mod calculators;
 pub mod calendar;
+pub mod files;
 pub mod pubmed;
 pub mod registry;
 pub mod schema;

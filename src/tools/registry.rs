@@ -88,6 +88,7 @@ impl ToolRegistry {
         tools.push(Arc::new(super::calculators::tool()));
         tools.push(Arc::new(super::pubmed::tool(&config.backends.pubmed)?));
         tools.extend(super::calendar::tools(&config.backends.calendar)?);
+        tools.extend(super::files::tools(&config.backends.files)?);
         Self::from_tools(tools, &config.tools)
     }
 

@@ -91,6 +91,14 @@ impl Conversation {
             .find(|item| item["type"] == "function_call" && item["call_id"].as_str() == Some(call_id))
     }
 
+    /// The parsed output of the latest call to `tool` that has one (for follow-ups such as "read it").
+    pub fn latest_output_of(&self, tool: &str) -> Option<Value> {
+        self.items.iter().rev().filter(|item| item["type"] == "function_call_output").find_map(|output| {
+            let call = output["call_id"].as_str().and_then(|id| self.find_call(id))?;
+            (call["name"] == tool).then(|| serde_json::from_str(output["output"].as_str()?).ok()).flatten()
+        })
+    }
+
     /// The items since the model last produced anything (an assistant message or a function call):
     /// what the next response has to answer.
     pub fn since_last_model_turn(&self) -> &[Value] {

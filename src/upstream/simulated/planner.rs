@@ -57,7 +57,7 @@ pub fn plan(conversation: &Conversation, offer: &ToolOffer<'_>, today: NaiveDate
         return vec![Output::Speech("This is voxgate's simulated model. What can I do for you?".into())];
     };
     match typed_text(user) {
-        Some(text) => answer_text(&text, offer, today),
+        Some(text) => answer_text(&text, offer, today, conversation),
         None => vec![Output::Speech(
             "This is voxgate's simulated model. I received your audio, but I cannot understand speech. \
              Please type your request."
@@ -66,8 +66,13 @@ pub fn plan(conversation: &Conversation, offer: &ToolOffer<'_>, today: NaiveDate
     }
 }
 
-fn answer_text(text: &str, offer: &ToolOffer<'_>, today: NaiveDate) -> Vec<Output> {
-    let understood = intents::understand(text, today);
+fn answer_text(text: &str, offer: &ToolOffer<'_>, today: NaiveDate, conversation: &Conversation) -> Vec<Output> {
+    let mut understood = intents::understand(text, today);
+    if understood.is_empty() {
+        // "Read it" refers to the files the last search found.
+        let last_search = conversation.latest_output_of("search_nextcloud_files");
+        understood.extend(intents::files::understand_read(text, last_search.as_ref()));
+    }
     if understood.is_empty() {
         let echo = clip(text.trim(), MAX_ECHO);
         return vec![Output::Speech(format!("This is voxgate's simulated model. You said: {echo}"))];

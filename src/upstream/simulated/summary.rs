@@ -27,6 +27,8 @@ pub fn summarise(call: Option<&Value>, output: &str) -> String {
         "get_calendar_events" => events(&result),
         "create_calendar_event" => created(&result),
         "search_pubmed" => articles(&result),
+        "search_nextcloud_files" => super::intents::files::spoken_search(&result),
+        "retrieve_nextcloud_file" => super::intents::files::spoken_file(&result),
         _ => generic(tool, &result),
     }
 }

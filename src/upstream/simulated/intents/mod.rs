@@ -4,11 +4,13 @@
 //!
 //! - [`calendar`]: "what is on my calendar tomorrow", "book a meeting ... at 2pm tomorrow".
 //! - [`clinical`]: BMI, Wells DVT/PE and CHA₂DS₂-VASc requests.
+//! - [`files`]: finding documents ("find the diabetes protocol") and reading one ("read it").
 //! - [`literature`]: PubMed searches.
 //! - [`fit`]: shaping canonical arguments to the tool schema the session actually declared.
 
 mod calendar;
 mod clinical;
+pub(crate) mod files;
 pub mod fit;
 mod literature;
 
@@ -48,6 +50,7 @@ fn understand_one(text: &str, today: NaiveDate) -> Option<Understood> {
     clinical::understand(text, &lower)
         .or_else(|| calendar::understand_booking(text, &lower, today))
         .or_else(|| calendar::understand_query(text, &lower, today))
+        .or_else(|| files::understand_search(text, &lower))
         .or_else(|| literature::understand(text, &lower))
 }
 

@@ -1,0 +1,190 @@
+//! Text extraction: plain text, Markdown and CSV as they are, HTML without its markup, PDF through
+//! `pdf-extract`, DOCX by reading `word/document.xml` from the zip with quick-xml.
+//!
+//! Extraction is CPU work on untrusted bytes, so it runs on the blocking pool, and the extractor
+//! crates' panics on malformed input (pdf-extract has several) are caught: a damaged document is a
+//! [`FilesError::Corrupt`], never a crashed worker.
+
+use std::io::Read;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use quick_xml::events::Event;
+
+use super::FilesError;
+use super::backend::DocKind;
+
+/// The most XML read out of a DOCX (a zip bomb inflates far beyond its file size).
+const MAX_DOCX_XML_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The text of a document of `kind`. `Ok(None)` for kinds that have no text ([`DocKind::Other`]).
+pub async fn extract_text(kind: DocKind, bytes: Vec<u8>) -> Result<Option<String>, FilesError> {
+    if kind == DocKind::Other {
+        return Ok(None);
+    }
+    let work = move || catch_unwind(AssertUnwindSafe(|| extract_now(kind, &bytes)));
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(result)) => result.map(|text| Some(tidy(&text))),
+        Ok(Err(_panic)) => {
+            tracing::debug!(?kind, "text extractor panicked on a document");
+            Err(FilesError::Corrupt)
+        }
+        Err(_) => Err(FilesError::Worker),
+    }
+}
+
+/// Raw text formats, decoded without any extraction (a byte-order mark dropped, invalid UTF-8
+/// replaced).
+pub fn decode_text(bytes: &[u8]) -> String {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn extract_now(kind: DocKind, bytes: &[u8]) -> Result<String, FilesError> {
+    match kind {
+        DocKind::PlainText | DocKind::Markdown | DocKind::Csv => Ok(decode_text(bytes)),
+        DocKind::Html => Ok(html_text(&decode_text(bytes))),
+        DocKind::Pdf => pdf_extract::extract_text_from_mem(bytes).map_err(|_| FilesError::Corrupt),
+        DocKind::Docx => docx_text(bytes),
+        DocKind::Other => Ok(String::new()),
+    }
+}
+
+/// The text of an HTML page: text nodes outside `<script>`/`<style>`, a line break after blocks.
+fn html_text(html: &str) -> String {
+    use html5gum::{Token, Tokenizer};
+    let mut out = String::new();
+    let mut hidden: Option<Vec<u8>> = None;
+    // A string input cannot fail: the tokenizer's error type is `Infallible`.
+    for token in Tokenizer::new(html).flatten() {
+        match token {
+            Token::StartTag(tag) => {
+                let name = tag.name.to_ascii_lowercase();
+                if matches!(
+                    name.as_slice(),
+                    b"script" | b"style" | b"template" | b"head"
+                ) && !tag.self_closing
+                {
+                    hidden.get_or_insert(name);
+                } else if matches!(name.as_slice(), b"br" | b"li" | b"tr") {
+                    out.push('\n');
+                }
+            }
+            Token::EndTag(tag) => {
+                let name = tag.name.to_ascii_lowercase();
+                if hidden.as_deref() == Some(name.as_slice()) {
+                    hidden = None;
+                } else if is_block(&name) {
+                    out.push('\n');
+                } else if matches!(name.as_slice(), b"td" | b"th") {
+                    out.push('\t');
+                }
+            }
+            Token::String(text) if hidden.is_none() => {
+                out.push_str(&String::from_utf8_lossy(&text))
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn is_block(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"p" | b"div"
+            | b"h1"
+            | b"h2"
+            | b"h3"
+            | b"h4"
+            | b"h5"
+            | b"h6"
+            | b"ul"
+            | b"ol"
+            | b"table"
+            | b"section"
+            | b"article"
+            | b"header"
+            | b"footer"
+            | b"blockquote"
+            | b"pre"
+            | b"title"
+    )
+}
+
+/// The text of a DOCX body: `w:t` runs, tabs and breaks, one line per paragraph.
+fn docx_text(bytes: &[u8]) -> Result<String, FilesError> {
+    let mut archive =
+        zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|_| FilesError::Corrupt)?;
+    let part = archive
+        .by_name("word/document.xml")
+        .map_err(|_| FilesError::Corrupt)?;
+    let mut xml = Vec::new();
+    part.take(MAX_DOCX_XML_BYTES)
+        .read_to_end(&mut xml)
+        .map_err(|_| FilesError::Corrupt)?;
+    let mut reader = quick_xml::Reader::from_reader(xml.as_slice());
+    let mut out = String::new();
+    let mut in_text = false;
+    let mut buf = Vec::new();
+    loop {
+        match reader
+            .read_event_into(&mut buf)
+            .map_err(|_| FilesError::Corrupt)?
+        {
+            Event::Start(e) if e.name().as_ref() == "w:t" => in_text = true,
+            Event::End(e) if e.name().as_ref() == "w:t" => in_text = false,
+            Event::End(e) if e.name().as_ref() == "w:p" => out.push('\n'),
+            Event::Empty(e) if e.name().as_ref() == "w:tab" => out.push('\t'),
+            Event::Empty(e) if matches!(e.name().as_ref(), "w:br" | "w:cr") => out.push('\n'),
+            Event::Text(t) if in_text => out.push_str(&t.xml10_content()),
+            Event::GeneralRef(r) if in_text => push_entity(&mut out, &r)?,
+            Event::Eof => break,
+            _ => {}
+        }
+        buf.clear();
+    }
+    Ok(out)
+}
+
+/// The text an entity reference stands for (`&#233;`, `&amp;`); an unknown one is corrupt XML.
+pub(super) fn push_entity(
+    out: &mut String,
+    reference: &quick_xml::events::BytesRef<'_>,
+) -> Result<(), FilesError> {
+    match reference.resolve_char_ref() {
+        Ok(Some(c)) => out.push(c),
+        Ok(None) => out.push_str(
+            quick_xml::escape::resolve_predefined_entity(reference).ok_or(FilesError::Corrupt)?,
+        ),
+        Err(_) => return Err(FilesError::Corrupt),
+    }
+    Ok(())
+}
+
+/// Line endings normalised, trailing spaces dropped, runs of blank lines cut to one.
+fn tidy(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank_run = 0;
+    for line in text.replace("\r\n", "\n").replace('\r', "\n").lines() {
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            blank_run += 1;
+            if blank_run > 1 {
+                continue;
+            }
+        } else {
+            blank_run = 0;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.trim().to_string()
+}
+
+/// `text` cut to at most `max_chars` characters, and whether it was cut.
+pub fn truncate_chars(text: String, max_chars: usize) -> (String, bool) {
+    match text.char_indices().nth(max_chars) {
+        None => (text, false),
+        Some((at, _)) => (text[..at].to_string(), true),
+    }
+}

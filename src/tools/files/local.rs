@@ -1,0 +1,169 @@
+//! The embedded default backend: a folder on this machine (`backends.files.root`, default
+//! `./data/files`, which ships a few sample documents).
+//!
+//! Every access resolves the path, follows symlinks (`canonicalize`) and checks that the result is
+//! still under the canonical root, so a link pointing out of the root (or a `..` that slipped past
+//! [`RelPath`]) is refused as if the file did not exist. Listings skip such links too.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+
+use super::FilesError;
+use super::backend::{FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
+use super::file_id::RelPath;
+
+/// A folder of documents.
+#[derive(Debug)]
+pub struct LocalFiles {
+    /// Canonical (absolute, symlink-free) root: the prefix every file must have.
+    root: PathBuf,
+}
+
+impl LocalFiles {
+    /// Open `root`, creating it (and its parents) when it does not exist yet.
+    pub fn open(root: &Path) -> Result<Self, FilesError> {
+        if !root.exists() {
+            std::fs::create_dir_all(root).map_err(FilesError::Io)?;
+            tracing::info!("created the empty local files root (backends.files.root)");
+        }
+        let root = root.canonicalize().map_err(FilesError::Io)?;
+        if !root.is_dir() {
+            return Err(FilesError::Config(
+                "backends.files.root: is not a directory".into(),
+            ));
+        }
+        Ok(Self { root })
+    }
+
+    /// The on-disk path of `path` after following links, if it is a regular file under the root.
+    fn resolve(&self, path: &RelPath) -> Result<PathBuf, FilesError> {
+        let joined = path
+            .segments()
+            .iter()
+            .fold(self.root.clone(), |p, s| p.join(s));
+        let real = match joined.canonicalize() {
+            Ok(real) => real,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FilesError::NotFound),
+            Err(e) => return Err(FilesError::Io(e)),
+        };
+        if !real.starts_with(&self.root) {
+            tracing::warn!("refused a file that resolves outside backends.files.root");
+            return Err(FilesError::BadFileId);
+        }
+        Ok(real)
+    }
+
+    fn entry(&self, path: RelPath, meta: &std::fs::Metadata) -> FileEntry {
+        let modified = meta.modified().ok().map(DateTime::<Utc>::from);
+        let mime_type = mime_for(&path.extension()).to_string();
+        FileEntry {
+            url: path.display(),
+            path,
+            size: meta.len(),
+            modified,
+            mime_type,
+        }
+    }
+
+    /// Every regular file under the root (bounded in depth and count), links out of it skipped.
+    fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
+        let mut files = Vec::new();
+        let walker = walkdir::WalkDir::new(&self.root)
+            .min_depth(1)
+            .max_depth(MAX_WALK_DEPTH)
+            .follow_links(false);
+        for item in walker
+            .into_iter()
+            .filter_entry(|e| !is_hidden(e.file_name()))
+        {
+            let Ok(item) = item else { continue };
+            if files.len() >= MAX_WALK_ENTRIES {
+                tracing::debug!("local file listing cut at {MAX_WALK_ENTRIES} entries");
+                break;
+            }
+            let file_type = item.file_type();
+            if file_type.is_dir() {
+                continue;
+            }
+            let Ok(rel) = item.path().strip_prefix(&self.root) else {
+                continue;
+            };
+            let segments: Option<Vec<String>> = rel
+                .components()
+                .map(|c| c.as_os_str().to_str().map(str::to_string))
+                .collect();
+            let Some(path) = segments.and_then(|s| RelPath::from_segments(s).ok()) else {
+                continue;
+            };
+            // A link is listed only when it lands on a regular file inside the root.
+            let real = if file_type.is_symlink() {
+                self.resolve(&path).ok()
+            } else {
+                Some(item.path().to_path_buf())
+            };
+            let Some(meta) = real
+                .and_then(|r| std::fs::metadata(r).ok())
+                .filter(|m| m.is_file())
+            else {
+                continue;
+            };
+            files.push(self.entry(path, &meta));
+        }
+        Ok(files)
+    }
+
+    fn read_now(&self, path: &RelPath, max_bytes: u64) -> Result<(FileEntry, Vec<u8>), FilesError> {
+        let real = self.resolve(path)?;
+        let file = File::open(&real).map_err(FilesError::Io)?;
+        let meta = file.metadata().map_err(FilesError::Io)?;
+        if !meta.is_file() {
+            return Err(FilesError::NotFound);
+        }
+        if meta.len() > max_bytes {
+            return Err(FilesError::TooLarge { limit: max_bytes });
+        }
+        let mut bytes = Vec::new();
+        // The file may grow between the check and the read: read one byte past the limit to see.
+        file.take(max_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(FilesError::Io)?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(FilesError::TooLarge { limit: max_bytes });
+        }
+        Ok((self.entry(path.clone(), &meta), bytes))
+    }
+}
+
+/// Dotfiles and dot-folders (`.git`, editor swap files) are not documents.
+fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    name.to_str().is_none_or(|n| n.starts_with('.'))
+}
+
+#[async_trait::async_trait]
+impl FilesBackend for LocalFiles {
+    async fn candidates(&self, _words: &[String], _by_content: bool) -> Result<Vec<FileEntry>, FilesError> {
+        let this = Self {
+            root: self.root.clone(),
+        };
+        tokio::task::spawn_blocking(move || this.walk())
+            .await
+            .map_err(|_| FilesError::Worker)?
+    }
+
+    async fn read(
+        &self,
+        path: &RelPath,
+        max_bytes: u64,
+    ) -> Result<(FileEntry, Vec<u8>), FilesError> {
+        let this = Self {
+            root: self.root.clone(),
+        };
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || this.read_now(&path, max_bytes))
+            .await
+            .map_err(|_| FilesError::Worker)?
+    }
+}

@@ -1,0 +1,78 @@
+use crate::tools::files::backend::FilesBackend;
+use crate::tools::files::{FilesError, LocalFiles, RelPath};
+
+fn tree() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    std::fs::write(root.join("a/b/note.txt"), "inside").unwrap();
+    std::fs::write(root.join(".hidden.txt"), "dotfile").unwrap();
+    std::fs::write(dir.path().join("outside.txt"), "outside").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("outside.txt"), root.join("out-link.txt")).unwrap();
+    std::os::unix::fs::symlink(dir.path(), root.join("out-dir")).unwrap();
+    std::os::unix::fs::symlink(root.join("a/b/note.txt"), root.join("in-link.txt")).unwrap();
+    (dir, root)
+}
+
+#[tokio::test]
+async fn listing_stays_inside_the_root() {
+    let (_dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    let mut listed: Vec<String> = files
+        .candidates(&[], false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| f.path.display())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["/a/b/note.txt", "/in-link.txt"]);
+}
+
+#[tokio::test]
+async fn reads_follow_links_only_inside_the_root() {
+    let (_dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    let (entry, bytes) = files
+        .read(&RelPath::parse("in-link.txt").unwrap(), 1024)
+        .await
+        .unwrap();
+    assert_eq!((entry.size, bytes.as_slice()), (6, b"inside".as_slice()));
+    assert_eq!(entry.mime_type, "text/plain");
+    for refused in ["out-link.txt", "out-dir/outside.txt"] {
+        let result = files.read(&RelPath::parse(refused).unwrap(), 1024).await;
+        assert!(
+            matches!(result, Err(FilesError::BadFileId)),
+            "{refused}: {result:?}"
+        );
+    }
+    assert!(matches!(
+        files
+            .read(&RelPath::parse("missing.txt").unwrap(), 1024)
+            .await,
+        Err(FilesError::NotFound)
+    ));
+    assert!(matches!(
+        files.read(&RelPath::parse("a").unwrap(), 1024).await,
+        Err(FilesError::NotFound)
+    ));
+    assert!(matches!(
+        files
+            .read(&RelPath::parse("a/b/note.txt").unwrap(), 3)
+            .await,
+        Err(FilesError::TooLarge { limit: 3 })
+    ));
+}
+
+#[test]
+fn a_missing_root_is_created_and_a_file_root_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("new/files");
+    LocalFiles::open(&root).unwrap();
+    assert!(root.is_dir());
+    std::fs::write(dir.path().join("plain"), "x").unwrap();
+    assert!(matches!(
+        LocalFiles::open(&dir.path().join("plain")),
+        Err(FilesError::Config(_))
+    ));
+}

@@ -1,0 +1,375 @@
+//! The WebDAV backend (`backends.files.kind = "webdav"`): a Nextcloud user's files at
+//! `https://HOST/remote.php/dav/files/USER/`, or any RFC 4918 server (tests use wsgidav).
+//!
+//! A name search uses the server's WebDAV SEARCH when it advertises one ([`dasl`]); otherwise, and
+//! for content searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers
+//! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders and entries. Every `href` a server returns is
+//! resolved against the root and kept only when it stays on the root's origin and below its path;
+//! every URL voxgate builds from a [`RelPath`] is checked the same way before it is requested.
+
+mod client;
+mod dasl;
+mod multistatus;
+
+use std::collections::VecDeque;
+
+use reqwest::Method;
+use url::Url;
+
+use self::client::{DavClient, read_capped};
+use self::dasl::Dasl;
+use self::multistatus::DavResource;
+use super::FilesError;
+use super::backend::{FileEntry, FilesBackend, Health, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
+use super::file_id::RelPath;
+use crate::config::FilesBackendConfig;
+
+/// Folders listed in one walk at most.
+const MAX_WALK_FOLDERS: usize = 300;
+/// Largest multistatus answer read (a folder of a few thousand entries is well below this).
+const MAX_MULTISTATUS_BYTES: u64 = 8 * 1024 * 1024;
+
+const PROPFIND_BODY: &str = r#"<?xml version="1.0" encoding="utf-8"?>
+<d:propfind xmlns:d="DAV:"><d:prop><d:resourcetype/><d:getcontentlength/><d:getlastmodified/><d:getcontenttype/></d:prop></d:propfind>"#;
+
+/// A WebDAV collection and everything below it.
+#[derive(Debug)]
+pub struct WebdavFiles {
+    /// The root collection, with a trailing slash.
+    root: Url,
+    client: DavClient,
+    /// Where a WebDAV SEARCH would go (Nextcloud: the DAV root).
+    dasl: Dasl,
+    /// Whether the server offers SEARCH: asked once (OPTIONS), remembered after an answer.
+    dasl_offered: tokio::sync::OnceCell<bool>,
+}
+
+impl WebdavFiles {
+    pub fn new(config: &FilesBackendConfig) -> Result<Self, FilesError> {
+        let url = config.url.as_deref().ok_or_else(|| {
+            FilesError::Config("backends.files.url: required for kind = \"webdav\"".into())
+        })?;
+        let mut root = Url::parse(url)
+            .map_err(|_| FilesError::Config("backends.files.url: not a URL".into()))?;
+        if !matches!(root.scheme(), "http" | "https") || root.host().is_none() {
+            return Err(FilesError::Config(
+                "backends.files.url: must be an http(s) URL".into(),
+            ));
+        }
+        if !root.username().is_empty() || root.password().is_some() {
+            return Err(FilesError::Config(
+                "backends.files.url: put credentials in backends.files.username / .password, not in the URL".into(),
+            ));
+        }
+        root.set_query(None);
+        root.set_fragment(None);
+        if !root.path().ends_with('/') {
+            let path = format!("{}/", root.path());
+            root.set_path(&path);
+        }
+        let client = DavClient::new(config.username.clone(), config.password.clone())?;
+        let dasl = Dasl::for_root(&root);
+        Ok(Self {
+            root,
+            client,
+            dasl,
+            dasl_offered: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Ask the server once (OPTIONS on the root) so `/readyz` can tell whether it is reachable.
+    pub async fn probe(&self) {
+        match self
+            .client
+            .send(Method::OPTIONS, &self.root, None, None)
+            .await
+        {
+            Ok(_) => tracing::info!("the WebDAV file server is reachable"),
+            Err(err) => {
+                tracing::warn!(error = %err, "the WebDAV file server is not usable at start; file tools will fail until it is")
+            }
+        }
+    }
+
+    /// The URL of `path` (segments percent-encoded), checked to lie below the root.
+    fn url_of(&self, path: &RelPath) -> Result<Url, FilesError> {
+        let mut url = self.root.clone();
+        url.path_segments_mut()
+            .map_err(|_| FilesError::BadFileId)?
+            .pop_if_empty()
+            .extend(path.segments());
+        if url.origin() != self.root.origin() || !url.path().starts_with(self.root.path()) {
+            return Err(FilesError::BadFileId);
+        }
+        Ok(url)
+    }
+
+    /// The path under the root that a server `href` names; `Ok(None)` for the root itself, `Err`
+    /// for anything that is not below the root.
+    fn path_of(&self, href: &str) -> Result<Option<RelPath>, FilesError> {
+        let url = self.root.join(href).map_err(|_| FilesError::BadFileId)?;
+        if url.origin() != self.root.origin() {
+            return Err(FilesError::BadFileId);
+        }
+        let rest = url
+            .path()
+            .strip_prefix(self.root.path())
+            .ok_or(FilesError::BadFileId)?;
+        let rest = rest.trim_end_matches('/');
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let segments = rest
+            .split('/')
+            .map(|s| {
+                percent_encoding::percent_decode_str(s)
+                    .decode_utf8()
+                    .map(|d| d.into_owned())
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| FilesError::BadFileId)?;
+        RelPath::from_segments(segments).map(Some)
+    }
+
+    /// Send a request whose answer is a multistatus (PROPFIND, SEARCH) and parse it.
+    async fn multistatus(
+        &self,
+        method: &[u8],
+        url: &Url,
+        depth: Option<&'static str>,
+        body: &str,
+    ) -> Result<Vec<DavResource>, FilesError> {
+        let method = Method::from_bytes(method).map_err(|_| FilesError::Malformed)?;
+        let response = self.client.send(method, url, depth, Some(body)).await?;
+        // A listing larger than the cap is not a file that is too large: the answer is unusable.
+        let answer = read_capped(response, MAX_MULTISTATUS_BYTES)
+            .await
+            .map_err(|e| match e {
+                FilesError::TooLarge { .. } => FilesError::Malformed,
+                other => other,
+            })?;
+        multistatus::parse(&answer)
+    }
+
+    async fn propfind(&self, url: &Url) -> Result<Vec<DavResource>, FilesError> {
+        self.multistatus(b"PROPFIND", url, Some("1"), PROPFIND_BODY)
+            .await
+    }
+
+    fn entry(&self, path: RelPath, resource: &DavResource) -> Result<FileEntry, FilesError> {
+        let url = self.url_of(&path)?.to_string();
+        let mime_type = resource
+            .content_type
+            .clone()
+            .unwrap_or_else(|| mime_for(&path.extension()).to_string());
+        Ok(FileEntry {
+            path,
+            size: resource.length.unwrap_or(0),
+            modified: resource.modified,
+            mime_type,
+            url,
+        })
+    }
+
+    /// Does the server advertise `DAV:basicsearch` at the arbiter? A failed OPTIONS is not
+    /// remembered, so a server that was down is asked again next time.
+    async fn search_offered(&self) -> bool {
+        let ask = || async {
+            let response = self
+                .client
+                .send(Method::OPTIONS, &self.dasl.arbiter, None, None)
+                .await?;
+            Ok::<bool, FilesError>(Dasl::advertised(response.headers()))
+        };
+        self.dasl_offered
+            .get_or_try_init(ask)
+            .await
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Files below the root whose name contains one of `words`, by the server's SEARCH.
+    async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
+        let body = self.dasl.body(words);
+        let found = self
+            .multistatus(b"SEARCH", &self.dasl.arbiter, None, &body)
+            .await?;
+        let mut files = Vec::new();
+        for resource in found {
+            // The scope is the root, but trust no server: anything not below the root is dropped.
+            let Ok(Some(path)) = self.path_of(&resource.href) else {
+                continue;
+            };
+            let hidden = path.segments().iter().any(|s| s.starts_with('.'));
+            if !resource.is_collection && !hidden && files.len() < MAX_WALK_ENTRIES {
+                files.push(self.entry(path, &resource)?);
+            }
+        }
+        Ok(files)
+    }
+
+    /// Every file below the root, breadth first, within the walk's bounds.
+    async fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
+        let mut files = Vec::new();
+        let mut folders: VecDeque<(Option<RelPath>, usize)> = VecDeque::from([(None, 0)]);
+        let mut listed = 0;
+        while let Some((folder, depth)) = folders.pop_front() {
+            if listed >= MAX_WALK_FOLDERS || files.len() >= MAX_WALK_ENTRIES {
+                tracing::debug!("WebDAV listing cut at its bounds");
+                break;
+            }
+            let url = match &folder {
+                Some(path) => self.url_of(path)?,
+                None => self.root.clone(),
+            };
+            let resources = match self.propfind(&url).await {
+                Ok(resources) => resources,
+                // A folder that vanished or that the server will not list is skipped; the root is not.
+                Err(FilesError::NotFound | FilesError::Forbidden | FilesError::Status(_))
+                    if folder.is_some() =>
+                {
+                    continue;
+                }
+                // 403 on the root: these credentials may not read the user's files.
+                Err(FilesError::Forbidden) => return Err(FilesError::CredentialsRefused),
+                Err(err) => return Err(err),
+            };
+            listed += 1;
+            for resource in resources {
+                let Ok(Some(path)) = self.path_of(&resource.href) else {
+                    continue;
+                };
+                if folder.as_ref() == Some(&path) || path.name().starts_with('.') {
+                    continue;
+                }
+                if resource.is_collection {
+                    if depth + 1 < MAX_WALK_DEPTH {
+                        folders.push_back((Some(path), depth + 1));
+                    }
+                } else if files.len() < MAX_WALK_ENTRIES {
+                    files.push(self.entry(path, &resource)?);
+                }
+            }
+        }
+        Ok(files)
+    }
+}
+
+#[async_trait::async_trait]
+impl FilesBackend for WebdavFiles {
+    async fn candidates(
+        &self,
+        words: &[String],
+        by_content: bool,
+    ) -> Result<Vec<FileEntry>, FilesError> {
+        // A name search can use the server's index; a content search needs every file anyway.
+        if !words.is_empty() && !by_content && self.search_offered().await {
+            match self.search(words).await {
+                Ok(files) => return Ok(files),
+                Err(err @ FilesError::CredentialsRefused) => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, "WebDAV SEARCH failed; walking the folders instead")
+                }
+            }
+        }
+        self.walk().await
+    }
+
+    async fn read(
+        &self,
+        path: &RelPath,
+        max_bytes: u64,
+    ) -> Result<(FileEntry, Vec<u8>), FilesError> {
+        let url = self.url_of(path)?;
+        // Metadata first: a folder is not a file, and an advertised size over the limit is refused
+        // before any download starts.
+        let resources = self.propfind(&url).await?;
+        let own = resources
+            .into_iter()
+            .find(|r| self.path_of(&r.href).ok().flatten().as_ref() == Some(path))
+            .ok_or(FilesError::NotFound)?;
+        if own.is_collection {
+            return Err(FilesError::NotFound);
+        }
+        if own.length.is_some_and(|len| len > max_bytes) {
+            return Err(FilesError::TooLarge { limit: max_bytes });
+        }
+        let response = self.client.send(Method::GET, &url, None, None).await?;
+        let bytes = read_capped(response, max_bytes).await?;
+        let mut entry = self.entry(path.clone(), &own)?;
+        entry.size = bytes.len() as u64;
+        Ok((entry, bytes))
+    }
+
+    fn health(&self) -> Health {
+        self.client.health()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(url: &str) -> WebdavFiles {
+        let config = FilesBackendConfig {
+            url: Some(url.into()),
+            ..FilesBackendConfig::default()
+        };
+        WebdavFiles::new(&config).unwrap()
+    }
+
+    #[test]
+    fn hrefs_outside_the_root_are_refused() {
+        let dav = backend("https://cloud.example.org/remote.php/dav/files/alice");
+        assert_eq!(
+            dav.root.as_str(),
+            "https://cloud.example.org/remote.php/dav/files/alice/"
+        );
+        let path = |href: &str| dav.path_of(href).map(|p| p.map(|p| p.display()));
+        assert_eq!(path("/remote.php/dav/files/alice/").unwrap(), None);
+        assert_eq!(
+            path("/remote.php/dav/files/alice/A%20b/c.pdf")
+                .unwrap()
+                .as_deref(),
+            Some("/A b/c.pdf")
+        );
+        assert_eq!(
+            path("https://cloud.example.org/remote.php/dav/files/alice/x.txt")
+                .unwrap()
+                .as_deref(),
+            Some("/x.txt")
+        );
+        for bad in [
+            "/remote.php/dav/files/bob/x.txt",
+            "https://evil.example.org/remote.php/dav/files/alice/x.txt",
+            "/remote.php/dav/files/alice/../bob/x.txt",
+            "/remote.php/dav/files/alice/a/%2e%2e/%2e%2e/bob/x.txt",
+            "/remote.php/dav/files/alice/a%2Fb",
+        ] {
+            assert!(dav.path_of(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn urls_are_built_below_the_root_with_encoded_segments() {
+        let dav = backend("http://127.0.0.1:9/dav/");
+        let url = dav
+            .url_of(&RelPath::parse("/Protocols/Diabetes & insulin #2.pdf").unwrap())
+            .unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:9/dav/Protocols/Diabetes%20&%20insulin%20%232.pdf"
+        );
+    }
+
+    #[test]
+    fn credentials_in_the_url_and_other_schemes_are_refused() {
+        for url in ["ftp://host/dav/", "https://user:pw@host/dav/", "not a url"] {
+            let config = FilesBackendConfig {
+                url: Some(url.into()),
+                ..FilesBackendConfig::default()
+            };
+            assert!(WebdavFiles::new(&config).is_err(), "{url}");
+        }
+    }
+}
