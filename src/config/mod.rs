@@ -6,6 +6,7 @@
 //! and they are never serialised back out.
 
 mod env;
+mod guidelines;
 mod summary;
 mod validate;
 
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use env::{EnvSource, ProcessEnv};
+pub use guidelines::GuidelinesBackendConfig;
 pub use summary::summary;
 pub use validate::validate;
 
@@ -316,6 +318,7 @@ pub struct BackendsConfig {
     pub calendar: CalendarBackendConfig,
     pub files: FilesBackendConfig,
     pub pubmed: PubmedBackendConfig,
+    pub guidelines: GuidelinesBackendConfig,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

@@ -42,6 +42,10 @@ pub fn summary(config: &Config) -> String {
         ("backends.calendar.password", secret(&config.backends.calendar.password).into()),
         ("backends.files.password", secret(&config.backends.files.password).into()),
         ("backends.pubmed.api_key", secret(&config.backends.pubmed.api_key).into()),
+        (
+            "backends.guidelines.corpus_path",
+            config.backends.guidelines.corpus_path.as_ref().map_or("(shipped)".into(), |p| p.display().to_string()),
+        ),
     ];
     for (key, value) in lines {
         let _ = writeln!(out, "{key} = {value}");

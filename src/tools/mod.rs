@@ -7,6 +7,7 @@
 
 pub mod calculators;
 pub mod calendar;
+pub mod guidelines;
 pub mod pubmed;
 pub mod registry;
 pub mod schema;
@@ -202,4 +203,18 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Run the call. Arguments have been validated against the spec's schema.
     async fn call(&self, args: Value, ctx: CallContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// At most `max` characters, cut at a word boundary with "…"; and whether anything was cut. For
+/// long text in results, which must keep a `function_call_output` under 32 KiB (TOOLS.md).
+pub(crate) fn truncate(text: &str, max: usize) -> (String, bool) {
+    if text.chars().count() <= max {
+        return (text.to_string(), false);
+    }
+    let cut: String = text.chars().take(max).collect();
+    let cut = match cut.rfind(char::is_whitespace) {
+        Some(space) if space > max / 2 => &cut[..space],
+        _ => cut.as_str(),
+    };
+    (format!("{}…", cut.trim_end()), true)
 }

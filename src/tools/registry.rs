@@ -88,6 +88,7 @@ impl ToolRegistry {
         tools.push(Arc::new(super::calculators::tool()));
         tools.push(Arc::new(super::pubmed::tool(&config.backends.pubmed)?));
         tools.extend(super::calendar::tools(&config.backends.calendar)?);
+        tools.push(Arc::new(super::guidelines::tool(&config.backends.guidelines)?));
         Self::from_tools(tools, &config.tools)
     }
 

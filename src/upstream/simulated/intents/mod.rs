@@ -5,11 +5,13 @@
 //! - [`calendar`]: "what is on my calendar tomorrow", "book a meeting ... at 2pm tomorrow".
 //! - [`clinical`]: BMI, Wells DVT/PE and CHA₂DS₂-VASc requests.
 //! - [`literature`]: PubMed searches.
+//! - [`guidelines`]: guideline searches ("what do the guidelines say about …").
 //! - [`fit`]: shaping canonical arguments to the tool schema the session actually declared.
 
 mod calendar;
 mod clinical;
 pub mod fit;
+mod guidelines;
 mod literature;
 
 use std::sync::LazyLock;
@@ -48,6 +50,7 @@ fn understand_one(text: &str, today: NaiveDate) -> Option<Understood> {
     clinical::understand(text, &lower)
         .or_else(|| calendar::understand_booking(text, &lower, today))
         .or_else(|| calendar::understand_query(text, &lower, today))
+        .or_else(|| guidelines::understand(text, &lower))
         .or_else(|| literature::understand(text, &lower))
 }
 
@@ -93,6 +96,16 @@ pub(crate) fn affirmed(lower: &str, needles: &[&str]) -> bool {
             let clause = clause.rsplit(" and ").next().unwrap_or(clause);
             !NEGATIONS.iter().any(|negation| clause.contains(negation))
         })
+    })
+}
+
+/// The topic the first of `patterns` captures (group 1) that `tidy` leaves non-empty; patterns are
+/// ordered from most to least specific.
+pub(crate) fn first_topic(patterns: &[Pattern], text: &str, tidy: fn(&str) -> String) -> Option<String> {
+    patterns.iter().find_map(|pattern| {
+        let caps = captures(pattern, text)?;
+        let topic = tidy(group(&caps, 1)?);
+        (!topic.is_empty()).then_some(topic)
     })
 }
 
