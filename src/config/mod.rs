@@ -8,6 +8,7 @@
 mod audit;
 mod env;
 mod files;
+mod guidelines;
 mod summary;
 mod validate;
 
@@ -19,6 +20,7 @@ use serde::Deserialize;
 
 pub use audit::AuditOnError;
 pub use env::{EnvSource, ProcessEnv};
+pub use guidelines::GuidelinesBackendConfig;
 pub use summary::summary;
 pub use validate::validate;
 
@@ -379,6 +381,7 @@ pub struct BackendsConfig {
     pub calendar: CalendarBackendConfig,
     pub files: FilesBackendConfig,
     pub pubmed: PubmedBackendConfig,
+    pub guidelines: GuidelinesBackendConfig,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

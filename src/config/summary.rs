@@ -54,6 +54,10 @@ pub fn summary(config: &Config) -> String {
         ("upstream.allowed_models", format!("{:?}", u.allowed_models)),
         ("upstream.allow_hosted_mcp", u.allow_hosted_mcp.to_string()),
         ("auth.max_token_lifetime_s", a.max_token_lifetime_s.to_string()),
+        (
+            "backends.guidelines.corpus_path",
+            config.backends.guidelines.corpus_path.as_ref().map_or("(shipped)".into(), |p| p.display().to_string()),
+        ),
     ];
     for (key, value) in lines {
         let _ = writeln!(out, "{key} = {value}");

@@ -168,6 +168,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if !pubmed.is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
         return Err(ConfigError::new("backends.pubmed.base_url", "must be an http(s) URL"));
     }
+    if let Some(path) = &config.backends.guidelines.corpus_path {
+        crate::tools::guidelines::check_corpus(path)
+            .map_err(|err| ConfigError::new("backends.guidelines.corpus_path", err.to_string()))?;
+    }
     Ok(())
 }
 

@@ -89,6 +89,7 @@ impl ToolRegistry {
         tools.push(Arc::new(super::pubmed::tool(&config.backends.pubmed)?));
         tools.extend(super::calendar::tools(&config.backends.calendar)?);
         tools.extend(super::files::tools(&config.backends.files)?);
+        tools.push(Arc::new(super::guidelines::tool(&config.backends.guidelines)?));
         Self::from_tools(tools, &config.tools)
     }
 

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::json;
 
-use super::{Pattern, Understood, captures, clip, group, is_match};
+use super::{Pattern, Understood, clip, first_topic, is_match};
 
 const TOOL: &str = "search_pubmed";
 /// Results asked for (the tool allows 1–20).
@@ -40,11 +40,7 @@ pub(super) fn understand(text: &str, lower: &str) -> Option<Understood> {
     if !is_match(&TOPIC_WORDS, lower) {
         return None;
     }
-    let topic = QUERIES.iter().find_map(|pattern| {
-        let caps = captures(pattern, text)?;
-        let topic = tidy(group(&caps, 1)?);
-        (!topic.is_empty()).then_some(topic)
-    });
+    let topic = first_topic(&QUERIES, text, tidy);
     Some(match topic {
         Some(query) => {
             Understood::Call { tool: TOOL, arguments: json!({ "query": query, "max_results": MAX_RESULTS }) }

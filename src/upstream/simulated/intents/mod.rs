@@ -6,12 +6,14 @@
 //! - [`clinical`]: BMI, Wells DVT/PE and CHA₂DS₂-VASc requests.
 //! - [`files`]: finding documents ("find the diabetes protocol") and reading one ("read it").
 //! - [`literature`]: PubMed searches.
+//! - [`guidelines`]: guideline searches ("what do the guidelines say about …").
 //! - [`fit`]: shaping canonical arguments to the tool schema the session actually declared.
 
 mod calendar;
 mod clinical;
 pub(crate) mod files;
 pub mod fit;
+mod guidelines;
 mod literature;
 
 use std::sync::LazyLock;
@@ -51,6 +53,7 @@ fn understand_one(text: &str, today: NaiveDate) -> Option<Understood> {
         .or_else(|| calendar::understand_booking(text, &lower, today))
         .or_else(|| calendar::understand_query(text, &lower, today))
         .or_else(|| files::understand_search(text, &lower))
+        .or_else(|| guidelines::understand(text, &lower))
         .or_else(|| literature::understand(text, &lower))
 }
 
@@ -96,6 +99,16 @@ pub(crate) fn affirmed(lower: &str, needles: &[&str]) -> bool {
             let clause = clause.rsplit(" and ").next().unwrap_or(clause);
             !NEGATIONS.iter().any(|negation| clause.contains(negation))
         })
+    })
+}
+
+/// The topic the first of `patterns` captures (group 1) that `tidy` leaves non-empty; patterns are
+/// ordered from most to least specific.
+pub(crate) fn first_topic(patterns: &[Pattern], text: &str, tidy: fn(&str) -> String) -> Option<String> {
+    patterns.iter().find_map(|pattern| {
+        let caps = captures(pattern, text)?;
+        let topic = tidy(group(&caps, 1)?);
+        (!topic.is_empty()).then_some(topic)
     })
 }
 
