@@ -18,13 +18,16 @@ pub struct Collection {
     pub url: Url,
     /// The display name, or the last path segment when the server has none.
     pub name: String,
+    /// The server said this user may not write here (`current-user-privilege-set`).
+    pub read_only: bool,
 }
 
 /// The user's event calendars and which one is the default.
 #[derive(Debug, Clone)]
 pub struct Calendars {
     pub all: Vec<Collection>,
-    /// Index into `all`: the configured `backends.calendar.calendar`, else the first one.
+    /// Index into `all`: the configured `backends.calendar.calendar`, else the first one the user may
+    /// write to (Nextcloud may list its read-only birthday calendar first), else the first.
     pub default: usize,
 }
 
@@ -67,7 +70,8 @@ pub async fn discover(dav: &Dav, start: &Url, wanted: Option<&str>) -> Result<Ca
     if all.is_empty() {
         return Err(CalendarError::NoCalendar);
     }
-    let mut calendars = Calendars { all, default: 0 };
+    let writable = all.iter().position(|c| !c.read_only).unwrap_or(0);
+    let mut calendars = Calendars { all, default: writable };
     if let Some(wanted) = wanted.map(str::trim).filter(|w| !w.is_empty()) {
         let chosen = calendars.named(wanted).ok_or(CalendarError::UnknownCalendar)?;
         calendars.default = calendars.all.iter().position(|c| c == chosen).unwrap_or(0);
@@ -170,7 +174,11 @@ fn same_path(dav: &Dav, url: &Url, href: &str) -> bool {
 fn collection(url: &Url, resource: &Resource) -> Collection {
     let segment = url.path_segments().and_then(|mut s| s.rfind(|p| !p.is_empty())).unwrap_or_default();
     let fallback = percent_decode(segment);
-    Collection { url: with_trailing_slash(url), name: resource.displayname.clone().unwrap_or(fallback) }
+    Collection {
+        url: with_trailing_slash(url),
+        name: resource.displayname.clone().unwrap_or(fallback),
+        read_only: resource.writable == Some(false),
+    }
 }
 
 /// Collection URLs end in `/`, so that `join("event.ics")` lands inside them.

@@ -1,7 +1,9 @@
 //! What Radicale cannot be made to do on demand: a scripted CalDAV server (real HTTP on 127.0.0.1,
 //! the server's WebDAV answers as recorded from Radicale) that fails first. 5xx and 429 are retried
 //! (honouring `Retry-After`) up to three attempts; 4xx are not; 403 is refused credentials; every
-//! request carries the tool span's `traceparent`; `/readyz`'s flag follows the last contact.
+//! request carries the tool span's `traceparent`; `/readyz`'s flag follows the last contact. Also
+//! Nextcloud's home-set layout (answers in sabre/dav's shape, written by hand: no Nextcloud runs
+//! here), where the default calendar must skip the read-only birthday calendar.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -102,6 +104,47 @@ async fn client_errors_are_not_retried_and_403_is_refused_credentials() {
     assert!(matches!(err, CalendarError::Refused), "{err:?}");
     let public = crate::tools::ToolError::from(err).public_message();
     assert!(public.contains("refused the credentials") && !public.contains("127.0.0.1"), "{public}");
+}
+
+/// Nextcloud's answers (sabre/dav): the DAV root names the home set, whose listing starts with the
+/// read-only birthday calendar.
+const NEXTCLOUD_ROOT: &str = r#"<?xml version="1.0"?>
+<d:multistatus xmlns:d="DAV:" xmlns:s="http://sabredav.org/ns" xmlns:cal="urn:ietf:params:xml:ns:caldav"><d:response><d:href>/remote.php/dav/</d:href><d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype><d:current-user-principal><d:href>/remote.php/dav/principals/users/alice/</d:href></d:current-user-principal><cal:calendar-home-set><d:href>/remote.php/dav/calendars/alice/</d:href></cal:calendar-home-set></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response></d:multistatus>"#;
+const NEXTCLOUD_HOME: &str = r#"<?xml version="1.0"?>
+<d:multistatus xmlns:d="DAV:" xmlns:cal="urn:ietf:params:xml:ns:caldav" xmlns:nc="http://nextcloud.org/ns">
+<d:response><d:href>/remote.php/dav/calendars/alice/</d:href><d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+<d:response><d:href>/remote.php/dav/calendars/alice/contact_birthdays/</d:href><d:propstat><d:prop><d:resourcetype><d:collection/><cal:calendar/></d:resourcetype><d:displayname>Contact birthdays</d:displayname><d:current-user-privilege-set><d:privilege><d:read/></d:privilege></d:current-user-privilege-set></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+<d:response><d:href>/remote.php/dav/calendars/alice/personal/</d:href><d:propstat><d:prop><d:resourcetype><d:collection/><cal:calendar/></d:resourcetype><d:displayname>Personal</d:displayname><d:current-user-privilege-set><d:privilege><d:all/></d:privilege></d:current-user-privilege-set></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+<d:response><d:href>/remote.php/dav/calendars/alice/inbox/</d:href><d:propstat><d:prop><d:resourcetype><d:collection/><cal:schedule-inbox/></d:resourcetype></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
+</d:multistatus>"#;
+
+#[tokio::test]
+async fn nextcloud_default_calendar_is_the_first_writable_one() {
+    let (script, backend) = serve(&[(207, NEXTCLOUD_ROOT), (207, NEXTCLOUD_HOME), (201, "")]).await;
+    let event = crate::tools::calendar::CalendarEvent {
+        id: "abc@voxgate".into(),
+        title: "Ward round".into(),
+        timing: crate::tools::calendar::EventTiming::Timed {
+            start: chrono::DateTime::from_timestamp(1_711_965_600, 0).unwrap(),
+            end: chrono::DateTime::from_timestamp(1_711_969_200, 0).unwrap(),
+        },
+        location: None,
+        description: None,
+        calendar: crate::tools::calendar::DEFAULT_CALENDAR.into(),
+    };
+    let outcome = backend.create_event(event).await.unwrap();
+    assert!(outcome.created);
+    assert_eq!(outcome.event.calendar, "Personal");
+    let seen = script.seen.lock().unwrap().clone();
+    let paths: Vec<(String, &str)> = seen.iter().map(|(m, p, _)| (m.to_string(), p.as_str())).collect();
+    assert_eq!(
+        paths,
+        [
+            ("PROPFIND".to_string(), "/alice/clinic/"),
+            ("PROPFIND".to_string(), "/remote.php/dav/calendars/alice/"),
+            ("PUT".to_string(), "/remote.php/dav/calendars/alice/personal/abc-voxgate.ics"),
+        ]
+    );
 }
 
 #[tokio::test]

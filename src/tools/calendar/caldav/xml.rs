@@ -27,6 +27,9 @@ pub struct Resource {
     pub components: Option<Vec<String>>,
     pub current_user_principal: Option<String>,
     pub calendar_home_set: Option<String>,
+    /// `current-user-privilege-set` grants writing (`write`, `bind`, `write-content` or `all`);
+    /// `None` when not reported. Nextcloud's birthday calendar holds events but is read-only.
+    pub writable: Option<bool>,
     pub calendar_data: Option<String>,
 }
 
@@ -46,6 +49,7 @@ pub const PROPFIND_DISCOVERY: &str = r#"<?xml version="1.0" encoding="utf-8"?>
     <D:current-user-principal/>
     <C:calendar-home-set/>
     <C:supported-calendar-component-set/>
+    <D:current-user-privilege-set/>
   </D:prop>
 </D:propfind>"#;
 
@@ -156,6 +160,10 @@ fn on_start(
         }
         (Ns::Caldav, "calendar") if parent_is(stack, Ns::Dav, "resourcetype") => current.pending.is_calendar = true,
         (Ns::Caldav, "supported-calendar-component-set") => current.pending.components = Some(Vec::new()),
+        (Ns::Dav, "current-user-privilege-set") => current.pending.writable = Some(false),
+        (Ns::Dav, "write" | "bind" | "write-content" | "all") if parent_is(stack, Ns::Dav, "privilege") => {
+            current.pending.writable = Some(true);
+        }
         (Ns::Caldav, "comp") if parent_is(stack, Ns::Caldav, "supported-calendar-component-set") => {
             let name = start
                 .attributes()
@@ -212,6 +220,7 @@ fn merge(into: &mut Resource, from: Resource) {
     into.current_user_principal = into.current_user_principal.take().or(from.current_user_principal);
     into.calendar_home_set = into.calendar_home_set.take().or(from.calendar_home_set);
     into.calendar_data = into.calendar_data.take().or(from.calendar_data);
+    into.writable = into.writable.or(from.writable);
 }
 
 #[cfg(test)]
@@ -257,6 +266,29 @@ mod tests {
         assert_eq!(found[0].current_user_principal.as_deref(), Some("/dav/principals/alice/"));
         assert_eq!(found[0].calendar_home_set.as_deref(), Some("/dav/calendars/alice/"));
         assert_eq!(found[0].calendar_data.as_deref(), Some("BEGIN:VCALENDAR\r\nEND:VCALENDAR\r\n"));
+    }
+
+    #[test]
+    fn reads_write_privileges_as_nextcloud_reports_them() {
+        let body = r#"<?xml version="1.0"?>
+<d:multistatus xmlns:d="DAV:" xmlns:s="http://sabredav.org/ns" xmlns:cal="urn:ietf:params:xml:ns:caldav" xmlns:nc="http://nextcloud.org/ns">
+ <d:response><d:href>/remote.php/dav/calendars/alice/contact_birthdays/</d:href>
+  <d:propstat><d:prop><d:resourcetype><d:collection/><cal:calendar/></d:resourcetype><d:displayname>Contact birthdays</d:displayname>
+   <d:current-user-privilege-set><d:privilege><d:read/></d:privilege><d:privilege><d:read-acl/></d:privilege></d:current-user-privilege-set>
+  </d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>
+ </d:response>
+ <d:response><d:href>/remote.php/dav/calendars/alice/personal/</d:href>
+  <d:propstat><d:prop><d:resourcetype><d:collection/><cal:calendar/></d:resourcetype><d:displayname>Personal</d:displayname>
+   <d:current-user-privilege-set><d:privilege><d:write/></d:privilege><d:privilege><d:read/></d:privilege></d:current-user-privilege-set>
+  </d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>
+ </d:response>
+ <d:response><d:href>/remote.php/dav/calendars/alice/trashbin/</d:href>
+  <d:propstat><d:prop><d:resourcetype><d:collection/><nc:trash-bin/></d:resourcetype></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat>
+ </d:response>
+</d:multistatus>"#;
+        let found = multistatus(body).unwrap();
+        assert_eq!(found.iter().map(|r| r.writable).collect::<Vec<_>>(), [Some(false), Some(true), None]);
+        assert_eq!(found.iter().map(Resource::holds_events).collect::<Vec<_>>(), [true, true, false]);
     }
 
     #[test]
