@@ -6,6 +6,7 @@
 //! and they are never serialised back out.
 
 mod env;
+mod knowledge;
 mod summary;
 mod validate;
 
@@ -16,6 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use env::{EnvSource, ProcessEnv};
+pub use knowledge::{
+    DdxBackendConfig, EvidenceBackendConfig, WebSearchBackendConfig, WebSearchProvider, is_domain,
+};
 pub use summary::summary;
 pub use validate::validate;
 
@@ -316,6 +320,9 @@ pub struct BackendsConfig {
     pub calendar: CalendarBackendConfig,
     pub files: FilesBackendConfig,
     pub pubmed: PubmedBackendConfig,
+    pub ddx: DdxBackendConfig,
+    pub web_search: WebSearchBackendConfig,
+    pub evidence: EvidenceBackendConfig,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

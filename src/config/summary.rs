@@ -42,6 +42,11 @@ pub fn summary(config: &Config) -> String {
         ("backends.calendar.password", secret(&config.backends.calendar.password).into()),
         ("backends.files.password", secret(&config.backends.files.password).into()),
         ("backends.pubmed.api_key", secret(&config.backends.pubmed.api_key).into()),
+        ("backends.ddx.llm_api_key", secret(&config.backends.ddx.llm_api_key).into()),
+        ("backends.web_search.provider", format!("{:?}", config.backends.web_search.provider).to_lowercase()),
+        ("backends.web_search.api_key", secret(&config.backends.web_search.api_key).into()),
+        ("backends.evidence.base_url", config.backends.evidence.base_url.clone().unwrap_or_else(|| "(unset)".into())),
+        ("backends.evidence.api_key", secret(&config.backends.evidence.api_key).into()),
     ];
     for (key, value) in lines {
         let _ = writeln!(out, "{key} = {value}");

@@ -157,6 +157,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if !pubmed.is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
         return Err(ConfigError::new("backends.pubmed.base_url", "must be an http(s) URL"));
     }
+    let b = &config.backends;
+    super::knowledge::validate(&b.ddx, &b.web_search, &b.evidence)?;
     Ok(())
 }
 

@@ -88,6 +88,13 @@ impl ToolRegistry {
         tools.push(Arc::new(super::calculators::tool()));
         tools.push(Arc::new(super::pubmed::tool(&config.backends.pubmed)?));
         tools.extend(super::calendar::tools(&config.backends.calendar)?);
+        tools.push(Arc::new(super::ddx::tool(&config.backends.ddx)?));
+        if let Some(web) = super::web_search::tool(&config.backends.web_search)? {
+            tools.push(Arc::new(web));
+        }
+        if let Some(evidence) = super::evidence::tool(&config.backends.evidence)? {
+            tools.push(Arc::new(evidence));
+        }
         Self::from_tools(tools, &config.tools)
     }
 

@@ -4,12 +4,14 @@
 //!
 //! - [`calendar`]: "what is on my calendar tomorrow", "book a meeting ... at 2pm tomorrow".
 //! - [`clinical`]: BMI, Wells DVT/PE and CHA₂DS₂-VASc requests.
+//! - [`knowledge`]: differential diagnosis, web search and evidence requests.
 //! - [`literature`]: PubMed searches.
 //! - [`fit`]: shaping canonical arguments to the tool schema the session actually declared.
 
 mod calendar;
 mod clinical;
 pub mod fit;
+mod knowledge;
 mod literature;
 
 use std::sync::LazyLock;
@@ -46,6 +48,7 @@ pub fn understand(text: &str, today: NaiveDate) -> Vec<Understood> {
 fn understand_one(text: &str, today: NaiveDate) -> Option<Understood> {
     let lower = text.to_lowercase();
     clinical::understand(text, &lower)
+        .or_else(|| knowledge::understand(text, &lower))
         .or_else(|| calendar::understand_booking(text, &lower, today))
         .or_else(|| calendar::understand_query(text, &lower, today))
         .or_else(|| literature::understand(text, &lower))
