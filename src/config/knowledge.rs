@@ -216,3 +216,117 @@ pub fn is_domain(value: &str) -> bool {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(
+        ddx: DdxBackendConfig,
+        web: WebSearchBackendConfig,
+        evidence: EvidenceBackendConfig,
+    ) -> Result<(), ConfigError> {
+        validate(&ddx, &web, &evidence)
+    }
+
+    #[test]
+    fn defaults_are_valid_and_offer_no_third_party() {
+        assert!(check(Default::default(), Default::default(), Default::default()).is_ok());
+        assert!(WebSearchBackendConfig::default().provider.is_none());
+        assert!(
+            WebSearchBackendConfig::default()
+                .allowed_domains
+                .iter()
+                .all(|d| is_domain(d))
+        );
+    }
+
+    #[test]
+    fn a_bad_operator_knowledge_base_is_refused_naming_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kb.json");
+        let mut kb: serde_json::Value =
+            serde_json::from_str(include_str!("../../data/ddx/knowledge_base.json")).unwrap();
+        kb["conditions"][5]["next_steps"] = serde_json::json!([]);
+        std::fs::write(&path, kb.to_string()).unwrap();
+        let ddx = DdxBackendConfig {
+            knowledge_base_path: Some(path),
+            ..Default::default()
+        };
+        let err = check(ddx, Default::default(), Default::default()).unwrap_err();
+        assert_eq!(err.key, "backends.ddx.knowledge_base_path");
+        assert_eq!(
+            err.reason,
+            "condition #5 (pericarditis): next_steps must not be empty"
+        );
+    }
+
+    #[test]
+    fn each_bad_key_is_named() {
+        let cases: Vec<(
+            &str,
+            DdxBackendConfig,
+            WebSearchBackendConfig,
+            EvidenceBackendConfig,
+        )> = vec![
+            (
+                "backends.ddx.llm_url",
+                DdxBackendConfig {
+                    llm_url: Some("ftp://x".into()),
+                    ..Default::default()
+                },
+                Default::default(),
+                Default::default(),
+            ),
+            (
+                "backends.ddx.llm_model",
+                DdxBackendConfig {
+                    llm_url: Some("http://127.0.0.1:1/v1".into()),
+                    ..Default::default()
+                },
+                Default::default(),
+                Default::default(),
+            ),
+            (
+                "backends.web_search.api_key",
+                Default::default(),
+                WebSearchBackendConfig {
+                    provider: Some(WebSearchProvider::Brave),
+                    ..Default::default()
+                },
+                Default::default(),
+            ),
+            (
+                "backends.web_search.cx",
+                Default::default(),
+                WebSearchBackendConfig {
+                    provider: Some(WebSearchProvider::Google),
+                    api_key: Some(Secret::new("k")),
+                    ..Default::default()
+                },
+                Default::default(),
+            ),
+            (
+                "backends.web_search.allowed_domains[1]",
+                Default::default(),
+                WebSearchBackendConfig {
+                    allowed_domains: vec!["nih.gov".into(), "https://cdc.gov/".into()],
+                    ..Default::default()
+                },
+                Default::default(),
+            ),
+            (
+                "backends.evidence.base_url",
+                Default::default(),
+                Default::default(),
+                EvidenceBackendConfig {
+                    base_url: Some("not a url".into()),
+                    api_key: None,
+                },
+            ),
+        ];
+        for (key, ddx, web, evidence) in cases {
+            assert_eq!(check(ddx, web, evidence).unwrap_err().key, key);
+        }
+    }
+}
