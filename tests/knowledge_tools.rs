@@ -159,3 +159,26 @@ async fn unconfigured_third_party_tools_are_not_offered() {
         "{names:?}"
     );
 }
+
+#[tokio::test]
+async fn the_simulated_model_asks_for_a_differential_and_speaks_the_answer() {
+    let proxy = TestProxy::start("").await;
+    let mut client = proxy.client().await;
+    client.until("voxgate.session.ready").await;
+    let request = "Differential for a 65 year old man with chest pain, shortness of breath, sweating and pain \
+                   radiating to the left arm; history of hypertension, diabetes and smoking";
+    client
+        .send_json(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": request}]}}))
+        .await;
+    client.send_json(json!({"type": "response.create"})).await;
+    let completed = client.until("voxgate.tool_call.completed").await;
+    assert_eq!(completed["name"], "generate_differential_diagnosis");
+    loop {
+        let frame = client.next_text().await;
+        if frame.contains("The leading diagnosis is Acute coronary syndrome") {
+            assert!(frame.contains("Do not miss"), "{frame}");
+            break;
+        }
+    }
+}
