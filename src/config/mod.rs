@@ -9,6 +9,7 @@ mod audit;
 mod env;
 mod files;
 mod guidelines;
+mod knowledge;
 mod summary;
 mod validate;
 
@@ -21,6 +22,9 @@ use serde::Deserialize;
 pub use audit::AuditOnError;
 pub use env::{EnvSource, ProcessEnv};
 pub use guidelines::GuidelinesBackendConfig;
+pub use knowledge::{
+    DdxBackendConfig, EvidenceBackendConfig, WebSearchBackendConfig, WebSearchProvider, is_domain,
+};
 pub use summary::summary;
 pub use validate::validate;
 
@@ -382,6 +386,9 @@ pub struct BackendsConfig {
     pub files: FilesBackendConfig,
     pub pubmed: PubmedBackendConfig,
     pub guidelines: GuidelinesBackendConfig,
+    pub ddx: DdxBackendConfig,
+    pub web_search: WebSearchBackendConfig,
+    pub evidence: EvidenceBackendConfig,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]

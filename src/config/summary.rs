@@ -58,6 +58,11 @@ pub fn summary(config: &Config) -> String {
             "backends.guidelines.corpus_path",
             config.backends.guidelines.corpus_path.as_ref().map_or("(shipped)".into(), |p| p.display().to_string()),
         ),
+        ("backends.ddx.llm_api_key", secret(&config.backends.ddx.llm_api_key).into()),
+        ("backends.web_search.provider", format!("{:?}", config.backends.web_search.provider).to_lowercase()),
+        ("backends.web_search.api_key", secret(&config.backends.web_search.api_key).into()),
+        ("backends.evidence.base_url", config.backends.evidence.base_url.clone().unwrap_or_else(|| "(unset)".into())),
+        ("backends.evidence.api_key", secret(&config.backends.evidence.api_key).into()),
     ];
     for (key, value) in lines {
         let _ = writeln!(out, "{key} = {value}");

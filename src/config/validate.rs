@@ -172,6 +172,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         crate::tools::guidelines::check_corpus(path)
             .map_err(|err| ConfigError::new("backends.guidelines.corpus_path", err.to_string()))?;
     }
+    let b = &config.backends;
+    super::knowledge::validate(&b.ddx, &b.web_search, &b.evidence)?;
     Ok(())
 }
 

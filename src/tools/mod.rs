@@ -5,13 +5,21 @@
 //! arguments (already validated against [`ToolSpec::parameters`]) and a [`CallContext`]. One file or
 //! folder per tool family; [`registry`] turns the enabled ones into the session's catalogue.
 
+pub(crate) mod args;
 pub mod calculators;
 pub mod calendar;
 pub mod files;
 pub mod guidelines;
+pub mod ddx;
+pub mod evidence;
+pub(crate) mod http;
 pub mod pubmed;
 pub mod registry;
 pub mod schema;
+#[cfg(test)]
+pub(crate) mod test_support;
+pub(crate) mod text;
+pub mod web_search;
 
 use std::time::Duration;
 

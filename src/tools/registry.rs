@@ -90,6 +90,13 @@ impl ToolRegistry {
         tools.extend(super::calendar::tools(&config.backends.calendar)?);
         tools.extend(super::files::tools(&config.backends.files)?);
         tools.push(Arc::new(super::guidelines::tool(&config.backends.guidelines)?));
+        tools.push(Arc::new(super::ddx::tool(&config.backends.ddx)?));
+        if let Some(web) = super::web_search::tool(&config.backends.web_search)? {
+            tools.push(Arc::new(web));
+        }
+        if let Some(evidence) = super::evidence::tool(&config.backends.evidence)? {
+            tools.push(Arc::new(evidence));
+        }
         Self::from_tools(tools, &config.tools)
     }
 

@@ -4,7 +4,7 @@
 //! text goes into logs as is, and [`From<CalendarError> for ToolError`] picks the public message.
 
 use crate::tools::ToolError;
-use crate::tools::pubmed::client::Failure;
+use crate::tools::http::Failure;
 use crate::tools::registry::RegistryError;
 
 /// Why a calendar backend call failed.

@@ -1,57 +1,23 @@
-//! The HTTP side of `search_pubmed`: one reqwest client, NCBI's request-rate limit shared by every
-//! session, bounded retries, and W3C trace context on every request.
+//! The HTTP side of `search_pubmed`: NCBI's request-rate limit shared by every session, on top of
+//! the tools' shared HTTP helpers (`tools::http`: bounded retries, trace context, safe errors).
 //!
 //! NCBI allows 3 requests per second per client (10 with an API key) and blocks clients that go
 //! over. The tool is one `Arc` shared by all sessions, so the [`Pacer`] inside it spaces *every*
-//! request of the process, not each session's. Transient failures (connect errors, timeouts, 429,
-//! 5xx) are retried with exponential back-off and jitter; anything else fails at once.
+//! request of the process, not each session's; a retried attempt waits for its slot too.
 //!
-//! The API key travels in the query string, so a reqwest error (whose `Display` includes the URL)
-//! must never be logged as is: [`Failure`] keeps only the kind of failure and the status.
+//! The API key travels in the query string: only `http::Failure` (kind and status) is ever logged.
 
 use std::time::Duration;
 
-use rand::Rng;
-use reqwest::StatusCode;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use url::Url;
 
-/// Attempts per request, the first included (TOOLS.md: "up to 3 times").
-pub const MAX_ATTEMPTS: u32 = 3;
-/// First back-off; doubled on each retry, plus up to 50% jitter.
-const BASE_BACKOFF: Duration = Duration::from_millis(250);
-/// A `Retry-After` longer than this is not waited for in full (the tool has a 30 s budget).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::tools::http::{self, Failure};
+
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest body read from NCBI (10 abstracts are far below this).
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// Why a request failed, in terms safe to log: no URL, no body, no key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Failure {
-    #[error("could not connect")]
-    Connect,
-    #[error("timed out")]
-    Timeout,
-    #[error("HTTP status {0}")]
-    Status(u16),
-    #[error("answer larger than allowed")]
-    TooLarge,
-    #[error("transport error")]
-    Transport,
-}
-
-impl Failure {
-    pub(crate) fn is_transient(&self) -> bool {
-        match self {
-            Failure::Connect | Failure::Timeout | Failure::Transport => true,
-            Failure::Status(code) => *code == 429 || (500..600).contains(code),
-            Failure::TooLarge => false,
-        }
-    }
-}
 
 /// Spaces requests at least `interval` apart, across every task that shares it.
 #[derive(Debug)]
@@ -99,23 +65,8 @@ impl std::fmt::Debug for Eutils {
 impl Eutils {
     /// `base` is the E-utilities root (".../entrez/eutils"); `rate` requests per second.
     pub fn new(base: &str, identity: Vec<(&'static str, String)>, rate: u32) -> Result<Self, String> {
-        let mut base = Url::parse(base).map_err(|e| format!("base_url is not a URL: {e}"))?;
-        if !matches!(base.scheme(), "http" | "https") {
-            return Err("base_url must be http or https".into());
-        }
-        // Url::join replaces the last segment unless the path ends with '/'.
-        if !base.path().ends_with('/') {
-            let path = format!("{}/", base.path());
-            base.set_path(&path);
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("voxgate/", env!("CARGO_PKG_VERSION")))
-            // Only ever talk to the configured base URL (TOOLS.md allow-list rule).
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {}", e.without_url()))?;
+        let base = http::base_url(base, "base_url")?;
+        let http = http::client(REQUEST_TIMEOUT)?;
         Ok(Self { http, base, pacer: Pacer::per_second(rate), identity })
     }
 
@@ -123,98 +74,21 @@ impl Eutils {
     /// Retries transient failures; each attempt waits for its slot in the shared pacer.
     pub async fn get(&self, endpoint: &str, params: &[(&str, String)]) -> Result<String, Failure> {
         let url = self.base.join(endpoint).map_err(|_| Failure::Transport)?;
-        let mut attempt = 1;
-        loop {
-            self.pacer.wait().await;
-            let result = self.attempt(url.clone(), params).await;
-            match result {
-                Ok(body) => return Ok(body),
-                Err((failure, retry_after)) if failure.is_transient() && attempt < MAX_ATTEMPTS => {
-                    let delay = retry_after.unwrap_or_else(|| backoff(attempt));
-                    tracing::debug!(endpoint, attempt, error = %failure, "PubMed request failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Err((failure, _)) => {
-                    tracing::warn!(endpoint, attempt, error = %failure, "PubMed request failed");
-                    return Err(failure);
-                }
-            }
-        }
-    }
-
-    async fn attempt(&self, url: Url, params: &[(&str, String)]) -> Result<String, (Failure, Option<Duration>)> {
-        let headers = crate::telemetry::trace_headers(&tracing::Span::current());
         let identity = self.identity.iter().map(|(k, v)| (*k, v.as_str()));
         let query: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).chain(identity).collect();
-        let response =
-            self.http.get(url).query(&query).headers(headers).send().await.map_err(|e| (classify(&e), None))?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = (status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error())
-                .then(|| retry_after(response.headers()))
-                .flatten();
-            return Err((Failure::Status(status.as_u16()), retry_after));
-        }
-        if response.content_length().is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-            return Err((Failure::TooLarge, None));
-        }
-        let bytes = response.bytes().await.map_err(|e| (classify(&e), None))?;
-        if bytes.len() > MAX_BODY_BYTES {
-            return Err((Failure::TooLarge, None));
-        }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        let (client, pacer, url, query) = (&self.http, &self.pacer, &url, &query);
+        let body = http::with_retries("PubMed", move || async move {
+            pacer.wait().await;
+            http::attempt(client.get(url.clone()).query(query), MAX_BODY_BYTES).await
+        })
+        .await?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
-}
-
-/// What went wrong, without the URL (it carries the API key).
-pub(crate) fn classify(err: &reqwest::Error) -> Failure {
-    if err.is_timeout() {
-        Failure::Timeout
-    } else if err.is_connect() {
-        Failure::Connect
-    } else {
-        Failure::Transport
-    }
-}
-
-/// `Retry-After` in seconds (NCBI sends seconds), capped.
-pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
-}
-
-/// 250 ms, 500 ms, … plus up to 50% jitter so that sessions retrying together spread out.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    let base = BASE_BACKOFF * 2u32.saturating_pow(attempt.saturating_sub(1));
-    let jitter = rand::rng().random_range(0..=base.as_millis() as u64 / 2);
-    base + Duration::from_millis(jitter)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transient_failures_are_the_retryable_ones() {
-        assert!(Failure::Status(503).is_transient());
-        assert!(Failure::Status(429).is_transient());
-        assert!(Failure::Timeout.is_transient());
-        assert!(Failure::Connect.is_transient());
-        assert!(!Failure::Status(400).is_transient());
-        assert!(!Failure::Status(404).is_transient());
-        assert!(!Failure::TooLarge.is_transient());
-    }
-
-    #[test]
-    fn backoff_doubles_with_bounded_jitter() {
-        for _ in 0..20 {
-            let first = backoff(1);
-            let second = backoff(2);
-            assert!(first >= Duration::from_millis(250) && first <= Duration::from_millis(375));
-            assert!(second >= Duration::from_millis(500) && second <= Duration::from_millis(750));
-        }
-    }
 
     #[tokio::test]
     async fn pacer_spaces_concurrent_callers() {

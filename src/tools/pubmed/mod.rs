@@ -17,17 +17,20 @@ use serde_json::{Value, json};
 use self::client::Eutils;
 use self::parse::Article;
 use super::registry::RegistryError;
-use super::{CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+use super::{args, CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+use super::text::truncate;
 use crate::config::PubmedBackendConfig;
 
 /// Most articles one call returns: 10 abstracts of ≤ 1,200 characters keep the output well under
 /// the 32 KiB a `function_call_output` may take.
 const MAX_RESULTS: u64 = 10;
-const DEFAULT_RESULTS: u64 = 5;
+/// The seed's default (`max_results: Optional[int] = 10`).
+const DEFAULT_RESULTS: u64 = 10;
 /// Abstracts are cut to this many characters (the model summarises; the link has the rest).
 const ABSTRACT_CHARS: usize = 1200;
-/// Authors listed before "et al.".
-const AUTHORS_SHOWN: usize = 3;
+/// Authors listed in full up to this bound; longer lists end with "et al." (consortium papers list
+/// hundreds, which would crowd out the abstracts within the 32 KiB output budget).
+const AUTHORS_SHOWN: usize = 20;
 const MAX_QUERY_CHARS: u64 = 300;
 
 /// Publication types the model may filter on (PubMed's `[pt]` field values).
@@ -81,7 +84,7 @@ impl SearchPubmed {
         let spec = ToolSpec {
             name: "search_pubmed",
             description: "Search PubMed (NCBI) for published medical literature: returns the best-matching \
-                articles with title, first authors, journal, year, DOI and a shortened abstract. Use for \
+                articles with title, authors, journal, publication date, DOI and a shortened abstract. Use for \
                 evidence questions (trials, reviews, guidelines). The query leaves the hospital: never put \
                 patient names, dates of birth, record numbers or other identifying details in it."
                 .into(),
@@ -155,15 +158,8 @@ struct Query {
 
 impl Query {
     fn from_args(args: &Value) -> Result<Self, ToolError> {
-        let text = args
-            .get("query")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|q| !q.is_empty())
-            .ok_or_else(|| ToolError::InvalidArguments("`/query`: a non-empty search text is required".into()))?
-            .to_string();
-        let max_results =
-            args.get("max_results").and_then(Value::as_u64).unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS);
+        let text = args::required_text(args, "query")?;
+        let max_results = args::count(args, "max_results", DEFAULT_RESULTS, MAX_RESULTS);
         let publication_types = args
             .get("publication_types")
             .and_then(Value::as_array)
@@ -215,7 +211,7 @@ impl Tool for SearchPubmed {
 
     /// The query is what leaves for NCBI (publication types and dates come from fixed vocabularies).
     fn outbound_text(&self, args: &Value) -> Option<String> {
-        args.get("query").and_then(Value::as_str).map(String::from)
+        args::query(args)
     }
 
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
@@ -259,8 +255,7 @@ fn output(query: &str, total_found: u64, articles: Vec<Article>) -> ToolOutput {
     ToolOutput {
         result: json!({
             "articles": list,
-            "count": list.len(),
-            "total_found": total_found,
+            "total_count": total_found,
             "query": query,
         }),
         citations,
@@ -283,7 +278,7 @@ fn article_json(article: &Article) -> Value {
         "title": article.title,
         "authors": authors,
         "journal": article.journal,
-        "year": article.year,
+        "publication_date": publication_date(article),
         "doi": article.doi,
         "abstract": (!abstract_text.is_empty()).then_some(abstract_text),
         "url": article_url(&article.pmid),
@@ -296,6 +291,28 @@ fn article_json(article: &Article) -> Value {
     value
 }
 
+/// The issue date as `YYYY`, `YYYY-MM` or `YYYY-MM-DD` (PubMed prints months as "Jun" or "06");
+/// empty when PubMed gives no year.
+fn publication_date(article: &Article) -> String {
+    let Some(year) = article.year.as_deref() else { return String::new() };
+    let month = article.month.as_deref().and_then(month_number);
+    let day = article.day.as_deref().and_then(|d| d.parse::<u8>().ok()).filter(|d| (1..=31).contains(d));
+    match (month, day) {
+        (Some(m), Some(d)) => format!("{year}-{m:02}-{d:02}"),
+        (Some(m), None) => format!("{year}-{m:02}"),
+        _ => year.to_string(),
+    }
+}
+
+fn month_number(month: &str) -> Option<u8> {
+    const NAMES: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    if let Ok(n) = month.parse::<u8>() {
+        return (1..=12).contains(&n).then_some(n);
+    }
+    let lower = month.to_ascii_lowercase();
+    NAMES.iter().position(|name| lower.starts_with(name)).map(|i| i as u8 + 1)
+}
+
 fn citation(article: &Article) -> Citation {
     Citation {
         title: article.title.clone(),
@@ -304,19 +321,6 @@ fn citation(article: &Article) -> Citation {
         pmid: Some(article.pmid.clone()),
         doi: article.doi.clone(),
         evidence_level: None,
-        date: article.year.clone(),
+        date: Some(publication_date(article)).filter(|d| !d.is_empty()),
     }
-}
-
-/// At most `max` characters, cut at a word boundary with "…"; and whether anything was cut.
-fn truncate(text: &str, max: usize) -> (String, bool) {
-    if text.chars().count() <= max {
-        return (text.to_string(), false);
-    }
-    let cut: String = text.chars().take(max).collect();
-    let cut = match cut.rfind(char::is_whitespace) {
-        Some(space) if space > max / 2 => &cut[..space],
-        _ => cut.as_str(),
-    };
-    (format!("{}…", cut.trim_end()), true)
 }

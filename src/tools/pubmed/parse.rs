@@ -80,6 +80,9 @@ pub struct Article {
     pub authors: Vec<String>,
     pub journal: String,
     pub year: Option<String>,
+    /// The issue's month as printed ("Jan" or "01") and day, when PubMed has them.
+    pub month: Option<String>,
+    pub day: Option<String>,
     pub doi: Option<String>,
     /// Paragraphs of the abstract; structured ones are prefixed with their label ("RESULTS: …").
     pub abstract_paragraphs: Vec<String>,
@@ -92,6 +95,8 @@ enum Field {
     Title,
     Journal,
     Year,
+    Month,
+    Day,
     MedlineDate,
     AbstractText,
     LastName,
@@ -248,6 +253,8 @@ fn field(stack: &[Open]) -> Option<Field> {
         Some("PMID") if ends_with(stack, &["MedlineCitation", "PMID"]) => Some(Field::Pmid),
         Some("Title") if ends_with(stack, &["Article", "Journal", "Title"]) => Some(Field::Journal),
         Some("Year") if ends_with(stack, &["Journal", "JournalIssue", "PubDate", "Year"]) => Some(Field::Year),
+        Some("Month") if ends_with(stack, &["Journal", "JournalIssue", "PubDate", "Month"]) => Some(Field::Month),
+        Some("Day") if ends_with(stack, &["Journal", "JournalIssue", "PubDate", "Day"]) => Some(Field::Day),
         Some("MedlineDate") if ends_with(stack, &["JournalIssue", "PubDate", "MedlineDate"]) => {
             Some(Field::MedlineDate)
         }
@@ -313,6 +320,8 @@ fn on_end(builder: &mut Builder, stack: &[Open]) {
         Some(Field::Pmid) if article.pmid.is_empty() => article.pmid = collapse(&text),
         Some(Field::Journal) => article.journal = collapse(&text),
         Some(Field::Year) => article.year = Some(collapse(&text)),
+        Some(Field::Month) => article.month = Some(collapse(&text)).filter(|m| !m.is_empty()),
+        Some(Field::Day) => article.day = Some(collapse(&text)).filter(|d| !d.is_empty()),
         Some(Field::MedlineDate) => builder.medline_date = collapse(&text),
         Some(Field::Doi) if article.doi.is_none() => article.doi = Some(collapse(&text)).filter(|d| !d.is_empty()),
         Some(Field::ElocationDoi) => builder.elocation_doi = Some(collapse(&text)).filter(|d| !d.is_empty()),

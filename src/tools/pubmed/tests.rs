@@ -134,15 +134,19 @@ async fn parses_fixtures_and_sends_ncbi_parameters() {
     assert_eq!(fetch["api_key"], API_KEY);
 
     let result = &out.result;
-    assert_eq!(result["total_found"], 63);
-    assert_eq!(result["count"], 2);
+    // The seed's field names: `total_count`, `publication_date`; no `count`, `total_found`, `year`.
+    assert_eq!(result["total_count"], 63);
+    assert!(result.get("count").is_none() && result.get("total_found").is_none());
+    assert_eq!(result["articles"].as_array().unwrap().len(), 2);
     assert_eq!(result["query"], "cryopreservation sperm");
     let first = &result["articles"][0];
     assert_eq!(first["pmid"], "11748933");
     assert_eq!(first["doi"], "10.1006/cryo.2001.2328");
     assert_eq!(first["journal"], "Cryobiology");
-    assert_eq!(first["year"], "2001");
-    assert_eq!(first["authors"], json!(["Taddei AR", "Barbato F", "Abelli L", "et al."]));
+    assert_eq!(first["publication_date"], "2001-06");
+    assert!(first.get("year").is_none());
+    let all_eight = ["Taddei AR", "Barbato F", "Abelli L", "Canese S", "Moretti F", "Rana KJ", "Fausto AM", "Mazzini M"];
+    assert_eq!(first["authors"], json!(all_eight));
     assert!(first["title"].as_str().unwrap().starts_with("Is cryopreservation a homogeneous process?"));
     let abstract_text = first["abstract"].as_str().unwrap();
     assert!(abstract_text.chars().count() <= ABSTRACT_CHARS + 1);
@@ -159,7 +163,7 @@ async fn parses_fixtures_and_sends_ncbi_parameters() {
     assert_eq!(citation.url, "https://pubmed.ncbi.nlm.nih.gov/11748933/");
     assert_eq!(citation.pmid.as_deref(), Some("11748933"));
     assert_eq!(citation.doi.as_deref(), Some("10.1006/cryo.2001.2328"));
-    assert_eq!(citation.date.as_deref(), Some("2001"));
+    assert_eq!(citation.date.as_deref(), Some("2001-06"));
 }
 
 #[tokio::test]
@@ -174,7 +178,12 @@ async fn structured_abstract_is_labelled_and_short_abstracts_are_not_flagged() {
         "Leucocyte telomere length, genetic variants at the TERT gene region and risk of pancreatic cancer."
     );
     assert!(article["abstract"].as_str().unwrap().starts_with("OBJECTIVE: Telomere shortening"));
-    assert_eq!(article["authors"].as_array().unwrap().len(), 4);
+    // 22 authors: the first AUTHORS_SHOWN, then "et al.".
+    let authors = article["authors"].as_array().unwrap();
+    assert_eq!(authors.len(), AUTHORS_SHOWN + 1);
+    assert_eq!(authors[0], "Bao Y");
+    assert_eq!(authors[AUTHORS_SHOWN], "et al.");
+    assert_eq!(article["publication_date"], "2017-06");
     // Default max_results.
     assert_eq!(fake.seen()[0].query["retmax"], DEFAULT_RESULTS.to_string());
 }
@@ -204,7 +213,7 @@ async fn no_results_is_an_empty_list_without_efetch() {
     let fake = Arc::new(Fake::new(ESEARCH_NONE, EFETCH));
     let tool = tool_for(fake.clone(), Some(50)).await;
     let out = tool.call(json!({"query": "abcXYZ"}), ctx()).await.unwrap();
-    assert_eq!(out.result, json!({"articles": [], "count": 0, "total_found": 0, "query": "abcXYZ"}));
+    assert_eq!(out.result, json!({"articles": [], "total_count": 0, "query": "abcXYZ"}));
     assert!(out.citations.is_empty());
     assert_eq!(fake.count("efetch.fcgi"), 0);
 }
@@ -216,7 +225,7 @@ async fn retries_a_503_then_succeeds() {
     let fake = Arc::new(fake);
     let tool = tool_for(fake.clone(), Some(50)).await;
     let out = tool.call(json!({"query": "sperm motility"}), ctx()).await.unwrap();
-    assert_eq!(out.result["count"], 2);
+    assert_eq!(out.result["articles"].as_array().unwrap().len(), 2);
     assert_eq!(fake.count("esearch.fcgi"), 2);
     assert_eq!(fake.count("efetch.fcgi"), 1);
 }
@@ -234,7 +243,7 @@ async fn gives_up_after_three_failures_without_leaking_url_or_key() {
     for secret in [API_KEY, "127.0.0.1", "eutils", "Service temporarily"] {
         assert!(!message.contains(secret) && !format!("{err:?}").contains(secret), "{message}");
     }
-    assert_eq!(fake.count("esearch.fcgi"), client::MAX_ATTEMPTS as usize);
+    assert_eq!(fake.count("esearch.fcgi"), crate::tools::http::MAX_ATTEMPTS as usize);
 }
 
 #[tokio::test]
@@ -347,12 +356,4 @@ fn spec_outbound_text_and_schema() {
     assert!(check(json!({"query": "x", "extra": 1})).is_err());
     assert!(check(json!({"query": "x".repeat(301)})).is_err());
     assert!(SearchPubmed::new(&config("::nonsense".into(), None)).is_err());
-}
-
-#[test]
-fn truncate_cuts_at_a_word_and_flags_it() {
-    assert_eq!(truncate("short text", 20), ("short text".to_string(), false));
-    let (cut, flagged) = truncate("alpha beta gamma delta", 13);
-    assert!(flagged);
-    assert_eq!(cut, "alpha beta…");
 }

@@ -29,6 +29,7 @@ pub fn summarise(call: Option<&Value>, output: &str) -> String {
         "search_pubmed" => articles(&result),
         "search_nextcloud_files" => super::intents::files::spoken_search(&result),
         "retrieve_nextcloud_file" => super::intents::files::spoken_file(&result),
+        "generate_differential_diagnosis" => differential(&result),
         _ => generic(tool, &result),
     }
 }
@@ -133,6 +134,20 @@ fn articles(result: &Value) -> String {
     }
 }
 
+fn differential(result: &Value) -> String {
+    let list = result["diagnoses"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let Some(lead) = list.first().and_then(|d| d["diagnosis"].as_str()) else {
+        return "I could not match those findings to any condition I know.".into();
+    };
+    let urgent: Vec<&str> =
+        list.iter().skip(1).filter(|d| d["must_not_miss"] == true).filter_map(|d| d["diagnosis"].as_str()).collect();
+    let mut text = format!("The leading diagnosis is {lead}.");
+    if !urgent.is_empty() {
+        text.push_str(&format!(" Do not miss: {}.", urgent.join(", ")));
+    }
+    clip(&text, MAX_SPOKEN)
+}
+
 fn generic(tool: &str, result: &Value) -> String {
     if let Some(message) = result["message"].as_str() {
         return format!("The {} says: {}", label(tool), clip(message, MAX_SPOKEN));
@@ -227,6 +242,12 @@ mod tests {
             "I found 63 matching articles. The first is: Lactate clearance in sepsis"
         );
         assert_eq!(summarise(Some(&call("get_weather")), "{\"count\": 3}"), "The get weather tool returned 3 results.");
+        let ddx = json!({"diagnoses": [{"diagnosis": "Acute coronary syndrome", "must_not_miss": true},
+            {"diagnosis": "Stable angina", "must_not_miss": false}, {"diagnosis": "Pulmonary embolism", "must_not_miss": true}]});
+        assert_eq!(
+            summarise(Some(&call("generate_differential_diagnosis")), &ddx.to_string()),
+            "The leading diagnosis is Acute coronary syndrome. Do not miss: Pulmonary embolism."
+        );
         assert_eq!(summarise(None, "sunny"), "The tool answered: sunny");
     }
 }

@@ -1,5 +1,5 @@
 //! The HTTP side of CalDAV: one reqwest client with Basic auth, bounded retries of transient
-//! failures (PubMed's policy and helpers: connect errors, timeouts, 429, 5xx, with exponential
+//! failures (the shared policy and helpers of `tools::http`: connect errors, timeouts, 429, 5xx, with exponential
 //! back-off and jitter), W3C trace context on every request, and a fence around the configured
 //! server: voxgate only ever talks to the scheme, host and port of `backends.calendar.url`.
 //!
@@ -13,7 +13,7 @@ use reqwest::{Method, StatusCode};
 use url::Url;
 
 use crate::config::Secret;
-use crate::tools::pubmed::client::{Failure, MAX_ATTEMPTS, backoff, classify, retry_after};
+use crate::tools::http::{Failure, MAX_ATTEMPTS, backoff, classify, retry_after};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

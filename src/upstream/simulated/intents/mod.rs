@@ -5,6 +5,7 @@
 //! - [`calendar`]: "what is on my calendar tomorrow", "book a meeting ... at 2pm tomorrow".
 //! - [`clinical`]: BMI, Wells DVT/PE and CHA₂DS₂-VASc requests.
 //! - [`files`]: finding documents ("find the diabetes protocol") and reading one ("read it").
+//! - [`knowledge`]: differential diagnosis, web search and evidence requests.
 //! - [`literature`]: PubMed searches.
 //! - [`guidelines`]: guideline searches ("what do the guidelines say about …").
 //! - [`fit`]: shaping canonical arguments to the tool schema the session actually declared.
@@ -14,6 +15,7 @@ mod clinical;
 pub(crate) mod files;
 pub mod fit;
 mod guidelines;
+mod knowledge;
 mod literature;
 
 use std::sync::LazyLock;
@@ -50,6 +52,7 @@ pub fn understand(text: &str, today: NaiveDate) -> Vec<Understood> {
 fn understand_one(text: &str, today: NaiveDate) -> Option<Understood> {
     let lower = text.to_lowercase();
     clinical::understand(text, &lower)
+        .or_else(|| knowledge::understand(text, &lower))
         .or_else(|| calendar::understand_booking(text, &lower, today))
         .or_else(|| calendar::understand_query(text, &lower, today))
         .or_else(|| files::understand_search(text, &lower))

@@ -1,0 +1,188 @@
+//! The optional re-ranking step: the knowledge base's candidates and the case go to an
+//! OpenAI-compatible `POST {llm_url}/chat/completions` that the operator has declared PHI-safe, which
+//! answers with the same result object, re-ordered and explained.
+//!
+//! The answer is trusted only as far as it checks out: it must be JSON matching the result schema
+//! (jsonschema), and every diagnosis must be one of the candidates (by name or synonym) — the LLM
+//! re-ranks, it does not invent. A must-not-miss candidate it dropped is put back. Anything else,
+//! or no answer within `backends.ddx.llm_timeout_ms`, is an error and the caller falls back.
+
+use std::time::Duration;
+
+use jsonschema::Validator;
+use serde_json::{Value, json};
+use url::Url;
+
+use super::matcher::Ranked;
+use crate::config::{DdxBackendConfig, Secret};
+use crate::tools::http;
+
+/// Largest answer read from the LLM.
+const MAX_BODY_BYTES: usize = 512 * 1024;
+
+const SYSTEM_PROMPT: &str = "You are a clinical decision-support assistant. You receive a case and \
+candidate diagnoses ranked by a knowledge base. Re-rank the candidates for this case and explain \
+briefly. Use only the candidates' diagnosis names exactly as given; do not add new diagnoses; keep \
+every candidate marked must_not_miss. Answer with one JSON object only: {\"chief_complaint\": string, \
+\"diagnoses\": [{\"diagnosis\": string, \"probability\": \"high\"|\"medium\"|\"low\", \"key_features\": \
+[string], \"missing_features\": [string], \"next_steps\": [string]}], \"reasoning\": string, \
+\"disclaimers\": [string]}.";
+
+/// The configured LLM endpoint.
+pub struct Reranker {
+    http: reqwest::Client,
+    endpoint: Url,
+    api_key: Option<Secret>,
+    model: String,
+    timeout: Duration,
+    schema: Validator,
+}
+
+impl Reranker {
+    /// `None` when no `llm_url` is configured.
+    pub fn from_config(config: &DdxBackendConfig) -> Result<Option<Self>, String> {
+        let Some(url) = &config.llm_url else {
+            return Ok(None);
+        };
+        let endpoint = http::base_url(url, "backends.ddx.llm_url")?
+            .join("chat/completions")
+            .map_err(|_| "backends.ddx.llm_url cannot take a path".to_string())?;
+        let timeout = Duration::from_millis(config.llm_timeout_ms());
+        let schema = crate::tools::schema::compile(&result_schema())?;
+        Ok(Some(Self {
+            http: http::client(timeout)?,
+            endpoint,
+            api_key: config.llm_api_key.clone(),
+            model: config.llm_model.clone().unwrap_or_default(),
+            timeout,
+            schema,
+        }))
+    }
+
+    /// The LLM's checked result, or why it cannot be used (safe to log: no case text, no body).
+    pub async fn rerank(
+        &self,
+        args: &Value,
+        fallback: &Value,
+        candidates: &[Ranked<'_>],
+    ) -> Result<Value, String> {
+        let body = json!({
+            "model": self.model,
+            "temperature": 0,
+            "response_format": {"type": "json_object"},
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": json!({"case": args, "candidates": fallback["diagnoses"]}).to_string()},
+            ],
+        });
+        let send = http::with_retries("differential LLM", || {
+            let mut request = self.http.post(self.endpoint.clone()).json(&body);
+            if let Some(key) = &self.api_key {
+                request = request.bearer_auth(key.expose());
+            }
+            http::attempt(request, MAX_BODY_BYTES)
+        });
+        let bytes = tokio::time::timeout(self.timeout, send)
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .map_err(|failure| failure.to_string())?;
+        let reply: Value =
+            serde_json::from_slice(&bytes).map_err(|_| "the reply is not JSON".to_string())?;
+        let content = reply
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .ok_or("the reply has no message content")?;
+        let mut result: Value = serde_json::from_str(strip_fence(content))
+            .map_err(|_| "the message content is not a JSON object".to_string())?;
+        if let Some(problem) = self.schema.iter_errors(&result).next() {
+            return Err(format!(
+                "the answer does not match the result schema at {}",
+                problem.instance_path()
+            ));
+        }
+        align(&mut result, fallback, candidates)?;
+        Ok(result)
+    }
+}
+
+/// Models sometimes wrap JSON in a Markdown code fence despite being asked not to.
+fn strip_fence(content: &str) -> &str {
+    let trimmed = content.trim();
+    trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"))
+        .map_or(trimmed, str::trim)
+}
+
+/// Map each diagnosis to its candidate (the knowledge base's canonical name and must-not-miss flag),
+/// refuse unknown ones, and append must-not-miss candidates the answer left out.
+fn align(result: &mut Value, fallback: &Value, candidates: &[Ranked<'_>]) -> Result<(), String> {
+    let Some(diagnoses) = result.get_mut("diagnoses").and_then(Value::as_array_mut) else {
+        return Err("no diagnoses".into());
+    };
+    let mut used = vec![false; candidates.len()];
+    for item in diagnoses.iter_mut() {
+        let named = item["diagnosis"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_lowercase();
+        let index = candidates
+            .iter()
+            .position(|c| {
+                c.condition.name.to_lowercase() == named
+                    || c.condition.id == named
+                    || c.condition
+                        .synonyms
+                        .iter()
+                        .any(|s| s.to_lowercase() == named)
+            })
+            .ok_or("a diagnosis is not one of the candidates")?;
+        if std::mem::replace(&mut used[index], true) {
+            return Err("a candidate is listed twice".into());
+        }
+        item["diagnosis"] = json!(candidates[index].condition.name);
+        item["must_not_miss"] = json!(candidates[index].condition.must_not_miss);
+    }
+    let kept: Vec<Value> = candidates
+        .iter()
+        .zip(&used)
+        .enumerate()
+        .filter(|(_, (c, used))| c.condition.must_not_miss && !**used)
+        .filter_map(|(i, _)| fallback["diagnoses"].get(i).cloned())
+        .collect();
+    diagnoses.extend(kept);
+    Ok(())
+}
+
+/// The seed's result model as a JSON Schema: what an LLM answer must look like.
+fn result_schema() -> Value {
+    let list =
+        json!({"type": "array", "items": {"type": "string", "maxLength": 500}, "maxItems": 30});
+    json!({
+        "type": "object",
+        "properties": {
+            "chief_complaint": {"type": "string"},
+            "diagnoses": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 30,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "diagnosis": {"type": "string", "minLength": 1, "maxLength": 200},
+                        "probability": {"enum": ["high", "medium", "low"]},
+                        "key_features": list,
+                        "missing_features": list,
+                        "next_steps": list,
+                    },
+                    "required": ["diagnosis", "probability", "key_features", "missing_features", "next_steps"],
+                },
+            },
+            "reasoning": {"type": "string", "minLength": 1, "maxLength": 4000},
+            "disclaimers": list,
+        },
+        "required": ["diagnoses", "reasoning"],
+    })
+}

@@ -1,0 +1,229 @@
+//! Outgoing HTTP for tools that call a backend (PubMed, web search, evidence, the differential
+//! LLM): one way to build the client, send with trace context, read a bounded body, and retry.
+//!
+//! TOOLS.md's retry rule lives here once: connect errors, timeouts, 5xx and 429 (honouring
+//! `Retry-After`) are retried up to [`MAX_ATTEMPTS`] times with exponential back-off and jitter;
+//! any other answer fails at once. The session's per-tool timeout bounds the whole loop.
+//!
+//! A reqwest error's `Display` includes the URL, and some APIs carry their key in the query string,
+//! so errors are reduced to a [`Failure`] (kind and status only) before anything logs them.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::Rng;
+use reqwest::StatusCode;
+use url::Url;
+
+/// Attempts per request, the first included (TOOLS.md: "up to 3 times").
+pub const MAX_ATTEMPTS: u32 = 3;
+/// First back-off; doubled on each retry, plus up to 50% jitter.
+const BASE_BACKOFF: Duration = Duration::from_millis(250);
+/// A `Retry-After` longer than this is not waited for in full (the tool has a 30 s budget).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a request failed, in terms safe to log: no URL, no body, no key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("could not connect")]
+    Connect,
+    #[error("timed out")]
+    Timeout,
+    #[error("HTTP status {0}")]
+    Status(u16),
+    #[error("answer larger than allowed")]
+    TooLarge,
+    #[error("transport error")]
+    Transport,
+}
+
+impl Failure {
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Failure::Connect | Failure::Timeout | Failure::Transport => true,
+            Failure::Status(code) => *code == 429 || (500..600).contains(code),
+            Failure::TooLarge => false,
+        }
+    }
+}
+
+/// One failed attempt: why, and how long the server asked us to wait.
+pub type AttemptError = (Failure, Option<Duration>);
+
+/// A client for one backend: bounded connect and request time, no redirects (a third party is
+/// reached only at its configured base URL), voxgate's user agent.
+pub fn client(request_timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT.min(request_timeout))
+        .timeout(request_timeout)
+        .user_agent(concat!("voxgate/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {}", e.without_url()))
+}
+
+/// Parse an http(s) API root and make sure it ends with '/', so `join("x")` appends instead of
+/// replacing the last segment.
+pub fn base_url(value: &str, key: &str) -> Result<Url, String> {
+    let mut base = Url::parse(value).map_err(|e| format!("{key} is not a URL: {e}"))?;
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err(format!("{key} must be http or https"));
+    }
+    if !base.path().ends_with('/') {
+        let path = format!("{}/", base.path());
+        base.set_path(&path);
+    }
+    Ok(base)
+}
+
+/// Send one request with the current span's trace context and read its body, at most `max_bytes`.
+pub async fn attempt(
+    request: reqwest::RequestBuilder,
+    max_bytes: usize,
+) -> Result<Bytes, AttemptError> {
+    let headers = crate::telemetry::trace_headers(&tracing::Span::current());
+    let response = request
+        .headers(headers)
+        .send()
+        .await
+        .map_err(|e| (classify(&e), None))?;
+    let status = response.status();
+    if !status.is_success() {
+        let wait = (status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error())
+            .then(|| retry_after(response.headers()))
+            .flatten();
+        return Err((Failure::Status(status.as_u16()), wait));
+    }
+    if response
+        .content_length()
+        .is_some_and(|len| len > max_bytes as u64)
+    {
+        return Err((Failure::TooLarge, None));
+    }
+    let bytes = response.bytes().await.map_err(|e| (classify(&e), None))?;
+    if bytes.len() > max_bytes {
+        return Err((Failure::TooLarge, None));
+    }
+    Ok(bytes)
+}
+
+/// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent.
+/// `backend` names the service in logs ("PubMed", "web search").
+pub async fn with_retries<F, Fut>(
+    backend: &'static str,
+    mut attempt_once: F,
+) -> Result<Bytes, Failure>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Bytes, AttemptError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match attempt_once().await {
+            Ok(body) => return Ok(body),
+            Err((failure, wait)) if failure.is_transient() && attempt < MAX_ATTEMPTS => {
+                let delay = wait.unwrap_or_else(|| backoff(attempt));
+                tracing::debug!(backend, attempt, error = %failure, "backend request failed; retrying");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+            Err((failure, _)) => {
+                tracing::warn!(backend, attempt, error = %failure, "backend request failed");
+                return Err(failure);
+            }
+        }
+    }
+}
+
+/// What went wrong, without the URL (it may carry an API key).
+pub(crate) fn classify(err: &reqwest::Error) -> Failure {
+    if err.is_timeout() {
+        Failure::Timeout
+    } else if err.is_connect() {
+        Failure::Connect
+    } else {
+        Failure::Transport
+    }
+}
+
+/// `Retry-After` in seconds, capped.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+}
+
+/// 250 ms, 500 ms, … plus up to 50% jitter so that sessions retrying together spread out.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let base = BASE_BACKOFF * 2u32.saturating_pow(attempt.saturating_sub(1));
+    let jitter = rand::rng().random_range(0..=base.as_millis() as u64 / 2);
+    base + Duration::from_millis(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn transient_failures_are_the_retryable_ones() {
+        assert!(Failure::Status(503).is_transient());
+        assert!(Failure::Status(429).is_transient());
+        assert!(Failure::Timeout.is_transient());
+        assert!(Failure::Connect.is_transient());
+        assert!(!Failure::Status(400).is_transient());
+        assert!(!Failure::Status(404).is_transient());
+        assert!(!Failure::TooLarge.is_transient());
+    }
+
+    #[test]
+    fn backoff_doubles_with_bounded_jitter() {
+        for _ in 0..20 {
+            let first = backoff(1);
+            let second = backoff(2);
+            assert!(first >= Duration::from_millis(250) && first <= Duration::from_millis(375));
+            assert!(second >= Duration::from_millis(500) && second <= Duration::from_millis(750));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_after_three_attempts_and_not_on_client_errors() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        let result = with_retries("test", || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Err((Failure::Status(503), Some(Duration::from_secs(1)))) }
+        })
+        .await;
+        assert_eq!(result, Err(Failure::Status(503)));
+        assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
+
+        calls.store(0, Ordering::SeqCst);
+        let counter = calls.clone();
+        let result = with_retries("test", || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Err((Failure::Status(404), None)) }
+        })
+        .await;
+        assert_eq!(result, Err(Failure::Status(404)));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn base_urls_get_a_trailing_slash_and_must_be_http() {
+        assert_eq!(
+            base_url("http://127.0.0.1:1/eutils", "k").unwrap().as_str(),
+            "http://127.0.0.1:1/eutils/"
+        );
+        assert!(base_url("ftp://example.org/", "k").is_err());
+        assert!(base_url("not a url", "k").is_err());
+    }
+}

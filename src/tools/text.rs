@@ -1,0 +1,64 @@
+//! Small text helpers for tool results: cutting long text to fit the 32 KiB a `function_call_output`
+//! may take (TOOLS.md), and turning a search engine's HTML snippet into plain text.
+
+/// At most `max` characters, cut at a word boundary with "…"; and whether anything was cut.
+pub fn truncate(text: &str, max: usize) -> (String, bool) {
+    if text.chars().count() <= max {
+        return (text.to_string(), false);
+    }
+    let cut: String = text.chars().take(max).collect();
+    let cut = match cut.rfind(char::is_whitespace) {
+        Some(space) if space > max / 2 => &cut[..space],
+        _ => cut.as_str(),
+    };
+    (format!("{}…", cut.trim_end()), true)
+}
+
+/// Plain text from a snippet with inline markup (`<strong>`, `<b>`) and the common entities;
+/// whitespace runs collapsed.
+pub fn plain(snippet: &str) -> String {
+    let mut out = String::with_capacity(snippet.len());
+    let mut in_tag = false;
+    for c in snippet.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => in_tag = false,
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    let decoded = out
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&nbsp;", " ")
+        .replace("&amp;", "&");
+    decoded.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_whole_words() {
+        assert_eq!(
+            truncate("short text", 20),
+            ("short text".to_string(), false)
+        );
+        assert_eq!(
+            truncate("alpha beta gamma delta", 13),
+            ("alpha beta…".to_string(), true)
+        );
+    }
+
+    #[test]
+    fn snippets_lose_markup_and_entities() {
+        assert_eq!(
+            plain("The <strong>Semantic Kernel</strong> &amp; more&#x27;s\n  text"),
+            "The Semantic Kernel & more's text"
+        );
+    }
+}
