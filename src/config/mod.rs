@@ -6,6 +6,7 @@
 //! and they are never serialised back out.
 
 mod env;
+pub mod mcp;
 mod summary;
 mod validate;
 
@@ -67,6 +68,7 @@ pub struct Config {
     #[serde(skip)]
     pub tools: ToolsConfig,
     pub backends: BackendsConfig,
+    pub mcp: mcp::McpConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]

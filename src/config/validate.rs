@@ -157,6 +157,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if !pubmed.is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
         return Err(ConfigError::new("backends.pubmed.base_url", "must be an http(s) URL"));
     }
+    super::mcp::validate(&config.mcp)?;
     Ok(())
 }
 

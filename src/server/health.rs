@@ -13,9 +13,11 @@ pub async fn healthz() -> impl IntoResponse {
 /// 503 while draining: load balancers stop sending new sessions before the process goes away.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if state.shutdown.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
     } else {
-        (StatusCode::OK, "ready\n")
+        // MCP servers that are down do not make the process unready (their tools are left
+        // out until they return), but they are named here.
+        (StatusCode::OK, format!("ready\n{}", state.mcp.readiness_detail()))
     }
 }
 

@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/sessions", get(admin::list_sessions))
         .route("/admin/sessions/{id}", delete(admin::end_session))
         .route("/admin/tools/{name}/invoke", post(admin::invoke_tool))
+        .route("/admin/tools", get(admin::list_tools))
         .merge(assets::routes())
         .with_state(state)
 }
@@ -98,6 +99,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         None => Arc::new(LocalLimiter::new()),
     };
     let shutdown = Shutdown::new();
+    let mcp = crate::mcp::McpHub::start(&config.mcp, registry.clone()).await;
     let deps = SessionDeps {
         registry,
         audit,
@@ -107,7 +109,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         drain: shutdown.token().clone(),
     };
     let live = LiveSessions::new(config.server.max_sessions, config.server.max_sessions_per_user);
-    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets };
+    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets, mcp };
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -188,7 +190,7 @@ async fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, Start
 }
 
 fn announce(config: &Config, state: &AppState, addr: SocketAddr) {
-    let tools: Vec<&str> = state.deps.registry.iter().map(|t| t.name()).collect();
+    let tools: Vec<&str> = state.mcp.registry().iter().map(|t| t.name()).collect();
     tracing::info!(
         %addr,
         upstream = state.upstream_kind_name(),

@@ -22,9 +22,16 @@ pub struct AppState {
     pub jwt: Option<Arc<JwtVerifier>>,
     /// Present when `auth.admin_token` is set (tickets are minted with it).
     pub tickets: Option<Arc<Tickets>>,
+    /// The tool catalogue as it is now (built-ins plus the MCP servers that are up).
+    pub mcp: Arc<crate::mcp::McpHub>,
 }
 
 impl AppState {
+    /// What a session starting now gets: the shared deps with the current tool catalogue.
+    pub fn session_deps(&self) -> SessionDeps {
+        SessionDeps { registry: self.mcp.registry(), ..self.deps.clone() }
+    }
+
     /// Who is opening this session.
     pub async fn authenticate(&self, token: Option<&str>) -> Result<Principal, AuthError> {
         let auth_config = &self.config.auth;

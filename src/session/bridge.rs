@@ -311,7 +311,8 @@ impl Bridge {
             limiter: self.deps.limiter.clone(),
             span,
         };
-        let handle = self.tool_tasks.spawn(job.run());
+        let progress = self.info.wants_events.then(|| crate::tools::progress::ProgressSink::new(call_id.clone(), self.to_client.sender()));
+        let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));
         self.task_calls.insert(handle.id(), call_id);
     }
 

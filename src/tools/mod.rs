@@ -7,6 +7,7 @@
 
 pub mod calculators;
 pub mod calendar;
+pub mod progress;
 pub mod pubmed;
 pub mod registry;
 pub mod schema;
@@ -48,6 +49,8 @@ pub enum Category {
     Medical,
     Calculation,
     Search,
+    /// A tool of an MCP server (`src/mcp/`).
+    Mcp,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -139,6 +142,10 @@ pub enum ToolError {
     Backend(String),
     #[error("internal error")]
     Internal,
+    /// The tool ran and reported a failure of its own (an MCP `isError` result); the message is
+    /// the tool's text, bounded.
+    #[error("the tool reported an error")]
+    Reported(String),
 }
 
 impl ToolError {
@@ -153,6 +160,7 @@ impl ToolError {
             ToolError::Timeout => "timeout",
             ToolError::Backend(_) => "backend_error",
             ToolError::Internal => "internal_error",
+            ToolError::Reported(_) => "tool_error",
         }
     }
 
@@ -172,6 +180,7 @@ impl ToolError {
             ToolError::Timeout => "The tool did not finish in time.".into(),
             ToolError::Backend(msg) => msg.clone(),
             ToolError::Internal => "The tool failed unexpectedly.".into(),
+            ToolError::Reported(msg) => msg.clone(),
         }
     }
 }
@@ -181,7 +190,7 @@ impl ToolSpec {
     /// screening. A calculator handles PHI in its arguments, but its advice text names no one:
     /// tainting with it would block ordinary literature searches on the same topic.
     pub fn results_identify_people(&self) -> bool {
-        self.phi && matches!(self.category, Category::Calendar | Category::File)
+        self.phi && matches!(self.category, Category::Calendar | Category::File | Category::Mcp)
     }
 }
 
