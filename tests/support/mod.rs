@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -134,7 +134,10 @@ impl Client {
             request.headers_mut().insert(name, value.parse().unwrap());
         }
         let (ws, response) = tokio_tungstenite::connect_async(request).await?;
-        let protocol = response.headers().get("sec-websocket-protocol").map(|v| v.to_str().unwrap().to_string());
+        let protocol = response
+            .headers()
+            .get("sec-websocket-protocol")
+            .map(|v| v.to_str().unwrap().to_string());
         Ok(Client { ws, protocol })
     }
 
@@ -149,8 +152,7 @@ impl Client {
     /// The next text frame (raw).
     pub async fn next_text(&mut self) -> String {
         loop {
-            let message =
-                tokio::time::timeout(WAIT, self.ws.next()).await.expect("timed out").expect("closed").unwrap();
+            let message = tokio::time::timeout(WAIT, self.ws.next()).await.expect("timed out").expect("closed").unwrap();
             match message {
                 Message::Text(t) => return t.to_string(),
                 Message::Close(frame) => panic!("closed: {frame:?}"),
@@ -221,11 +223,7 @@ impl FakeConn {
 
     pub async fn next_text(&mut self) -> String {
         loop {
-            let message = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("fake: timed out")
-                .expect("fake: closed")
-                .unwrap();
+            let message = tokio::time::timeout(WAIT, self.ws.next()).await.expect("fake: timed out").expect("fake: closed").unwrap();
             match message {
                 Message::Text(t) => return t.to_string(),
                 Message::Close(frame) => panic!("fake: closed: {frame:?}"),
@@ -359,10 +357,7 @@ pub fn transcript(name: &str) -> Vec<TranscriptFrame> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto-fixtures").join(name);
     read_jsonl(&path)
         .into_iter()
-        .map(|record| TranscriptFrame {
-            dir: record["dir"].as_str().unwrap().to_string(),
-            event: record["event"].clone(),
-        })
+        .map(|record| TranscriptFrame { dir: record["dir"].as_str().unwrap().to_string(), event: record["event"].clone() })
         .collect()
 }
 
@@ -464,6 +459,7 @@ pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::proce
     (child, addr)
 }
 
+
 /// The events a model sends for one function call (GA shapes).
 pub fn event_args(call_id: &str, name: &str, args: &str) -> Vec<Value> {
     let item_id = format!("item_{call_id}");
@@ -492,6 +488,7 @@ pub async fn model_calls(up: &mut FakeConn, calls: &[(&str, &str, &str)]) {
     }
     up.send_json(&json!({"type": "response.done", "event_id": "event_rd", "response": {"id": "resp_1", "object": "realtime.response", "status": "completed", "output": output}})).await;
 }
+
 
 /// The test venv's Python (`VOXGATE_TEST_PYTHON`, else `.venv-test/` made by scripts/test).
 pub fn test_python() -> PathBuf {

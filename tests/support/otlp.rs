@@ -37,21 +37,29 @@ pub async fn start_receiver(dir: &Path) -> Receiver {
         .expect("start otlp_receiver.py");
     let stdout = child.stdout.take().expect("receiver stdout");
     let mut first = String::new();
-    tokio::time::timeout(Duration::from_secs(20), BufReader::new(stdout).read_line(&mut first))
-        .await
-        .expect("receiver printed no PORT line within 20 s")
-        .expect("read receiver stdout");
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        BufReader::new(stdout).read_line(&mut first),
+    )
+    .await
+    .expect("receiver printed no PORT line within 20 s")
+    .expect("read receiver stdout");
     let port = first
         .trim()
         .strip_prefix("PORT ")
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first receiver line {first:?} (is opentelemetry-proto installed?)"));
+        .unwrap_or_else(|| {
+            panic!("unexpected first receiver line {first:?} (is opentelemetry-proto installed?)")
+        });
     Receiver { child, port, out }
 }
 
 pub fn received(path: &Path) -> (String, Vec<Value>) {
     let text = std::fs::read_to_string(path).expect("read receiver output");
-    let lines = text.lines().map(|l| serde_json::from_str(l).expect("receiver line is JSON")).collect();
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("receiver line is JSON"))
+        .collect();
     (text, lines)
 }
 
@@ -60,6 +68,11 @@ pub fn one_span<'a>(lines: &'a [Value], name: &str, attr: (&str, &str)) -> &'a V
         .iter()
         .filter(|l| l["kind"] == "span" && l["name"] == name && l["attributes"][attr.0] == attr.1)
         .collect();
-    assert_eq!(found.len(), 1, "expected one {name} span with {attr:?}, got {found:?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {name} span with {attr:?}, got {found:?}"
+    );
     found[0]
 }
+
