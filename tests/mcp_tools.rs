@@ -60,7 +60,7 @@ fn mcp_toml(lab_dir: &Path, http: bool, extra: &str) -> String {
     // Start-up waits for the servers (a loaded CI machine may take seconds to start Python).
     let mut toml = format!(
         "[mcp]\nconnect_timeout_ms = 60000\n[mcp.servers.lab]\ncommand = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?} }}\n\
-         allow = [\"lookup_result\", \"order_test\", \"failing_lookup\", \"crash\", \"slow\", \"count_steps\", \"broken_schema\"]\n",
+         allow = [\"lookup_result\", \"order_test\", \"failing_lookup\", \"crash\", \"slow\", \"count_steps\", \"broken_schema\", \"add_extra\", \"extra\"]\n",
         python = test_python().display().to_string(),
         script = lab_script().display().to_string(),
         dir = lab_dir.display().to_string(),
@@ -341,6 +341,35 @@ async fn admin_lists_tools_with_origin_policy_and_health_and_invokes_mcp_tools()
     let audited = lab.proxy.audit_records();
     let fin = audited.iter().find(|r| r["event"] == "call_finished" && r["tool"] == "lab__lookup_result").unwrap();
     assert_eq!(fin["arguments"]["order_id"], "ord-5", "phi = false: arguments are audited");
+}
+
+#[tokio::test]
+async fn a_tool_the_server_adds_later_joins_new_sessions() {
+    let mut lab = start(false, "[auth]\nadmin_token = \"admin-secret-token-0123\"\n").await;
+    let (mut client, mut up, names) = lab.session().await;
+    assert!(!names.iter().any(|n| n == "lab__extra"), "{names:?}");
+    model_calls(&mut up, &[("call_add", "lab__add_extra", "{}")]).await;
+    client.until("voxgate.tool_call.completed").await;
+    assert_eq!(output(&mut up).await["text"], "added");
+
+    // voxgate follows notifications/tools/list_changed: the new tool is in the catalogue...
+    let admin = reqwest::Client::new();
+    let tools_url = format!("http://{}/admin/tools", lab.proxy.addr);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let body: Value = admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
+        if body["tools"].as_array().unwrap().iter().any(|t| t["name"] == "lab__extra") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "lab__extra never joined: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and sessions started from now on are offered it and can call it.
+    let (mut client, mut up, names) = lab.session().await;
+    assert!(names.iter().any(|n| n == "lab__extra"), "{names:?}");
+    model_calls(&mut up, &[("call_extra", "lab__extra", r#"{"note":"hi"}"#)]).await;
+    client.until("voxgate.tool_call.completed").await;
+    assert_eq!(output(&mut up).await["text"], "extra hi");
 }
 
 #[tokio::test]

@@ -81,6 +81,20 @@ async def count_steps(steps: int, ctx: Context) -> str:
 
 
 @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def add_extra(ctx: Context) -> str:
+    """Publishes one more tool and tells the client (notifications/tools/list_changed)."""
+    record("calls.jsonl", {"tool": "add_extra"})
+
+    def extra(note: str) -> str:
+        """A tool that appeared while the server was running."""
+        return f"extra {note}"
+
+    mcp.add_tool(extra, name="extra", annotations=ToolAnnotations(readOnlyHint=True))
+    await ctx.session.send_tool_list_changed()
+    return "added"
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def secret_export() -> str:
     """Exports everything. Never on voxgate's allow-list."""
     record("calls.jsonl", {"tool": "secret_export"})
