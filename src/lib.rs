@@ -13,6 +13,7 @@
 //! - [`protocol`]: classifying frames by peeking at `type`; the events voxgate reads and emits.
 //! - [`session`]: the per-session bridge task and its sans-I/O tool-call state machine.
 //! - [`tools`]: the `Tool` trait, the registry, one file (or folder) per tool family.
+//! - [`mcp`]: MCP servers' tools offered as server tools, under the same policy and audit.
 //! - [`policy`]: who may call what: principals, permissions, PHI rules, rate limits, confirmation.
 //! - [`audit`]: the exactly-once, hash-chained audit log.
 //! - [`cluster`]: many instances as one service: identity, the Redis session registry, caps, kills.
@@ -23,6 +24,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod config;
+pub mod mcp;
 pub mod policy;
 pub mod protocol;
 pub mod server;

@@ -10,6 +10,7 @@ mod env;
 mod files;
 mod guidelines;
 mod knowledge;
+pub mod mcp;
 mod summary;
 mod validate;
 
@@ -76,6 +77,7 @@ pub struct Config {
     #[serde(skip)]
     pub tools: ToolsConfig,
     pub backends: BackendsConfig,
+    pub mcp: mcp::McpConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -70,5 +70,9 @@ pub fn summary(config: &Config) -> String {
     for (name, over) in &config.tools.per_tool {
         let _ = writeln!(out, "tools.{name} = {over:?}");
     }
+    for (name, server) in &config.mcp.servers {
+        let transport = if server.url.is_some() { "http" } else { "stdio" };
+        let _ = writeln!(out, "mcp.servers.{name} = {transport}, allow {:?}", server.allow);
+    }
     out
 }

@@ -174,6 +174,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     let b = &config.backends;
     super::knowledge::validate(&b.ddx, &b.web_search, &b.evidence)?;
+    super::mcp::validate(&config.mcp)?;
     Ok(())
 }
 

@@ -204,7 +204,7 @@ pub fn screen_text(text: &str, taint: &TaintSet) -> Result<(), ToolError> {
     if has_identifier(text) || taint.matches(text) { Err(ToolError::PhiBlocked) } else { Ok(()) }
 }
 
-fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+pub(crate) fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     match value {
         Value::String(s) => out.push(s),
         Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),

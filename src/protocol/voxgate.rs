@@ -119,6 +119,18 @@ pub fn declined(call_id: &str, name: &str, reason: &str) -> String {
         .to_string()
 }
 
+/// Progress of a running call (CONTRACT §10), relayed from an MCP server.
+pub fn tool_call_progress(call_id: &str, progress: f64, total: Option<f64>, message: Option<&str>) -> String {
+    json!({
+        "type": "voxgate.tool_call.progress",
+        "call_id": call_id,
+        "progress": progress,
+        "total": total,
+        "message": message,
+    })
+    .to_string()
+}
+
 /// The `function_call_output` item voxgate adds for a server call.
 pub fn function_call_output(call_id: &str, output: &str) -> String {
     json!({

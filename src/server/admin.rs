@@ -78,7 +78,7 @@ pub async fn invoke_tool(
     let user = state.hasher.hash(&principal.sub);
     let session_id = format!("admin_{}", uuid::Uuid::new_v4().simple());
     let call_id = format!("call_admin_{}", uuid::Uuid::new_v4().simple());
-    let deps = &state.deps;
+    let deps = &state.session_deps();
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, &extensions, &headers, true);
     let mut table = CallTable::new(
         session_id.clone(),
@@ -181,4 +181,37 @@ pub async fn mint_ticket(
     }
     let minted = tickets.mint(&Principal::new(request.sub, request.roles), Duration::from_secs(request.ttl_s));
     Ok((StatusCode::CREATED, Json(minted)).into_response())
+}
+
+/// `GET /admin/tools`: every tool offered now with its origin (`builtin` or the MCP server's
+/// name), effective policy and health, and the health of every configured MCP server (also one
+/// that is down, whose tools are out of the catalogue until it returns).
+pub async fn list_tools(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    state.require_admin(&headers)?;
+    let servers = state.mcp.health();
+    let tools: Vec<Value> = state
+        .mcp
+        .registry()
+        .iter()
+        .map(|tool| {
+            let spec = tool.spec();
+            let origin = state.mcp.origin(tool.name());
+            let health = servers.iter().find(|s| s.server == origin).map_or("up", |s| s.state.as_str());
+            json!({
+                "name": tool.name(),
+                "origin": origin,
+                "category": spec.category,
+                "policy": {
+                    "roles": tool.policy.roles,
+                    "requires_confirmation": tool.policy.requires_confirmation,
+                    "rate_limit_per_minute": tool.policy.rate_limit_per_minute,
+                    "timeout_ms": tool.policy.timeout.as_millis() as u64,
+                    "phi": spec.phi,
+                    "third_party": spec.third_party,
+                },
+                "health": health,
+            })
+        })
+        .collect();
+    Ok(Json(json!({"tools": tools, "mcp_servers": servers})).into_response())
 }

@@ -24,8 +24,8 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         (StatusCode::SERVICE_UNAVAILABLE, "audit log unavailable\n".to_string())
     } else {
         let degraded: Vec<&str> = state
-            .deps
-            .registry
+            .mcp
+            .registry()
             .iter()
             .filter(|t| t.tool.backend_reachable() == Some(false))
             .map(|t| t.name())
@@ -41,7 +41,9 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         Some(true) => "redis: up\n",
         Some(false) => "redis: down (session caps and limits per instance, admin lists this instance only)\n",
     };
-    (status, format!("{head}{redis}"))
+    // MCP servers that are down do not make the process unready (their tools are left out until
+    // they return), but they are named here.
+    (status, format!("{head}{redis}{}", state.mcp.readiness_detail()))
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

@@ -75,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/sessions", get(admin::list_sessions))
         .route("/admin/sessions/{id}", delete(admin::end_session))
         .route("/admin/tools/{name}/invoke", post(admin::invoke_tool))
+        .route("/admin/tools", get(admin::list_tools))
         .merge(assets::routes())
         .with_state(state)
 }
@@ -106,6 +107,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         None => Arc::new(LocalLimiter::new()),
     };
     let shutdown = Shutdown::new();
+    let mcp = crate::mcp::McpHub::start(&config.mcp, registry.clone()).await;
     let deps = SessionDeps {
         registry,
         audit,
@@ -124,7 +126,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         _ => None,
     };
     let cluster = Cluster::start(config.server.instance_id(), cluster_link, live.clone(), deps.metrics.clone());
-    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets, cluster };
+    let state = AppState { config: config.clone(), deps, live, shutdown, hasher, jwt, tickets, cluster, mcp };
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -214,7 +216,7 @@ async fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, Start
 }
 
 fn announce(config: &Config, state: &AppState, addr: SocketAddr) {
-    let tools: Vec<&str> = state.deps.registry.iter().map(|t| t.name()).collect();
+    let tools: Vec<&str> = state.mcp.registry().iter().map(|t| t.name()).collect();
     tracing::info!(
         %addr,
         upstream = state.upstream_kind_name(),

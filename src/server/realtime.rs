@@ -185,7 +185,7 @@ async fn serve_session<S>(
         }
     };
     let _active = metrics.session_started();
-    let outcome = session::run(info, session_span, client, upstream, state.deps.clone(), cancel).await;
+    let outcome = session::run(info, session_span, client, upstream, state.session_deps(), cancel).await;
     metrics.session_ended(outcome.as_str());
 }
 

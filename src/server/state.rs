@@ -25,9 +25,16 @@ pub struct AppState {
     pub tickets: Option<Arc<Tickets>>,
     /// This instance's identity and, with Redis, the cross-instance registry and caps.
     pub cluster: Arc<Cluster>,
+    /// The tool catalogue as it is now (built-ins plus the MCP servers that are up).
+    pub mcp: Arc<crate::mcp::McpHub>,
 }
 
 impl AppState {
+    /// What a session starting now gets: the shared deps with the current tool catalogue.
+    pub fn session_deps(&self) -> SessionDeps {
+        SessionDeps { registry: self.mcp.registry(), ..self.deps.clone() }
+    }
+
     /// Who is opening this session. A ticket is checked but not spent: the caller spends it
     /// once the session has been admitted ([`Authenticated::spend`]).
     pub fn authenticate(&self, token: Option<&str>) -> Result<Authenticated, AuthError> {

@@ -359,7 +359,8 @@ impl Bridge {
             },
             span,
         };
-        let handle = self.tool_tasks.spawn(job.run());
+        let progress = self.info.wants_events.then(|| crate::tools::progress::ProgressSink::new(call_id.clone(), self.to_client.sender()));
+        let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));
         self.task_calls.insert(handle.id(), call_id);
     }
 

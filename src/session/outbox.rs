@@ -130,6 +130,12 @@ impl Outbox {
         let _ = tokio::time::timeout(within, writer).await;
     }
 
+    /// A handle for frames queued from outside the session loop with `try_send` (advisory
+    /// events such as tool progress, dropped when the queue is full).
+    pub fn sender(&self) -> mpsc::Sender<Message> {
+        self.tx.clone()
+    }
+
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }

@@ -13,6 +13,7 @@ pub mod guidelines;
 pub mod ddx;
 pub mod evidence;
 pub(crate) mod http;
+pub mod progress;
 pub mod pubmed;
 pub mod registry;
 pub mod schema;
@@ -58,6 +59,8 @@ pub enum Category {
     Medical,
     Calculation,
     Search,
+    /// A tool of an MCP server (`src/mcp/`).
+    Mcp,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -152,6 +155,10 @@ pub enum ToolError {
     /// The call's audit record could not be made durable (`audit.on_error = "fail_closed"`).
     #[error("the audit log is unavailable")]
     AuditUnavailable,
+    /// The tool ran and reported a failure of its own (an MCP `isError` result); the message is
+    /// the tool's text, bounded.
+    #[error("the tool reported an error")]
+    Reported(String),
 }
 
 impl ToolError {
@@ -167,6 +174,7 @@ impl ToolError {
             ToolError::Backend(_) => "backend_error",
             ToolError::Internal => "internal_error",
             ToolError::AuditUnavailable => crate::audit::AUDIT_UNAVAILABLE,
+            ToolError::Reported(_) => "tool_error",
         }
     }
 
@@ -189,6 +197,7 @@ impl ToolError {
             ToolError::AuditUnavailable => "The action could not be recorded in the audit log, so its \
                 result is withheld; try again in a moment."
                 .into(),
+            ToolError::Reported(msg) => msg.clone(),
         }
     }
 }
@@ -198,7 +207,7 @@ impl ToolSpec {
     /// screening. A calculator handles PHI in its arguments, but its advice text names no one:
     /// tainting with it would block ordinary literature searches on the same topic.
     pub fn results_identify_people(&self) -> bool {
-        self.phi && matches!(self.category, Category::Calendar | Category::File)
+        self.phi && matches!(self.category, Category::Calendar | Category::File | Category::Mcp)
     }
 }
 

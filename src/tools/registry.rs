@@ -2,6 +2,8 @@
 //! effective policy (the tool's declared defaults tightened or overridden by `[tools.<name>]`).
 //!
 //! Built once at start and shared by every session as an `Arc`; nothing in it changes afterwards.
+//! Tools that come and go at run time (MCP servers, `src/mcp/`) are joined by building a new
+//! registry with [`ToolRegistry::with_extra`]; a session keeps the one it started with.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +47,20 @@ pub struct RegisteredTool {
 }
 
 impl RegisteredTool {
+    /// Compile the tool's argument schema and its model-facing definition under `policy`.
+    pub fn new(tool: Arc<dyn Tool>, policy: ToolPolicy) -> Result<Self, RegistryError> {
+        let spec = tool.spec();
+        let validator = schema::compile(&spec.parameters)
+            .map_err(|reason| RegistryError::BadSchema { tool: spec.name, reason })?;
+        let definition = json!({
+            "type": "function",
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        });
+        Ok(RegisteredTool { tool, policy, validator, definition })
+    }
+
     pub fn spec(&self) -> &ToolSpec {
         self.tool.spec()
     }
@@ -117,21 +133,23 @@ impl ToolRegistry {
                     || over.requires_confirmation.unwrap_or(false),
                 roles: over.roles.unwrap_or_default(),
             };
-            let validator = schema::compile(&spec.parameters)
-                .map_err(|reason| RegistryError::BadSchema { tool: spec.name, reason })?;
-            let definition = json!({
-                "type": "function",
-                "name": spec.name,
-                "description": spec.description,
-                "parameters": spec.parameters,
-            });
             let name = spec.name;
-            let entry = Arc::new(RegisteredTool { tool, policy, validator, definition });
+            let entry = Arc::new(RegisteredTool::new(tool, policy)?);
             if registry.tools.insert(name, entry).is_some() {
                 return Err(RegistryError::Duplicate(name));
             }
         }
         Ok(registry)
+    }
+
+    /// This catalogue plus `extra` (tools that join at run time, e.g. MCP tools); a name already
+    /// taken keeps its first tool.
+    pub fn with_extra(&self, extra: impl IntoIterator<Item = Arc<RegisteredTool>>) -> Self {
+        let mut tools = self.tools.clone();
+        for tool in extra {
+            tools.entry(tool.name()).or_insert(tool);
+        }
+        ToolRegistry { tools }
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {

@@ -578,3 +578,12 @@ pub async fn handshake_status(url: &str, protocols: &[&str], headers: &[(&str, &
         Err(other) => panic!("unexpected: {other}"),
     }
 }
+
+/// The test venv's Python (`VOXGATE_TEST_PYTHON`, else `.venv-test/` made by scripts/test).
+pub fn test_python() -> PathBuf {
+    let path = std::env::var_os("VOXGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python"));
+    assert!(path.exists(), "{} is missing: run scripts/test to create the test venv", path.display());
+    path
+}

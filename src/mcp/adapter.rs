@@ -1,0 +1,159 @@
+//! One MCP tool as a voxgate [`Tool`]: its spec and effective policy from the server's listing and
+//! `[mcp.servers.NAME.policy.TOOL]`, and a call that goes to whichever connection is live.
+//!
+//! Defaults (docs/tools-mcp.md): confirmation on unless the server annotates the tool
+//! `readOnlyHint: true` (config wins either way); `phi` on, so arguments stay out of the audit log
+//! and results taint the session until the operator says the tool handles no patient data;
+//! `third_party` off. A call abandoned by voxgate — its timeout, the session closing, a drain — is
+//! cancelled on the server with `notifications/cancelled`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CancelledNotificationParam, ClientRequest, Request, RequestId, ServerResult};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
+use serde_json::{Map, Value};
+
+use super::content;
+use super::link::ServerLink;
+use crate::tools::registry::{RegisteredTool, ToolPolicy};
+use crate::tools::{
+    CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec, progress,
+};
+
+/// Calls per minute per user when the config sets none.
+const DEFAULT_RATE_PER_MIN: u32 = 30;
+/// Longest description passed to the model, in characters.
+const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// How long a call waits for a server that is reconnecting before it fails.
+const RECONNECT_GRACE: Duration = Duration::from_secs(3);
+
+pub(super) struct McpTool {
+    spec: ToolSpec,
+    /// The tool's name on its server.
+    remote: String,
+    link: Arc<ServerLink>,
+}
+
+/// The registry entry for an allowed tool of `link`'s server, or `None` when the tool is not on
+/// the allow-list or its schema does not compile (a warning names it).
+pub(super) fn register(link: &Arc<ServerLink>, listed: &rmcp::model::Tool) -> Option<Arc<RegisteredTool>> {
+    let name = *link.names.get(listed.name.as_ref())?;
+    let config = link.config.policy.get(listed.name.as_ref()).cloned().unwrap_or_default();
+    let read_only = listed.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
+    let requires_confirmation = config.confirm.unwrap_or(!read_only);
+    let timeout = config.timeout_ms.map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
+    let rate_limit_per_minute = config.rate_per_min.unwrap_or(DEFAULT_RATE_PER_MIN);
+    let description = listed
+        .description
+        .as_deref()
+        .or(listed.title.as_deref())
+        .map(|d| d.chars().take(MAX_DESCRIPTION_CHARS).collect())
+        .unwrap_or_else(|| format!("The {} tool of the {} server.", listed.name, link.name));
+    let spec = ToolSpec {
+        name,
+        description,
+        parameters: Value::Object((*listed.input_schema).clone()),
+        category: Category::Mcp,
+        phi: config.phi.unwrap_or(true),
+        risk: if read_only && !requires_confirmation { Risk::Low } else { Risk::Medium },
+        requires_confirmation,
+        third_party: config.third_party.unwrap_or(false),
+        rate_limit_per_minute,
+        timeout,
+    };
+    let policy =
+        ToolPolicy { rate_limit_per_minute, timeout, requires_confirmation, roles: config.roles.unwrap_or_default() };
+    let tool = McpTool { spec, remote: listed.name.to_string(), link: link.clone() };
+    match RegisteredTool::new(Arc::new(tool), policy) {
+        Ok(registered) => Some(Arc::new(registered)),
+        Err(err) => {
+            tracing::warn!(tool = name, server = %link.name, error = %err, "MCP tool left out: its input schema does not compile");
+            None
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// Everything the call would send, for PHI screening of `third_party` tools.
+    fn outbound_text(&self, args: &Value) -> Option<String> {
+        let mut strings = Vec::new();
+        crate::policy::screening::collect_strings(args, &mut strings);
+        Some(strings.join(" "))
+    }
+
+    async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
+        let unavailable =
+            || ToolError::Backend(format!("The {} tool server is unavailable; try again later.", self.link.name));
+        let peer = self.link.connected(RECONNECT_GRACE).await.ok_or_else(unavailable)?;
+        let arguments = match args {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        let params = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(Request::new(params));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|_| unavailable())?;
+        let mut cancel = CancelOnDrop { peer: peer.clone(), id: Some(handle.id.clone()) };
+        let _progress =
+            progress::current().map(|sink| ProgressRoute::new(&self.link, handle.progress_token.clone(), sink));
+        let answer = handle.await_response().await;
+        cancel.id = None;
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => content::to_output(result),
+            Ok(_) => Err(ToolError::Backend(format!("The {} tool server answered out of protocol.", self.link.name))),
+            Err(ServiceError::McpError(err)) => {
+                tracing::warn!(tool = self.spec.name, code = err.code.0, "MCP server refused the call");
+                Err(ToolError::Backend(format!("The {} tool server refused the call.", self.link.name)))
+            }
+            Err(_) => Err(unavailable()),
+        }
+    }
+}
+
+/// Tells the server to stop when voxgate stops waiting (timeout, session closed, drain): the
+/// call's future is dropped with the request still open.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        // Drop cannot await; the notification is sent from a task of its own.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let reason = Some("voxgate stopped waiting for the result".to_string());
+                let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), reason)).await;
+            });
+        }
+    }
+}
+
+/// Routes the server's progress notifications for one request to the call's sink while it runs.
+struct ProgressRoute {
+    link: Arc<ServerLink>,
+    token: rmcp::model::ProgressToken,
+}
+
+impl ProgressRoute {
+    fn new(link: &Arc<ServerLink>, token: rmcp::model::ProgressToken, sink: progress::ProgressSink) -> Self {
+        link.progress.insert(token.clone(), sink);
+        Self { link: link.clone(), token }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.link.progress.remove(&self.token);
+    }
+}

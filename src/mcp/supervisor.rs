@@ -1,0 +1,180 @@
+//! One task per MCP server: connect, list the allowed tools, follow `tools/list_changed`, and when
+//! the connection ends (a stdio child that exits or crashes, an HTTP server that goes away) take the
+//! server's tools out of the catalogue and reconnect with exponential back-off and jitter.
+//!
+//! A stdio server is a child process started with `kill_on_drop`: it never outlives its connection
+//! or voxgate. Its stderr is discarded, since a clinic's server may print patient data there.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use rand::Rng;
+use rmcp::ServiceExt;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::McpHub;
+use super::adapter;
+use super::link::{LinkHandler, LinkState, ServerLink};
+
+/// First and longest wait between connection attempts.
+const BACKOFF_START: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Client = RunningService<RoleClient, LinkHandler>;
+
+/// Why a connection attempt failed, in terms safe for logs and `/admin/tools` (no paths, hosts or
+/// server output).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+enum ConnectError {
+    #[error("the server process could not be started")]
+    Spawn,
+    #[error("the server could not be reached")]
+    Unreachable,
+    #[error("the MCP handshake failed")]
+    Handshake,
+    #[error("the server did not answer in time")]
+    Timeout,
+    #[error("listing the server's tools failed")]
+    ListTools,
+    #[error("the connection ended")]
+    Ended,
+}
+
+/// Run `link`'s server until `stop` is cancelled or the hub is gone.
+pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: CancellationToken) {
+    let mut backoff = BACKOFF_START;
+    loop {
+        let (list_changed, mut changes) = mpsc::channel(1);
+        let handler = LinkHandler { link: link.clone(), list_changed };
+        // Cancelling it ends this connection (and kills a stdio child).
+        let closed = stop.child_token();
+        let attempt = tokio::select! {
+            _ = stop.cancelled() => return,
+            attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone())) => attempt.unwrap_or(Err(ConnectError::Timeout)),
+        };
+        match attempt {
+            Ok(client) => {
+                backoff = BACKOFF_START;
+                tracing::info!(server = %link.name, "MCP server connected");
+                let peer = client.peer().clone();
+                let mut running = std::pin::pin!(client.waiting());
+                let mut listed = refresh(&link, &hub, &peer).await;
+                link.peer.send_replace(Some(peer.clone()));
+                link.health.send_modify(|h| {
+                    h.state = LinkState::Up;
+                    h.last_error = None;
+                });
+                loop {
+                    if let Err(err) = std::mem::replace(&mut listed, Ok(())) {
+                        tracing::warn!(server = %link.name, error = %err, "MCP server tools could not be listed; reconnecting");
+                        closed.cancel();
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => {
+                            closed.cancel();
+                            let _ = running.await;
+                            return;
+                        }
+                        Some(()) = changes.recv() => listed = refresh(&link, &hub, &peer).await,
+                        _ = &mut running => break,
+                    }
+                }
+                link.peer.send_replace(None);
+                publish(&link, &hub, Vec::new());
+                link.health.send_modify(|h| {
+                    h.state = LinkState::Down;
+                    h.restarts += 1;
+                    h.last_error = Some(ConnectError::Ended.to_string());
+                });
+                tracing::warn!(server = %link.name, "MCP server connection ended; restarting");
+            }
+            Err(err) => {
+                tracing::warn!(server = %link.name, error = %err, "MCP server connection failed; retrying");
+                link.health.send_modify(|h| {
+                    h.state = LinkState::Down;
+                    h.last_error = Some(err.to_string());
+                });
+            }
+        }
+        if hub.strong_count() == 0 {
+            return;
+        }
+        let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 4);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(backoff + Duration::from_millis(jitter)) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn connect(link: &ServerLink, handler: LinkHandler, closed: CancellationToken) -> Result<Client, ConnectError> {
+    let config = &link.config;
+    match &config.url {
+        Some(url) => {
+            let headers: HashMap<http::HeaderName, http::HeaderValue> = config
+                .headers
+                .iter()
+                .filter_map(|(name, value)| {
+                    // Both were checked when the config was loaded.
+                    Some((
+                        http::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                        http::HeaderValue::from_str(value.expose()).ok()?,
+                    ))
+                })
+                .collect();
+            let http = reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build()
+                .map_err(|_| ConnectError::Unreachable)?;
+            let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let transport = StreamableHttpClientTransport::with_client(http, transport_config);
+            handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)
+        }
+        None => {
+            let Some((program, args)) = config.command.split_first() else { return Err(ConnectError::Spawn) };
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).envs(config.env.iter().map(|(k, v)| (k, v.expose()))).kill_on_drop(true);
+            let (transport, _) =
+                TokioChildProcess::builder(command).stderr(Stdio::null()).spawn().map_err(|_| ConnectError::Spawn)?;
+            handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)
+        }
+    }
+}
+
+/// List the server's tools and publish the allowed ones.
+async fn refresh(
+    link: &Arc<ServerLink>,
+    hub: &Weak<McpHub>,
+    peer: &rmcp::service::Peer<RoleClient>,
+) -> Result<(), ConnectError> {
+    let listed = match tokio::time::timeout(CONNECT_TIMEOUT, peer.list_all_tools()).await {
+        Ok(Ok(listed)) => listed,
+        Ok(Err(_)) => return Err(ConnectError::ListTools),
+        Err(_) => return Err(ConnectError::Timeout),
+    };
+    let tools: Vec<_> = listed.iter().filter_map(|tool| adapter::register(link, tool)).collect();
+    for allowed in link.names.keys() {
+        if !listed.iter().any(|t| t.name.as_ref() == allowed.as_str()) {
+            tracing::info!(server = %link.name, tool = %allowed, "allowed MCP tool is not offered by the server");
+        }
+    }
+    publish(link, hub, tools);
+    Ok(())
+}
+
+fn publish(link: &ServerLink, hub: &Weak<McpHub>, tools: Vec<Arc<crate::tools::registry::RegisteredTool>>) {
+    let count = tools.len();
+    if let Some(hub) = hub.upgrade() {
+        hub.set_server_tools(&link.name, tools);
+    }
+    link.health.send_modify(|h| h.tools = count);
+}
