@@ -46,7 +46,10 @@ const PAIRS: &[(&str, &[&str])] = &[
     ("illicit drug use screening adults", &["uspstf-unhealthy-drug-use"]),
     ("exercise to prevent falls in older adults", &["uspstf-falls-prevention-older-adults"]),
     ("chronic kidney disease albuminuria ACE inhibitor", &["niddk-chronic-kidney-disease"]),
-    ("prediabetes lifestyle program", &["niddk-diabetes-prevention-program", "uspstf-prediabetes-type2-diabetes-screening"]),
+    (
+        "prediabetes lifestyle program",
+        &["niddk-diabetes-prevention-program", "uspstf-prediabetes-type2-diabetes-screening"],
+    ),
     ("high-dose flu vaccine for people 65 and older", &["cdc-influenza-vaccination"]),
     ("Tdap during pregnancy", &["cdc-tdap-td-vaccination"]),
     ("syphilis screening in pregnant women", &["uspstf-syphilis-pregnancy-screening"]),
