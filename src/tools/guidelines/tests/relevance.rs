@@ -82,6 +82,7 @@ fn most_queries_rank_the_expected_guideline_first() {
             wrong.push(format!("{query:?}: expected {}, got {top:?}", expected[0]));
         }
     }
+    eprintln!("relevance: {} of {} queries rank the expected guideline first", PAIRS.len() - wrong.len(), PAIRS.len());
     assert!(PAIRS.len() >= 20);
     assert!(wrong.len() * 10 <= PAIRS.len(), "{} of {} not first:\n{}", wrong.len(), PAIRS.len(), wrong.join("\n"));
 }
