@@ -91,8 +91,11 @@ async fn an_operator_corpus_is_searched_instead_of_the_shipped_one() {
     let args = json!({"query": "hyperkalemia insulin"}).to_string();
     model_calls(&mut up, &[("call_gl2", TOOL, &args)]).await;
     let completed = client.until("voxgate.tool_call.completed").await;
-    assert_eq!(completed["citations"], json!([{"title": "Acute hyperkalemia protocol",
-        "url": "https://intranet.example.org/protocols/hyperkalemia", "source": "Clinic", "date": "2025-02-01"}]));
+    assert_eq!(
+        completed["citations"],
+        json!([{"title": "Acute hyperkalemia protocol",
+        "url": "https://intranet.example.org/protocols/hyperkalemia", "source": "Clinic", "date": "2025-02-01"}])
+    );
     proxy.stop().await;
 }
 
@@ -112,7 +115,10 @@ async fn a_malformed_operator_corpus_refuses_start_naming_line_and_field() {
         ),
     )
     .unwrap();
-    for args in [vec!["check-config".to_string(), config.display().to_string()], vec!["--config".into(), config.display().to_string()]] {
+    for args in [
+        vec!["check-config".to_string(), config.display().to_string()],
+        vec!["--config".into(), config.display().to_string()],
+    ] {
         let run = tokio::process::Command::new(binary()).args(&args).kill_on_drop(true).output();
         let out = tokio::time::timeout(Duration::from_secs(30), run).await.unwrap().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -12,12 +12,10 @@ use tantivy::collector::{Count, TopDocs};
 use tantivy::query::{
     AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, EmptyQuery, Occur, PhraseQuery, Query, TermQuery,
 };
-use tantivy::schema::{
-    Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
-};
+use tantivy::schema::{Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value};
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter,
-    TextAnalyzer, TokenStream,
+    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+    TokenStream,
 };
 use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Searcher, TantivyDocument, Term, doc};
 
@@ -28,6 +26,7 @@ const WORDS: &str = "voxgate_words";
 /// Longest query terms used; a longer query keeps its first words.
 const MAX_QUERY_TERMS: usize = 32;
 /// Words so common in questions about guidelines that they only add noise.
+#[rustfmt::skip]
 const EXTRA_STOP_WORDS: &[&str] = &[
     "what", "which", "when", "who", "how", "do", "does", "did", "say", "says", "about", "should", "i", "we",
     "guideline", "guidelines", "recommendation", "recommendations", "recommend", "recommended", "current",
@@ -121,6 +120,7 @@ fn english() -> TextAnalyzer {
 }
 
 /// Lucene's English stop words (tantivy's list), spelled out so the extra words can join them.
+#[rustfmt::skip]
 const ENGLISH_STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
     "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",

@@ -57,7 +57,8 @@ fn line_with(field: &str, value: Value) -> String {
 fn the_shipped_corpus_is_valid_and_large_enough() {
     let guidelines = corpus::shipped().unwrap();
     assert!(guidelines.len() >= 60, "{} records", guidelines.len());
-    let federal = ["USPSTF", "CDC", "CDC/ACIP", "CDC/NTCA", "CDC/HICPAC", "NIH/NHLBI", "NIH/NIDDK", "AHRQ", "FDA", "VA/DoD"];
+    let federal =
+        ["USPSTF", "CDC", "CDC/ACIP", "CDC/NTCA", "CDC/HICPAC", "NIH/NHLBI", "NIH/NIDDK", "AHRQ", "FDA", "VA/DoD"];
     for g in &guidelines {
         assert!(federal.contains(&g.source.as_str()), "{}: {}", g.id, g.source);
         assert!(g.url.starts_with("https://www."), "{}: {}", g.id, g.url);
@@ -132,7 +133,10 @@ async fn results_have_the_seed_fields_and_citations() {
     assert_eq!(out.citations.len(), 3);
     let citation = &out.citations[0];
     assert_eq!(citation.title, first["title"].as_str().unwrap());
-    assert_eq!(citation.url, "https://www.uspreventiveservicestaskforce.org/uspstf/recommendation/colorectal-cancer-screening");
+    assert_eq!(
+        citation.url,
+        "https://www.uspreventiveservicestaskforce.org/uspstf/recommendation/colorectal-cancer-screening"
+    );
     assert_eq!(citation.source, "USPSTF");
     assert_eq!(citation.date.as_deref(), Some("2021-05-18"));
     assert!(citation.evidence_level.as_deref().is_some_and(|l| l.contains("grade A")));
@@ -156,7 +160,8 @@ async fn the_source_filter_keeps_one_organisation() {
     }
     // Every word of the filter must be a word of the source: "acip" finds the CDC/ACIP records only.
     let out = call(&tool, json!({"query": "vaccine", "guideline_source": "ACIP", "max_results": 20})).await;
-    let sources: Vec<&str> = out.result["guidelines"].as_array().unwrap().iter().map(|g| g["source"].as_str().unwrap()).collect();
+    let sources: Vec<&str> =
+        out.result["guidelines"].as_array().unwrap().iter().map(|g| g["source"].as_str().unwrap()).collect();
     assert!(!sources.is_empty() && sources.iter().all(|s| *s == "CDC/ACIP"), "{sources:?}");
     assert_eq!(out.result["total_count"], sources.len());
     // An organisation the corpus does not have gives no results, not someone else's.
@@ -180,7 +185,8 @@ async fn the_condition_filter_matches_condition_words_with_stemming() {
     assert!(conditions.iter().all(|c| c.contains("diabet")), "{conditions:?}");
     // Both filters together, and a query of stop words only: the filtered records, in corpus order.
     let out = call(&tool, json!({"query": "the", "guideline_source": "uspstf", "condition": "syphilis"})).await;
-    let ids: Vec<&str> = out.result["guidelines"].as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> =
+        out.result["guidelines"].as_array().unwrap().iter().map(|g| g["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["uspstf-syphilis-pregnancy-screening", "uspstf-syphilis-screening-nonpregnant"]);
 }
 
@@ -202,7 +208,8 @@ fn long_results_are_truncated_under_the_limit() {
         .map(|i| {
             let mut record: Value = serde_json::from_str(&line_with("id", json!(format!("long-{i}")))).unwrap();
             record["summary"] = json!(format!("aspirin {long}").chars().take(3_900).collect::<String>());
-            record["recommendations"] = json!(vec![format!("aspirin {long}").chars().take(1_900).collect::<String>(); 10]);
+            record["recommendations"] =
+                json!(vec![format!("aspirin {long}").chars().take(1_900).collect::<String>(); 10]);
             record.to_string()
         })
         .collect();
@@ -245,8 +252,21 @@ fn the_spec_matches_tools_md() {
     assert!(!spec.phi && !spec.third_party && !spec.requires_confirmation);
     assert_eq!(spec.rate_limit_per_minute, 30);
     let validator = crate::tools::schema::compile(&spec.parameters).unwrap();
-    assert!(crate::tools::schema::check(&validator, &json!({"query": "asthma", "condition": "asthma", "guideline_source": "nhlbi", "max_results": 5})).is_ok());
-    for bad in [json!({}), json!({"query": ""}), json!({"query": "x".repeat(301)}), json!({"query": "a", "max_results": 0}), json!({"query": "a", "max_results": 21}), json!({"query": "a", "extra": 1})] {
+    assert!(
+        crate::tools::schema::check(
+            &validator,
+            &json!({"query": "asthma", "condition": "asthma", "guideline_source": "nhlbi", "max_results": 5})
+        )
+        .is_ok()
+    );
+    for bad in [
+        json!({}),
+        json!({"query": ""}),
+        json!({"query": "x".repeat(301)}),
+        json!({"query": "a", "max_results": 0}),
+        json!({"query": "a", "max_results": 21}),
+        json!({"query": "a", "extra": 1}),
+    ] {
         assert!(crate::tools::schema::check(&validator, &bad).is_err(), "{bad}");
     }
 }

@@ -15,15 +15,21 @@ const MAX_RESULTS: u32 = 5;
 /// Longest query taken from the request (the tool allows 300 characters).
 const MAX_QUERY: usize = 200;
 
-static TOPIC_WORDS: Pattern =
-    LazyLock::new(|| Regex::new(r"(?i)\bguidelines?\b|\bguidance\b|\buspstf\b|\brecommendations?\s+(?:on|for|about|regarding)\b").ok());
+static TOPIC_WORDS: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bguidelines?\b|\bguidance\b|\buspstf\b|\brecommendations?\s+(?:on|for|about|regarding)\b").ok()
+});
 /// Ordered from most to least specific; the first that captures a non-empty topic wins.
 static QUERIES: [Pattern; 3] = [
     LazyLock::new(|| {
         Regex::new(r"(?i)\b(?:guidelines?|guidance|recommendations?)\s+(?:says?\s+|recommends?\s+)?(?:on|about|for|regarding|concerning|in)\s+(.+)").ok()
     }),
     LazyLock::new(|| Regex::new(r"(?i)\b(?:say|says|recommend|recommends)\s+(?:about|on|for|regarding)\s+(.+)").ok()),
-    LazyLock::new(|| Regex::new(r"(?i)^(?:(?:find|show|get|search|look\s+up)\s+(?:me\s+)?(?:the\s+)?)?(.+?)\s+(?:guidelines?|guidance)\b").ok()),
+    LazyLock::new(|| {
+        Regex::new(
+            r"(?i)^(?:(?:find|show|get|search|look\s+up)\s+(?:me\s+)?(?:the\s+)?)?(.+?)\s+(?:guidelines?|guidance)\b",
+        )
+        .ok()
+    }),
 ];
 /// Publishers the shipped corpus has, as the filter word and the pattern that names them.
 static PUBLISHERS: [(&str, Pattern); 7] = [
@@ -41,8 +47,12 @@ static NOISE: Pattern = LazyLock::new(|| {
 });
 static SPACES: Pattern = LazyLock::new(|| Regex::new(r"\s+").ok());
 /// What is left of a topic that names nothing ("what", "say").
-static EMPTY_TOPIC: Pattern =
-    LazyLock::new(|| Regex::new(r"(?i)^(?:(?:what|do|does|the|say|says|are|is|there|any|about|on|for|me|show|find|search|look|up|get)\s*)*$").ok());
+static EMPTY_TOPIC: Pattern = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:(?:what|do|does|the|say|says|are|is|there|any|about|on|for|me|show|find|search|look|up|get)\s*)*$",
+    )
+    .ok()
+});
 
 pub(super) fn understand(text: &str, lower: &str) -> Option<Understood> {
     if !is_match(&TOPIC_WORDS, lower) {
@@ -104,11 +114,20 @@ mod tests {
     #[test]
     fn topics_are_extracted() {
         let query = |text: &str| arguments(text)["query"].as_str().expect("query").to_string();
-        assert_eq!(query("What do the guidelines say about colorectal cancer screening?"), "colorectal cancer screening");
-        assert_eq!(query("guidelines for anticoagulation in atrial fibrillation"), "anticoagulation in atrial fibrillation");
+        assert_eq!(
+            query("What do the guidelines say about colorectal cancer screening?"),
+            "colorectal cancer screening"
+        );
+        assert_eq!(
+            query("guidelines for anticoagulation in atrial fibrillation"),
+            "anticoagulation in atrial fibrillation"
+        );
         assert_eq!(query("What is the current guidance on lung cancer screening, please"), "lung cancer screening");
         assert_eq!(query("Show me the hypertension guidelines"), "hypertension");
-        assert_eq!(query("recommendations for pneumococcal vaccination in adults"), "pneumococcal vaccination in adults");
+        assert_eq!(
+            query("recommendations for pneumococcal vaccination in adults"),
+            "pneumococcal vaccination in adults"
+        );
     }
 
     #[test]
