@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -45,14 +45,8 @@ impl TestProxy {
             audit = dir.path().join("audit.jsonl").display(),
         );
         let mut table: toml::Table = toml::from_str(&toml).unwrap();
-        let server = table
-            .entry("server")
-            .or_insert(toml::Value::Table(Default::default()));
-        server
-            .as_table_mut()
-            .unwrap()
-            .entry("listen")
-            .or_insert("127.0.0.1:0".into());
+        let server = table.entry("server").or_insert(toml::Value::Table(Default::default()));
+        server.as_table_mut().unwrap().entry("listen").or_insert("127.0.0.1:0".into());
         let config = voxgate::config::Config::from_table(table).unwrap();
         voxgate::config::validate(&config).unwrap();
         let server = voxgate::server::start(config).await.unwrap();
@@ -102,9 +96,7 @@ impl TestProxy {
     }
 
     pub async fn http_get(&self, path: &str) -> (u16, String) {
-        let response = reqwest::get(format!("http://{}{path}", self.addr))
-            .await
-            .unwrap();
+        let response = reqwest::get(format!("http://{}{path}", self.addr)).await.unwrap();
         let status = response.status().as_u16();
         (status, response.text().await.unwrap())
     }
@@ -141,10 +133,7 @@ impl Client {
     ) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
         let mut request = url.into_client_request().unwrap();
         if !protocols.is_empty() {
-            request.headers_mut().insert(
-                "sec-websocket-protocol",
-                protocols.join(", ").parse().unwrap(),
-            );
+            request.headers_mut().insert("sec-websocket-protocol", protocols.join(", ").parse().unwrap());
         }
         for (name, value) in headers {
             let name: http::HeaderName = name.parse().unwrap();
@@ -159,10 +148,7 @@ impl Client {
     }
 
     pub async fn send_json(&mut self, value: Value) {
-        self.ws
-            .send(Message::text(value.to_string()))
-            .await
-            .unwrap();
+        self.ws.send(Message::text(value.to_string())).await.unwrap();
     }
 
     pub async fn send_text(&mut self, text: &str) {
@@ -172,11 +158,7 @@ impl Client {
     /// The next text frame (raw).
     pub async fn next_text(&mut self) -> String {
         loop {
-            let message = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("timed out")
-                .expect("closed")
-                .unwrap();
+            let message = tokio::time::timeout(WAIT, self.ws.next()).await.expect("timed out").expect("closed").unwrap();
             match message {
                 Message::Text(t) => return t.to_string(),
                 Message::Close(frame) => panic!("closed: {frame:?}"),
@@ -215,13 +197,8 @@ impl Client {
     /// Wait for the close frame; returns (code, reason).
     pub async fn closed(&mut self) -> (u16, String) {
         loop {
-            match tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("timed out")
-            {
-                Some(Ok(Message::Close(Some(frame)))) => {
-                    return (frame.code.into(), frame.reason.to_string());
-                }
+            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("timed out") {
+                Some(Ok(Message::Close(Some(frame)))) => return (frame.code.into(), frame.reason.to_string()),
                 Some(Ok(Message::Close(None))) | None => return (1005, String::new()),
                 Some(Ok(_)) => {}
                 Some(Err(_)) => return (1006, String::new()),
@@ -239,17 +216,11 @@ pub struct FakeConn {
 
 impl FakeConn {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub async fn send_json(&mut self, value: &Value) {
-        self.ws
-            .send(Message::text(value.to_string()))
-            .await
-            .unwrap();
+        self.ws.send(Message::text(value.to_string())).await.unwrap();
     }
 
     pub async fn send_text(&mut self, text: &str) {
@@ -258,11 +229,7 @@ impl FakeConn {
 
     pub async fn next_text(&mut self) -> String {
         loop {
-            let message = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("fake: timed out")
-                .expect("fake: closed")
-                .unwrap();
+            let message = tokio::time::timeout(WAIT, self.ws.next()).await.expect("fake: timed out").expect("fake: closed").unwrap();
             match message {
                 Message::Text(t) => return t.to_string(),
                 Message::Close(frame) => panic!("fake: closed: {frame:?}"),
@@ -294,13 +261,8 @@ impl FakeConn {
 
     pub async fn closed(&mut self) -> (u16, String) {
         loop {
-            match tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("fake: timed out")
-            {
-                Some(Ok(Message::Close(Some(frame)))) => {
-                    return (frame.code.into(), frame.reason.to_string());
-                }
+            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("fake: timed out") {
+                Some(Ok(Message::Close(Some(frame)))) => return (frame.code.into(), frame.reason.to_string()),
                 Some(Ok(Message::Close(None))) | None => return (1005, String::new()),
                 Some(Ok(_)) => {}
                 Some(Err(_)) => return (1006, String::new()),
@@ -345,10 +307,7 @@ impl FakeUpstream {
 
     /// The next session voxgate opens.
     pub async fn accept(&mut self) -> FakeConn {
-        tokio::time::timeout(WAIT, self.conns.recv())
-            .await
-            .expect("no upstream connection")
-            .unwrap()
+        tokio::time::timeout(WAIT, self.conns.recv()).await.expect("no upstream connection").unwrap()
     }
 }
 
@@ -385,10 +344,7 @@ async fn serve_fake(stream: TcpStream, mode: FakeMode, tx: mpsc::Sender<FakeConn
             let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
                 .max_message_size(Some(256 << 20))
                 .max_frame_size(Some(256 << 20));
-            if let Ok(ws) =
-                tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config))
-                    .await
-            {
+            if let Ok(ws) = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await {
                 let _ = tx.send(FakeConn { uri, headers, ws }).await;
             }
         }
@@ -404,15 +360,10 @@ pub struct TranscriptFrame {
 
 /// Load a transcript from `proto-fixtures/`.
 pub fn transcript(name: &str) -> Vec<TranscriptFrame> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("proto-fixtures")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto-fixtures").join(name);
     read_jsonl(&path)
         .into_iter()
-        .map(|record| TranscriptFrame {
-            dir: record["dir"].as_str().unwrap().to_string(),
-            event: record["event"].clone(),
-        })
+        .map(|record| TranscriptFrame { dir: record["dir"].as_str().unwrap().to_string(), event: record["event"].clone() })
         .collect()
 }
 
@@ -425,17 +376,9 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
-        let mut server = RedisServer {
-            port,
-            child: None,
-            dir,
-        };
+        let mut server = RedisServer { port, child: None, dir };
         server.restart();
         server
     }
@@ -447,16 +390,7 @@ impl RedisServer {
     /// Start (again) on the same port.
     pub fn restart(&mut self) {
         let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(std::process::Stdio::null())
@@ -488,9 +422,7 @@ impl Drop for RedisServer {
 
 /// The voxgate binary under test (`VOXGATE_BIN` overrides the one cargo built).
 pub fn binary() -> PathBuf {
-    std::env::var_os("VOXGATE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_voxgate")))
+    std::env::var_os("VOXGATE_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_voxgate")))
 }
 
 /// Start the binary; returns the child and the address it logged.
@@ -509,10 +441,7 @@ pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::proce
     let stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
-    for reader in [
-        Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-        Box::new(stderr),
-    ] {
+    for reader in [Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, Box::new(stderr)] {
         let tx = tx.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(reader).lines();
@@ -524,12 +453,7 @@ pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::proce
     let addr = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(line) = rx.recv().await {
             if let Some(rest) = line.split("listening on ").nth(1) {
-                return rest
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .trim_matches('"')
-                    .to_string();
+                return rest.split_whitespace().next().unwrap().trim_matches('"').to_string();
             }
         }
         panic!("voxgate exited before listening");
@@ -540,6 +464,7 @@ pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::proce
     tokio::spawn(async move { while rx.recv().await.is_some() {} });
     (child, addr)
 }
+
 
 /// The events a model sends for one function call (GA shapes).
 pub fn event_args(call_id: &str, name: &str, args: &str) -> Vec<Value> {
@@ -569,6 +494,7 @@ pub async fn model_calls(up: &mut FakeConn, calls: &[(&str, &str, &str)]) {
     }
     up.send_json(&json!({"type": "response.done", "event_id": "event_rd", "response": {"id": "resp_1", "object": "realtime.response", "status": "completed", "output": output}})).await;
 }
+
 
 /// The HTTP status of a WebSocket handshake: 101 when it succeeded.
 pub async fn handshake_status(url: &str, protocols: &[&str], headers: &[(&str, &str)]) -> u16 {

@@ -75,3 +75,4 @@ pub fn one_span<'a>(lines: &'a [Value], name: &str, attr: (&str, &str)) -> &'a V
     );
     found[0]
 }
+
