@@ -359,7 +359,12 @@ impl Bridge {
             },
             span,
         };
-        let progress = self.info.wants_events.then(|| crate::tools::progress::ProgressSink::new(call_id.clone(), self.to_client.sender()));
+        let progress = self.info.wants_events.then(|| {
+            let client = self.to_client.sender();
+            crate::tools::progress::ProgressSink::new(call_id.clone(), move |event| {
+                client.try_send(Message::text(event));
+            })
+        });
         let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));
         self.task_calls.insert(handle.id(), call_id);
     }

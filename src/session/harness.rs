@@ -110,8 +110,9 @@ async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> H
     let audit_config = AuditConfig {
         path: dir.path().join("audit.jsonl"),
         rotate_bytes: 0,
+        ..AuditConfig::default()
     };
-    let (audit, writer) = crate::audit::open(&audit_config, None).await.unwrap();
+    let (audit, writer) = crate::audit::open(&audit_config, Default::default()).await.unwrap();
     let metrics = Metrics::new();
     let deps = session_deps(&config, audit, metrics.clone());
     let (browser, proxy_client) = pair(1 << 20).await;
@@ -123,6 +124,7 @@ async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> H
         user: "u_test".into(),
         wants_events: true,
         model: "test".into(),
+        origin: Default::default(),
     };
     let cancel = CancellationToken::new();
     let session = tokio::spawn(super::run(
@@ -531,8 +533,9 @@ async fn invalid_utf8_text_closes_with_1007() {
         &AuditConfig {
             path: dir.path().join("a.jsonl"),
             rotate_bytes: 0,
+            ..AuditConfig::default()
         },
-        None,
+        Default::default(),
     )
     .await
     .unwrap();
@@ -547,6 +550,7 @@ async fn invalid_utf8_text_closes_with_1007() {
         user: "u".into(),
         wants_events: false,
         model: "m".into(),
+        origin: Default::default(),
     };
     let session = tokio::spawn(super::run(
         info,

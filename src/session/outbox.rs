@@ -102,22 +102,7 @@ impl Outbox {
 
     /// Queue a frame without waiting; `Ok(false)` when the queue is full.
     pub fn try_send(&self, message: Message) -> Result<bool, Closed> {
-        if self.tx.is_closed() {
-            return Err(Closed);
-        }
-        match self
-            .budget
-            .clone()
-            .try_acquire_many_owned(Self::cost(&message))
-        {
-            Ok(permit) => self
-                .tx
-                .send((message, permit))
-                .map(|()| true)
-                .map_err(|_| Closed),
-            Err(tokio::sync::TryAcquireError::NoPermits) => Ok(false),
-            Err(tokio::sync::TryAcquireError::Closed) => Err(Closed),
-        }
+        try_queue(&self.tx, &self.budget, message)
     }
 
     /// Queue a close frame and wait (bounded) for the writer to finish.
@@ -132,12 +117,43 @@ impl Outbox {
 
     /// A handle for frames queued from outside the session loop with `try_send` (advisory
     /// events such as tool progress, dropped when the queue is full).
-    pub fn sender(&self) -> mpsc::Sender<Message> {
-        self.tx.clone()
+    pub fn sender(&self) -> Advisory {
+        Advisory { tx: self.tx.clone(), budget: Arc::clone(&self.budget) }
     }
 
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
+    }
+}
+
+/// Queue without waiting, within the byte budget shared with the session loop's sends.
+fn try_queue(
+    tx: &mpsc::UnboundedSender<(Message, OwnedSemaphorePermit)>,
+    budget: &Arc<Semaphore>,
+    message: Message,
+) -> Result<bool, Closed> {
+    if tx.is_closed() {
+        return Err(Closed);
+    }
+    match budget.clone().try_acquire_many_owned(Outbox::cost(&message)) {
+        Ok(permit) => tx.send((message, permit)).map(|()| true).map_err(|_| Closed),
+        Err(tokio::sync::TryAcquireError::NoPermits) => Ok(false),
+        Err(tokio::sync::TryAcquireError::Closed) => Err(Closed),
+    }
+}
+
+/// A cloneable handle that only ever `try_send`s: for advisory frames queued from outside the
+/// session loop (tool progress), which are dropped rather than waited for when the queue is full.
+#[derive(Clone)]
+pub struct Advisory {
+    tx: mpsc::UnboundedSender<(Message, OwnedSemaphorePermit)>,
+    budget: Arc<Semaphore>,
+}
+
+impl Advisory {
+    /// Queue the frame if there is room; `false` when it was dropped.
+    pub fn try_send(&self, message: Message) -> bool {
+        matches!(try_queue(&self.tx, &self.budget, message), Ok(true))
     }
 }
 

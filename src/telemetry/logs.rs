@@ -138,7 +138,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod tests {
+mod instance_tests {
     use std::sync::{Arc, Mutex};
 
     use tracing_subscriber::fmt::MakeWriter;

@@ -6,9 +6,7 @@
 //! advisory: when the client's queue is full it is dropped rather than slowing anyone down.
 
 use std::future::Future;
-
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
+use std::sync::Arc;
 
 use crate::protocol::voxgate as events;
 
@@ -20,21 +18,29 @@ tokio::task_local! {
 }
 
 /// Sends one call's progress events to its session's client.
-#[derive(Debug, Clone)]
+/// The client's side is a callback, so tools need not know the session's outbox: it queues the
+/// event if there is room and drops it otherwise (progress is advisory).
+#[derive(Clone)]
 pub struct ProgressSink {
     call_id: String,
-    to_client: mpsc::Sender<Message>,
+    to_client: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressSink").field("call_id", &self.call_id).finish()
+    }
 }
 
 impl ProgressSink {
-    pub fn new(call_id: String, to_client: mpsc::Sender<Message>) -> Self {
-        Self { call_id, to_client }
+    pub fn new(call_id: String, to_client: impl Fn(String) + Send + Sync + 'static) -> Self {
+        Self { call_id, to_client: Arc::new(to_client) }
     }
 
     pub fn report(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let message: Option<String> = message.map(|m| m.chars().take(MAX_MESSAGE_CHARS).collect());
         let event = events::tool_call_progress(&self.call_id, progress, total, message.as_deref());
-        let _ = self.to_client.try_send(Message::text(event));
+        (self.to_client)(event);
     }
 }
 

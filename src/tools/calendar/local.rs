@@ -71,11 +71,6 @@ impl CalendarBackend for LocalCalendar {
         Ok(parsed.find(uid))
     }
 
-    async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
-        let (path, tz, uid) = (Arc::clone(&self.path), self.tz, uid.to_string());
-        run_blocking(move || Ok(ics::parse(&read_store(&path)?, tz)?.events.into_iter().find(|e| e.id == uid))).await
-    }
-
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {
         let _writer = self.write_lock.lock().await;
         let (path, tz) = (Arc::clone(&self.path), self.tz);
