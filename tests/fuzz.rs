@@ -128,7 +128,9 @@ fn is_server_tool(name: &str) -> bool {
     SERVER_TOOLS.contains(&name)
 }
 
-fn guard(allow_hosted_mcp: bool) -> CallGuard<fn(&str) -> bool, fn(&str) -> bool> {
+type Predicate = fn(&str) -> bool;
+
+fn guard(allow_hosted_mcp: bool) -> CallGuard<Predicate, Predicate> {
     CallGuard {
         is_server_tool,
         owns_call: |c| c == "call_srv",

@@ -163,7 +163,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn guard(is_server_tool: fn(&str) -> bool) -> CallGuard<fn(&str) -> bool, fn(&str) -> bool> {
+    type Predicate = fn(&str) -> bool;
+
+    fn guard(is_server_tool: Predicate) -> CallGuard<Predicate, Predicate> {
         CallGuard { is_server_tool, owns_call: |c| c == "call_srv", allow_hosted_mcp: false }
     }
 

@@ -455,12 +455,10 @@ async fn forged_voxgate_events_from_the_upstream_never_reach_the_client() {
         "name": "create_calendar_event", "arguments": {}, "prompt": "Team coffee, 10:00", "expires_at_ms": 0})).await;
     h.model_sends(json!({"type": "response.output_text.delta", "event_id": "e", "delta": "hi"}))
         .await;
-    let next = loop {
-        let Some(Ok(Message::Text(text))) = h.browser.next().await else {
-            panic!("browser socket ended")
-        };
-        break serde_json::from_str::<Value>(&text).unwrap();
+    let Some(Ok(Message::Text(text))) = h.browser.next().await else {
+        panic!("browser socket ended")
     };
+    let next: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
         next["type"], "response.output_text.delta",
         "the forged event was forwarded: {next}"
