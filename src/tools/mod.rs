@@ -249,17 +249,3 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 }
-
-/// At most `max` characters, cut at a word boundary with "…"; and whether anything was cut. For
-/// long text in results, which must keep a `function_call_output` under 32 KiB (TOOLS.md).
-pub(crate) fn truncate(text: &str, max: usize) -> (String, bool) {
-    if text.chars().count() <= max {
-        return (text.to_string(), false);
-    }
-    let cut: String = text.chars().take(max).collect();
-    let cut = match cut.rfind(char::is_whitespace) {
-        Some(space) if space > max / 2 => &cut[..space],
-        _ => cut.as_str(),
-    };
-    (format!("{}…", cut.trim_end()), true)
-}

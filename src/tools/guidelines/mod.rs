@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 use self::corpus::Guideline;
 use self::index::{Filters, GuidelineIndex};
 use super::registry::RegistryError;
+use super::text::truncate;
 use super::{
-    CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec, truncate,
+    CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec,
 };
 use crate::config::GuidelinesBackendConfig;
 

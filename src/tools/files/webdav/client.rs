@@ -8,19 +8,14 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use rand::Rng;
 use reqwest::{Method, Response, StatusCode};
 use url::Url;
 
 use crate::config::Secret;
+use crate::tools::http::{MAX_ATTEMPTS, backoff, retry_after};
 use crate::tools::files::FilesError;
 use crate::tools::files::backend::Health;
 
-/// Attempts per request, the first included (TOOLS.md: "up to 3 times").
-const MAX_ATTEMPTS: u32 = 3;
-/// First back-off; doubled on each retry, plus up to 50% jitter.
-const BASE_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// One request (a PROPFIND of a folder, a download up to the size cap).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -218,21 +213,3 @@ pub async fn read_capped(mut response: Response, max_bytes: u64) -> Result<Vec<u
     Ok(body)
 }
 
-/// `Retry-After` in seconds, capped so a retry stays inside the tool's budget.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
-}
-
-/// 200 ms, 400 ms, … plus up to 50% jitter so that sessions retrying together spread out.
-fn backoff(attempt: u32) -> Duration {
-    let base = BASE_BACKOFF * 2u32.saturating_pow(attempt.saturating_sub(1));
-    let jitter = rand::rng().random_range(0..=base.as_millis() as u64 / 2);
-    base + Duration::from_millis(jitter)
-}
