@@ -1,3 +1,6 @@
+//! Text extraction per format (text, Markdown, CSV, HTML, PDF, DOCX), truncation, and damaged
+//! documents failing with a clear error instead of a panic.
+
 use std::io::Write;
 
 use crate::tools::files::FilesError;

@@ -1,3 +1,6 @@
+//! The local files backend against a real folder: confinement to the root (`..`, absolute paths,
+//! symlinks out), listing bounds and reading.
+
 use crate::tools::files::backend::FilesBackend;
 use crate::tools::files::{FilesError, LocalFiles, RelPath};
 
