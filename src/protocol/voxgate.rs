@@ -32,7 +32,6 @@ pub mod codes {
     pub const SERVER_TOOL_NAME: &str = "voxgate_server_tool_name";
     pub const SERVER_CALL: &str = "voxgate_server_call";
     pub const UPSTREAM_UNAVAILABLE: &str = "voxgate_upstream_unavailable";
-    pub const SLOW_CLIENT: &str = "voxgate_slow_client";
     pub const TOO_MANY_FRAMES: &str = "voxgate_too_many_frames";
     pub const HOSTED_MCP_REFUSED: &str = "voxgate_hosted_mcp_refused";
 }
