@@ -1,5 +1,5 @@
 //! Deciding what a response says or calls, from the conversation since the model's last turn:
-//! tool outputs waiting for an answer are summarised; otherwise the latest typed user text is read by
+//! tool outputs waiting for an answer (and not followed by a newer user message) are summarised; otherwise the latest typed user text is read by
 //! the [`intents`](super::intents) rules and becomes function calls (when the session offers the
 //! tool) or a short spoken reply that admits it is the simulated model.
 
@@ -41,7 +41,13 @@ impl ToolOffer<'_> {
 /// The outputs of the next response.
 pub fn plan(conversation: &Conversation, offer: &ToolOffer<'_>, today: NaiveDate) -> Vec<Output> {
     let pending = conversation.since_last_model_turn();
-    let answers: Vec<String> = pending
+    // Outputs the user has since spoken over (a barge-in cancelled their answer, then a new
+    // question came) are not answered: like a real model, the newest question is.
+    let unanswered = pending
+        .iter()
+        .rposition(|item| item["type"] == "message" && item["role"] == "user")
+        .map_or(pending, |last_user| &pending[last_user..]);
+    let answers: Vec<String> = unanswered
         .iter()
         .filter(|item| item["type"] == "function_call_output")
         .map(|item| {

@@ -179,6 +179,29 @@ async fn a_tool_output_is_answered_in_words() {
     assert_eq!(joined(&events, "response.output_audio_transcript.delta"), "The event was not created: you declined.");
 }
 
+/// A barge-in cancelled the answer to an output, then the user asked again: the new question is
+/// answered (here, with a new call), not the old output (the soak's "silent session").
+#[tokio::test]
+async fn an_output_spoken_over_by_a_new_question_is_not_answered() {
+    let mut client = Client::with_tools(tools()).await;
+    let calls = calls_for(&mut client, "Calculate the BMI for 70 kg and 175 cm").await;
+    let output = calculators::tool().evaluate(&calls[0].2).expect("computed");
+    let item = json!({"type": "function_call_output", "call_id": calls[0].1, "output": output.to_string()});
+    client.send(json!({"type": "conversation.item.create", "item": item})).await;
+    client.until("conversation.item.done").await;
+    client.send(json!({"type": "response.create"})).await;
+    client.until("response.created").await;
+    client.send(json!({"type": "response.cancel"})).await;
+    let cancelled = client.until("response.done").await;
+    assert_eq!(cancelled.last().expect("done")["response"]["status"], "cancelled");
+    client.until("rate_limits.updated").await;
+
+    let again = calls_for(&mut client, "Calculate the BMI for 70 kg and 175 cm").await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].0, "calculate_medical_score");
+    assert_ne!(again[0].1, calls[0].1, "a new call, not the old result");
+}
+
 /// The real calendar tools behind the simulated model: book, then list, each answered in words.
 #[tokio::test]
 async fn real_calendar_tools_accept_the_calls_and_results_are_spoken() {
