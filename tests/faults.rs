@@ -121,6 +121,37 @@ async fn an_admin_kill_ends_a_session_whose_upstream_stopped_reading() {
     drop(up);
 }
 
+/// The idle timeout cannot interrupt a send the upstream is not taking (the loop is waiting on
+/// it), so what ends a stalled session nobody kills is `upstream.send_timeout_ms`: with the client
+/// gone quiet after the stall and a 1 s idle timeout, the session still ends in bounded time and
+/// frees its slot.
+#[tokio::test]
+async fn a_stalled_upstream_with_an_idle_client_ends_by_the_send_bound_and_frees_the_slot() {
+    let mut fake = FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&fake, dir.path())
+        .replace("send_timeout_ms = 60000", "send_timeout_ms = 6000")
+        .replace("drain_timeout_ms = 1000\n", "drain_timeout_ms = 1000\nidle_timeout_ms = 1000\n");
+    let (_child, addr) = spawn_voxgate(&config, dir.path()).await;
+    let client = Client::connect(&format!("ws://{addr}/v1/realtime"), &["realtime"]).await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    let streaming = stall(client).await;
+    // The client goes quiet: the session is both stalled and idle.
+    streaming.abort();
+    let started = Instant::now();
+    let http = reqwest::Client::new();
+    while !sessions(&http, &addr).await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the stalled, idle session is still listed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for_slot(&format!("ws://{addr}/v1/realtime")).await;
+    drop(up);
+}
+
 #[tokio::test]
 async fn sigterm_ends_the_process_while_an_upstream_is_stalled() {
     let mut fake = FakeUpstream::start().await;
