@@ -78,6 +78,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Allocations of 1 MiB and more (only ever a large frame: an audio append is 2–40 KB) get their
+/// own mapping, returned to the system when freed. glibc's default raises that threshold to the
+/// largest block freed so far, so after one 30 MiB frame the next ones came from the heap and an
+/// idle session's large frame stayed resident (docs/reliability.md, Memory). An operator's own
+/// `MALLOC_MMAP_THRESHOLD_` is left alone.
+fn give_large_frees_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // SAFETY: mallopt only changes allocator parameters; it is called before any other
+        // thread exists.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 1024 * 1024);
+        }
+    }
+}
+
 /// A bad config is reported with its key and reason, exit 2.
 fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
     Config::load(path, &ProcessEnv).map_err(|err| {
@@ -100,6 +116,7 @@ fn verify(file: &Path, chain: &voxgate::audit::Chain) -> ExitCode {
 }
 
 fn run(mut config: Config) -> anyhow::Result<()> {
+    give_large_frees_back();
     config.telemetry.instance_id = config.server.instance_id();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {
