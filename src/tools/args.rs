@@ -26,11 +26,6 @@ pub fn count(args: &Value, key: &str, default: u64, max: u64) -> u64 {
         .clamp(1, max)
 }
 
-/// The `query` argument as sent: what a search tool's [`super::Tool::outbound_text`] screens.
-pub fn query(args: &Value) -> Option<String> {
-    args.get("query").and_then(Value::as_str).map(String::from)
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -48,9 +43,5 @@ mod tests {
         assert_eq!(count(&json!({}), "n", 5, 10), 5);
         assert_eq!(count(&json!({"n": 50}), "n", 5, 10), 10);
         assert_eq!(count(&json!({"n": 0}), "n", 5, 10), 1);
-        assert_eq!(
-            query(&json!({"query": "statins"})).as_deref(),
-            Some("statins")
-        );
     }
 }

@@ -332,6 +332,8 @@ async fn serve_fake(stream: TcpStream, mode: FakeMode, tx: mpsc::Sender<FakeConn
         FakeMode::Accept => {
             let mut uri = String::new();
             let mut headers = Vec::new();
+            // The error type is tungstenite's (an HTTP response); this callback never fails.
+            #[allow(clippy::result_large_err)]
             let callback = |req: &Request, resp: Response| {
                 uri = req.uri().to_string();
                 headers = req

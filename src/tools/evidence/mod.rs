@@ -6,7 +6,7 @@
 //!
 //! OpenEvidence has no public API, so voxgate speaks this small protocol and a site-specific adapter
 //! (or a compatible service) sits behind `backends.evidence.base_url`. The service is a third party:
-//! the query is PHI-screened by the session before the call ([`Tool::outbound_text`]). Unset, the
+//! every string argument is PHI-screened by the session before the call (`policy::screening`). Unset, the
 //! tool is not offered.
 
 #[cfg(test)]
@@ -157,10 +157,6 @@ fn level(raw: Option<&str>) -> String {
 impl Tool for SearchEvidence {
     fn spec(&self) -> &ToolSpec {
         &self.spec
-    }
-
-    fn outbound_text(&self, args: &Value) -> Option<String> {
-        args::query(args)
     }
 
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {

@@ -2,8 +2,8 @@
 //! PMIDs (best match first), `efetch` returns their records; both answer in XML, and the result is the seed's
 //! article list with citations.
 //!
-//! This is a third-party tool: NCBI is outside the hospital, so the session screens the query
-//! ([`Tool::outbound_text`]) for PHI before [`Tool::call`] runs (see `policy::screening`). The
+//! This is a third-party tool: NCBI is outside the hospital, so the session screens every string
+//! argument for PHI before [`Tool::call`] runs (see `policy::screening`). The
 //! query is never logged here either. The HTTP details (shared rate limit, retries, trace context)
 //! live in [`client`], the XML reading in [`parse`].
 
@@ -207,11 +207,6 @@ impl Query {
 impl Tool for SearchPubmed {
     fn spec(&self) -> &ToolSpec {
         &self.spec
-    }
-
-    /// The query is what leaves for NCBI (publication types and dates come from fixed vocabularies).
-    fn outbound_text(&self, args: &Value) -> Option<String> {
-        args::query(args)
     }
 
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {

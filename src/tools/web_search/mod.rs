@@ -6,8 +6,8 @@
 //! length, and every result whose host is not an allowed domain (or a subdomain of one) is dropped.
 //! The model may narrow it with `domain_filter`, never widen it (`invalid_arguments`).
 //!
-//! A third party receives the query, so the session screens it for PHI first
-//! ([`Tool::outbound_text`]); the tool exists only when a provider is configured.
+//! A third party receives the query, so the session screens every string argument for PHI first
+//! (`policy::screening`); the tool exists only when a provider is configured.
 
 mod providers;
 #[cfg(test)]
@@ -202,11 +202,6 @@ impl WebSearchMedical {
 impl Tool for WebSearchMedical {
     fn spec(&self) -> &ToolSpec {
         &self.spec
-    }
-
-    /// The query is what leaves; the domain filter is checked against the allow-list.
-    fn outbound_text(&self, args: &Value) -> Option<String> {
-        args::query(args)
     }
 
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
