@@ -295,6 +295,24 @@ async fn a_slow_tool_times_out_and_the_server_is_told_to_cancel() {
     .await;
 }
 
+/// The client leaves while an MCP call runs: past the close deadline the call is abandoned, the
+/// server is told to cancel it, and the call is audited exactly once.
+#[tokio::test]
+async fn a_call_running_when_the_session_closes_is_cancelled_on_the_server() {
+    let mut lab = start(false, "[server]\ndrain_timeout_ms = 300\n").await;
+    let (mut client, mut up, _) = lab.session().await;
+    model_calls(&mut up, &[("call_close", "lab__slow", r#"{"tag":"t-close","seconds":30}"#)]).await;
+    client.until("voxgate.tool_call.started").await;
+    let _ = client.ws.close(None).await;
+    drop(client);
+    eventually("the server to record the cancellation", || {
+        lab.stdio_file("cancelled.jsonl") == vec![json!({"tag": "t-close"})]
+    })
+    .await;
+    eventually("the abandoned call to be audited", || finished(&lab.proxy, "call_close").len() == 1).await;
+    assert_eq!(finished(&lab.proxy, "call_close").len(), 1, "audited exactly once");
+}
+
 #[tokio::test]
 async fn admin_lists_tools_with_origin_policy_and_health_and_invokes_mcp_tools() {
     let lab = start(false, "[auth]\nadmin_token = \"admin-secret-token-0123\"\n[mcp.servers.lab.policy.lookup_result]\nphi = false\nrate_per_min = 7\n").await;
