@@ -305,3 +305,24 @@ async fn session_caps_refuse_before_the_upgrade() {
     assert!(admitted, "the freed place is given again");
     drop((second, third));
 }
+
+/// A session ends with the JWT that admitted it: `voxgate.session.closing` says why and not to
+/// reconnect with it, then a 1008 close.
+#[tokio::test]
+async fn a_session_ends_when_its_token_expires() {
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, &jwt_toml()).await;
+    let exp = now() + 2;
+    let token = hs256(json!({"sub": "dr.short", "roles": ["clinician"], "exp": exp}));
+    let mut client = Client::connect(&proxy.url(""), &["realtime", "voxgate.v1", &format!("voxgate-token.{token}")]).await;
+    let mut up = fake.accept().await;
+    up.open_session().await;
+    client.until("voxgate.session.ready").await;
+    let closing = client.until("voxgate.session.closing").await;
+    assert_eq!(closing["reason"], "authorisation expired", "{closing}");
+    assert_eq!(closing["reconnect"], false);
+    let (code, _) = client.closed().await;
+    assert_eq!(code, 1008);
+    // `exp` has whole-second precision: the close comes within the second it names, not before.
+    assert!(now() + 1 >= exp, "closed before the token's exp");
+}

@@ -119,7 +119,7 @@ impl JwtVerifier {
                 if lifetime > self.max_lifetime_s {
                     return Err(AuthError::TooLong);
                 }
-                Ok(Principal::new(claims.sub, claims.roles))
+                Ok(Principal::new(claims.sub, claims.roles).expiring_at(claims.exp))
             }
             Ok(_) => Err(AuthError::Invalid),
             Err(err) => match err.kind() {

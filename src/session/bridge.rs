@@ -153,6 +153,13 @@ impl Bridge {
         let mut pings = bridge.deps.settings.ping_interval.map(|every| tokio::time::interval_at(Instant::now() + every, every));
         let mut client_open = true;
         let mut upstream_open = true;
+        // A session ends with the token that admitted it (a fresh token opens a new one).
+        let auth_expires = bridge.info.principal.expires_at.map(|exp| {
+            let now_unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Instant::now() + Duration::from_secs(exp.saturating_sub(now_unix))
+        });
 
         loop {
             bridge.frames.loop_turn();
@@ -224,6 +231,9 @@ impl Bridge {
                     }
                 }
                 _ = tick_opt(&mut pings), if pings.is_some() => bridge.ping().await,
+                _ = sleep_until_opt(auth_expires), if auth_expires.is_some() && bridge.closing.is_none() => {
+                    bridge.begin_close(SessionOutcome::AuthExpired, true).await;
+                }
             }
             bridge.request_response_if_due().await;
             if bridge.closing.is_none() && (bridge.to_client.is_closed() || !client_open) {
@@ -250,6 +260,7 @@ impl Bridge {
             SessionOutcome::Drained => "service restart",
             SessionOutcome::Killed => "ended by an administrator",
             SessionOutcome::IdleTimeout => "idle timeout",
+            SessionOutcome::AuthExpired => "authorisation expired",
             SessionOutcome::SlowClient => "client too slow",
             _ => "session ended",
         };
@@ -260,7 +271,7 @@ impl Bridge {
         }
         let code = match outcome {
             SessionOutcome::Drained => CloseCode::Restart,
-            SessionOutcome::SlowClient => CloseCode::Policy,
+            SessionOutcome::SlowClient | SessionOutcome::AuthExpired => CloseCode::Policy,
             _ => CloseCode::Normal,
         };
         let frame = close_frame(code, reason);

@@ -111,6 +111,8 @@ pub enum SessionOutcome {
     IdleTimeout,
     Drained,
     Killed,
+    /// The token that admitted the session expired.
+    AuthExpired,
 }
 
 impl SessionOutcome {
@@ -124,6 +126,7 @@ impl SessionOutcome {
             SessionOutcome::IdleTimeout => "idle_timeout",
             SessionOutcome::Drained => "drained",
             SessionOutcome::Killed => "killed",
+            SessionOutcome::AuthExpired => "auth_expired",
         }
     }
 }

@@ -93,9 +93,6 @@ pub fn ctx() -> CallContext {
     CallContext {
         session_id: "s".into(),
         call_id: "c".into(),
-        principal: Principal {
-            sub: "u".into(),
-            roles: vec![],
-        },
+        principal: Principal::new("u", vec![]),
     }
 }

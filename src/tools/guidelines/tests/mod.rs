@@ -34,7 +34,7 @@ fn ctx() -> CallContext {
     CallContext {
         session_id: "sess_test".into(),
         call_id: "call_test".into(),
-        principal: Principal { sub: "tester".into(), roles: vec!["clinician".into()] },
+        principal: Principal::new("tester", vec!["clinician".into()]),
     }
 }
 
