@@ -26,6 +26,7 @@ use tokio_util::time::DelayQueue;
 use super::calls::{Action, CallTable};
 use super::outbox::Outbox;
 use super::pace::FramePace;
+use super::resume::{Connect, Reason, Resume};
 use super::runner::ToolJob;
 use super::turns::ResponseGate;
 use super::{SessionDeps, SessionInfo, SessionOutcome};
@@ -90,8 +91,11 @@ pub(super) struct Bridge {
     pub upstream_stalled: bool,
     /// When voxgate sent the upstream a ping no pong has answered yet.
     pub upstream_ping_since: Option<Instant>,
-    /// Call ids of outputs sent whose item the upstream has not acknowledged yet.
-    pub unacknowledged_outputs: HashSet<String>,
+    /// Outputs sent whose item the upstream has not acknowledged yet: call id → the frame (sent
+    /// again on a new upstream if the old one went away before acknowledging it).
+    pub unacknowledged_outputs: HashMap<String, String>,
+    /// The conversation log and the state of a resume (sessions that outlive their upstream).
+    pub resume: Resume,
     /// The client frame-rate ceiling, when configured.
     pub pace: Option<FramePace>,
     /// This session's token (drain or admin kill): also ends a send blocked on the upstream.
@@ -106,6 +110,7 @@ impl Bridge {
         upstream: UpstreamConn,
         deps: SessionDeps,
         cancel: CancellationToken,
+        reconnect: Option<Connect>,
     ) -> SessionOutcome
     where
         C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
@@ -143,7 +148,8 @@ impl Bridge {
             client_stalled: false,
             upstream_stalled: false,
             upstream_ping_since: None,
-            unacknowledged_outputs: HashSet::new(),
+            unacknowledged_outputs: HashMap::new(),
+            resume: Resume::new(deps.settings.resume.clone(), reconnect),
             pace: deps.settings.max_client_frames_per_s.map(|limit| FramePace::new(limit, Instant::now())),
             cancel: cancel.clone(),
             info,
@@ -161,6 +167,9 @@ impl Bridge {
             }
             if bridge.upstream_stalled && bridge.closing.is_none() {
                 bridge.upstream_gone("the realtime service stopped reading").await;
+            }
+            if bridge.resume.overflowed() {
+                bridge.give_up_resume().await;
             }
             if let Some(closing) = &bridge.closing {
                 let done = bridge.calls.unfinished() == 0 && bridge.audit_acks.is_empty();
@@ -184,6 +193,8 @@ impl Bridge {
                 if bridge.calls.running() > 0 { c.deadline } else { c.deadline + CLOSE_GRACE }
             });
             let gate_wake = bridge.gate.wake_at();
+            // Armed only until it passes: after that the quiet moment is checked on each turn.
+            let age_wake = bridge.resume.age_deadline().filter(|at| bridge.closing.is_none() && *at > Instant::now());
             let idle_at = match (bridge.deps.settings.idle_timeout, &bridge.closing) {
                 (Some(idle), None) => Some(bridge.last_activity + idle),
                 _ => None,
@@ -197,10 +208,17 @@ impl Bridge {
                     bridge.note_activity(&frame);
                     client_open = bridge.handle_client_frame(frame).await;
                 }
-                frame = upstream_rx.next(), if upstream_open => {
+                frame = upstream_rx.next(), if upstream_open && !bridge.resume.in_gap() => {
                     bridge.note_activity(&frame);
                     upstream_open = bridge.handle_upstream_frame(frame).await;
                 }
+                connected = bridge.resume.next_connection(), if bridge.resume.connecting() => {
+                    if let Some(stream) = bridge.on_connection(connected).await {
+                        upstream_rx = stream;
+                        upstream_open = true;
+                    }
+                }
+                _ = sleep_until_opt(age_wake), if age_wake.is_some() => {}
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
                     bridge.handle_tool_finished(joined).await;
                 }
@@ -226,14 +244,15 @@ impl Bridge {
                 _ = tick_opt(&mut pings), if pings.is_some() => bridge.ping().await,
             }
             bridge.request_response_if_due().await;
+            bridge.recycle_if_due().await;
             if bridge.closing.is_none() && (bridge.to_client.is_closed() || !client_open) {
                 // The client is gone: nobody can confirm or hear anything more.
                 let frame = close_frame(CloseCode::Away, "client went away");
                 bridge.begin_close_with(SessionOutcome::ClientClosed, None, Some(frame)).await;
             }
-            if bridge.closing.is_none() && (bridge.to_upstream.is_closed() || !upstream_open) {
+            if bridge.closing.is_none() && !bridge.resume.in_gap() && (bridge.to_upstream.is_closed() || !upstream_open) {
                 let frame = close_frame(CloseCode::Error, "the realtime service closed the session");
-                bridge.begin_close_with(SessionOutcome::UpstreamClosed, Some(frame), None).await;
+                bridge.upstream_lost(Reason::UpstreamClosed, Some(frame)).await;
             }
             if bridge.closing.is_some() {
                 // Nothing more is forwarded: a stalled peer must not hold the close up.
@@ -321,9 +340,9 @@ impl Bridge {
                 }
                 Action::Output { call_id, output } => {
                     let frame = events::function_call_output(&call_id, &output);
-                    if self.send_upstream(Message::text(frame)).await {
+                    if self.send_upstream(Message::text(frame.clone())).await {
                         self.gate.on_output_sent();
-                        self.unacknowledged_outputs.insert(call_id);
+                        self.unacknowledged_outputs.insert(call_id, frame);
                     }
                 }
             }
@@ -401,7 +420,7 @@ impl Bridge {
 
     /// Send `response.create` if the gate says the model should now answer with our outputs.
     async fn request_response_if_due(&mut self) {
-        if self.closing.is_some() {
+        if self.closing.is_some() || self.resume.in_gap() {
             return;
         }
         if let Some(event_id) = self.gate.try_request(Instant::now(), events::event_id) {
@@ -426,6 +445,9 @@ impl Bridge {
         }
         let now = Instant::now();
         let _ = self.to_client.try_send(Message::Ping(Default::default()));
+        if self.resume.in_gap() {
+            return;
+        }
         match self.upstream_ping_since {
             Some(since) if now.duration_since(since) >= UPSTREAM_PONG_TIMEOUT => {
                 self.upstream_gone("the realtime service stopped answering pings").await;
@@ -440,11 +462,11 @@ impl Bridge {
         }
     }
 
-    /// The upstream is unusable: close the session (the client gets 1011).
+    /// The upstream is unusable: resume, or close the session (the client gets 1011).
     pub(super) async fn upstream_gone(&mut self, why: &'static str) {
-        tracing::warn!(parent: &self.span, why, "closing the session: upstream unusable");
+        tracing::warn!(parent: &self.span, why, "upstream unusable");
         let frame = close_frame(CloseCode::Error, "the realtime service is not responding");
-        self.begin_close_with(SessionOutcome::UpstreamError, Some(frame), None).await;
+        self.upstream_lost(Reason::UpstreamError, Some(frame)).await;
     }
 
     /// Send a `voxgate.*` event, if this client asked for them.
@@ -472,6 +494,9 @@ impl Bridge {
     /// longer than `upstream.send_timeout_ms`: an upstream that stops reading must not freeze the
     /// session. False when the frame was not queued.
     pub(super) async fn send_upstream(&mut self, message: Message) -> bool {
+        if self.resume.in_gap() {
+            return self.hold_for_upstream(message);
+        }
         if self.upstream_stalled {
             return false;
         }

@@ -104,11 +104,13 @@ impl Bridge {
         let merged = client::merge_session_update(text.as_bytes(), &server_tools, &self.call_guard());
         match merged {
             Ok(None) => {
+                self.resume.note_session_update(text.as_bytes());
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
                 self.client_tools = merged.client_tools.iter().cloned().collect();
                 self.injected = true;
+                self.resume.note_session_update(merged.frame.as_bytes());
                 self.forward_merged(merged, event_id).await;
             }
             Err(refusal) => self.refuse(refusal, "session.update", event_id).await,

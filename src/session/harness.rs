@@ -134,6 +134,7 @@ async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> H
         upstream,
         deps,
         cancel.clone(),
+        None,
     ));
     let mut harness = Harness {
         browser,
