@@ -33,7 +33,7 @@ use crate::tools::registry::ToolRegistry;
 use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 use crate::upstream::UpstreamConn;
 
-const TOOL: &str = "calculate_medical_score";
+pub(super) const TOOL: &str = "calculate_medical_score";
 
 /// A response the server starts on its own (server VAD).
 static VAD_RESPONSE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
@@ -88,10 +88,10 @@ fn quick_tool() -> Arc<dyn Tool> {
     })
 }
 
-struct Harness {
-    browser: WebSocketStream<DuplexStream>,
-    model: WebSocketStream<DuplexStream>,
-    metrics: Metrics,
+pub(super) struct Harness {
+    pub(super) browser: WebSocketStream<DuplexStream>,
+    pub(super) model: WebSocketStream<DuplexStream>,
+    pub(super) metrics: Metrics,
     cancel: CancellationToken,
     session: JoinHandle<SessionOutcome>,
     _audit: (tempfile::TempDir, AuditWriter),
@@ -101,10 +101,21 @@ struct Harness {
 /// `upstream_buffer`: bytes the in-memory upstream socket holds before a writer blocks (small to
 /// model an upstream that stops reading).
 async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> Harness {
+    start_with(configure, upstream_buffer, None).await
+}
+
+/// [`start`] with a connector for resumes (`upstream.resume` is off unless `configure` sets it,
+/// and without a connector a session cannot resume anyway).
+pub(super) async fn start_with(
+    configure: impl FnOnce(&mut Config),
+    upstream_buffer: usize,
+    reconnect: Option<super::resume::Connect>,
+) -> Harness {
     let clock = run_clock();
     let mut config = Config::default();
     config.server.ping_interval_ms = 0;
     config.server.idle_timeout_ms = 0;
+    config.upstream.resume = false;
     configure(&mut config);
     let dir = tempfile::tempdir().unwrap();
     let audit_config = AuditConfig {
@@ -134,7 +145,7 @@ async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> H
         upstream,
         deps,
         cancel.clone(),
-        None,
+        reconnect,
     ));
     let mut harness = Harness {
         browser,
@@ -166,7 +177,7 @@ fn session_deps(
     }
 }
 
-fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
+pub(super) fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
     let (sink, stream) = ws.split();
     UpstreamConn {
         sink: Box::pin(sink),
@@ -175,14 +186,14 @@ fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
     }
 }
 
-async fn pair(buffer: usize) -> (WebSocketStream<DuplexStream>, WebSocketStream<DuplexStream>) {
+pub(super) async fn pair(buffer: usize) -> (WebSocketStream<DuplexStream>, WebSocketStream<DuplexStream>) {
     let (a, b) = tokio::io::duplex(buffer);
     let a = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
     let b = WebSocketStream::from_raw_socket(b, Role::Server, None).await;
     (a, b)
 }
 
-async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -> Value {
+pub(super) async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -> Value {
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             match ws.next().await {
@@ -202,30 +213,30 @@ async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -> Value {
 }
 
 impl Harness {
-    async fn model_sends(&mut self, event: Value) {
+    pub(super) async fn model_sends(&mut self, event: Value) {
         self.model
             .send(Message::text(event.to_string()))
             .await
             .unwrap();
     }
 
-    async fn browser_sends(&mut self, event: Value) {
+    pub(super) async fn browser_sends(&mut self, event: Value) {
         self.browser
             .send(Message::text(event.to_string()))
             .await
             .unwrap();
     }
 
-    async fn model_expects(&mut self, kind: &str) -> Value {
+    pub(super) async fn model_expects(&mut self, kind: &str) -> Value {
         expect(&mut self.model, kind).await
     }
 
-    async fn browser_expects(&mut self, kind: &str) -> Value {
+    pub(super) async fn browser_expects(&mut self, kind: &str) -> Value {
         expect(&mut self.browser, kind).await
     }
 
     /// The model calls the server tool; returns once voxgate has sent the output.
-    async fn tool_call(&mut self, call_id: &str) -> Value {
+    pub(super) async fn tool_call(&mut self, call_id: &str) -> Value {
         self.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
             "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
             "name": TOOL, "arguments": "{}"}))
@@ -245,7 +256,7 @@ impl Harness {
     }
 
     /// The model acknowledges voxgate's output item (GA: `conversation.item.added`).
-    async fn acknowledge(&mut self, call_id: &str) {
+    pub(super) async fn acknowledge(&mut self, call_id: &str) {
         self.model_sends(json!({"type": "conversation.item.added", "event_id": "e_ack", "previous_item_id": null,
             "item": {"id": format!("item_{call_id}"), "type": "function_call_output", "call_id": call_id, "output": "{}"}}))
         .await;
@@ -260,7 +271,7 @@ impl Harness {
             .unwrap_or_default()
     }
 
-    async fn ends_within(self, limit: Duration) -> SessionOutcome {
+    pub(super) async fn ends_within(self, limit: Duration) -> SessionOutcome {
         let Harness {
             session,
             browser,
@@ -342,7 +353,7 @@ async fn the_idle_timeout_has_its_own_deadline_with_pings_off() {
 }
 
 /// The close code a peer receives (skipping other frames).
-async fn close_code(ws: &mut WebSocketStream<DuplexStream>) -> Option<u16> {
+pub(super) async fn close_code(ws: &mut WebSocketStream<DuplexStream>) -> Option<u16> {
     tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             match ws.next().await {
@@ -558,6 +569,7 @@ async fn invalid_utf8_text_closes_with_1007() {
         upstream,
         deps,
         CancellationToken::new(),
+        None,
     ));
     // A masked text frame whose payload is not UTF-8.
     let payload = [0xff_u8, 0xfe, 0xfd];

@@ -11,6 +11,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, Message};
 
+use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
 use super::resume::{Reason, Seen};
 use super::client_frames::sendable;
@@ -58,8 +59,13 @@ impl Bridge {
             }
             Message::Binary(bytes) => self.send_client(Message::Binary(bytes)).await,
             Message::Close(frame) => {
+                let resumable = frame.as_ref().is_none_or(|f| resumable_close(f.code));
                 let client_close = frame.map(|f| close_frame(sendable(f.code), &f.reason));
-                self.upstream_lost(Reason::UpstreamClosed, client_close).await;
+                if resumable {
+                    self.upstream_lost(Reason::UpstreamClosed, client_close).await;
+                } else {
+                    self.begin_close_with(SessionOutcome::UpstreamClosed, client_close, None).await;
+                }
                 return false;
             }
             Message::Pong(_) => self.upstream_ping_since = None,
@@ -248,4 +254,12 @@ impl Bridge {
         let actions = self.calls.accept(call_id, name, arguments, Instant::now());
         self.perform(actions).await;
     }
+}
+
+/// Is an upstream close one a new session may cure? A normal close, going away, a server error,
+/// restart or overload: yes. A protocol, policy or size violation or an application code (4000+,
+/// e.g. a request shape the server refuses): no, a new session would end the same way, so the
+/// client gets the upstream's close as before.
+fn resumable_close(code: tungstenite::protocol::frame::coding::CloseCode) -> bool {
+    matches!(u16::from(code), 1000 | 1001 | 1005 | 1006 | 1011 | 1012 | 1013 | 1014)
 }

@@ -19,8 +19,9 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
-/// One item of the conversation, as text.
+/// One item of the conversation, as text. (`Debug` only in tests: the content is PHI.)
 #[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(Debug))]
 pub(crate) enum Entry {
     User(String),
     Assistant(String),

@@ -22,6 +22,8 @@ pub(super) mod driver;
 pub(crate) mod hold;
 pub(crate) mod log;
 pub(crate) mod plan;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashSet;
 use std::sync::Arc;
