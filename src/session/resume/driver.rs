@@ -4,7 +4,8 @@
 //! ([`Bridge::give_up_resume`]).
 //!
 //! Order on a new upstream: the restore (session configuration, then the logged items), then the
-//! outputs the old upstream never acknowledged, then everything held during the gap, so nothing
+//! outputs the old upstream never acknowledged and the client's `response.create` it never
+//! started, then everything held during the gap, so nothing
 //! the client sent after the drop reaches the model before the conversation it belongs to.
 //! Tool calls are untouched by all this: a parked call stays parked, a call finishing in the gap
 //! has its output held like a client frame and delivered once; the response gate forgets the old
@@ -96,6 +97,9 @@ impl Bridge {
         }
         for output in gap.lost_outputs {
             self.send_upstream(Message::text(output)).await;
+        }
+        if let Some(request) = self.resume.take_client_request() {
+            self.send_upstream(Message::text(request)).await;
         }
         let (held, audio_dropped_ms) = gap.held.release(tokio::time::Instant::now());
         for message in held {

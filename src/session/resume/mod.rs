@@ -140,6 +140,9 @@ pub(super) struct Resume {
     upstream_since: Instant,
     gap: Option<Gap>,
     echoes: Echoes,
+    /// The client's last `response.create` that no `response.created` has followed yet: if the
+    /// upstream went away without starting it, it is sent again after the restore.
+    client_request: Option<String>,
 }
 
 impl Resume {
@@ -154,6 +157,7 @@ impl Resume {
             upstream_since: Instant::now(),
             gap: None,
             echoes: Echoes::default(),
+            client_request: None,
         }
     }
 
@@ -177,7 +181,7 @@ impl Resume {
 
     /// Does the resume state read upstream events of this type?
     pub(super) fn watches(&self, kind: &str) -> bool {
-        self.enabled() && (log::records(kind) || matches!(kind, "session.created" | "session.updated" | "error"))
+        self.enabled() && (log::records(kind) || matches!(kind, "session.created" | "session.updated" | "error" | "response.created"))
     }
 
     /// Log the event, or recognise it as an echo of the restore.
@@ -185,6 +189,10 @@ impl Resume {
         match kind {
             "session.created" => return swallow_once(&mut self.echoes.session_created),
             "session.updated" => return swallow_once(&mut self.echoes.session_updated),
+            "response.created" => {
+                self.client_request = None;
+                return Seen::Forward;
+            }
             "error" => {
                 let about_restore = serde_json::from_slice::<Value>(bytes).is_ok_and(|e| {
                     e["error"]["event_id"].as_str().is_some_and(|id| id.starts_with(plan::RESTORE_EVENT_PREFIX))
@@ -208,6 +216,18 @@ impl Resume {
         if self.enabled() {
             plan::merge_session_update(&mut self.session, frame);
         }
+    }
+
+    /// The client's `response.create` went to the live upstream (held ones are sent anyway).
+    pub(super) fn note_client_request(&mut self, frame: &str) {
+        if self.enabled() && !self.in_gap() {
+            self.client_request = Some(frame.to_string());
+        }
+    }
+
+    /// The client's request the old upstream never started, if any.
+    fn take_client_request(&mut self) -> Option<String> {
+        self.client_request.take()
     }
 
     /// When the upstream session should be recycled: armed only while connected.
