@@ -101,7 +101,7 @@ pub(super) struct Harness {
 /// `upstream_buffer`: bytes the in-memory upstream socket holds before a writer blocks (small to
 /// model an upstream that stops reading).
 async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> Harness {
-    start_with(configure, upstream_buffer, None).await
+    start_with(configure, upstream_buffer, None, Vec::new()).await
 }
 
 /// [`start`] with a connector for resumes (`upstream.resume` is off unless `configure` sets it,
@@ -110,6 +110,7 @@ pub(super) async fn start_with(
     configure: impl FnOnce(&mut Config),
     upstream_buffer: usize,
     reconnect: Option<super::resume::Connect>,
+    extra_tools: Vec<Arc<dyn Tool>>,
 ) -> Harness {
     let clock = run_clock();
     let mut config = Config::default();
@@ -125,7 +126,7 @@ pub(super) async fn start_with(
     };
     let (audit, writer) = crate::audit::open(&audit_config, Default::default()).await.unwrap();
     let metrics = Metrics::new();
-    let deps = session_deps(&config, audit, metrics.clone());
+    let deps = session_deps(&config, audit, metrics.clone(), extra_tools);
     let (browser, proxy_client) = pair(1 << 20).await;
     let (proxy_upstream, model) = pair(upstream_buffer).await;
     let upstream = upstream_conn(proxy_upstream);
@@ -166,9 +167,11 @@ fn session_deps(
     config: &Config,
     audit: crate::audit::AuditHandle,
     metrics: Metrics,
+    extra_tools: Vec<Arc<dyn Tool>>,
 ) -> SessionDeps {
+    let tools = std::iter::once(quick_tool()).chain(extra_tools).collect();
     SessionDeps {
-        registry: Arc::new(ToolRegistry::from_tools(vec![quick_tool()], &config.tools).unwrap()),
+        registry: Arc::new(ToolRegistry::from_tools(tools, &config.tools).unwrap()),
         audit,
         metrics,
         limiter: Arc::new(LocalLimiter::new()),
@@ -549,7 +552,7 @@ async fn invalid_utf8_text_closes_with_1007() {
     )
     .await
     .unwrap();
-    let deps = session_deps(&config, audit, Metrics::new());
+    let deps = session_deps(&config, audit, Metrics::new(), Vec::new());
     let (mut raw, proxy_client) = tokio::io::duplex(1 << 16);
     let proxy_client = WebSocketStream::from_raw_socket(proxy_client, Role::Server, None).await;
     let (proxy_upstream, _model) = pair(1 << 16).await;

@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use super::Connect;
 use crate::session::SessionOutcome;
 use crate::session::harness::{Harness, TOOL, close_code, expect, pair, start_with, upstream_conn};
+use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 use crate::upstream::{UpstreamConn, UpstreamError};
 
 type Offer = mpsc::UnboundedSender<Result<UpstreamConn, UpstreamError>>;
@@ -49,9 +50,47 @@ async fn resumable(configure: impl FnOnce(&mut crate::config::Config)) -> (Harne
         },
         1 << 20,
         Some(connect),
+        vec![Arc::new(Gated { spec: gated_spec(), release: RELEASE.clone() })],
     )
     .await;
     (h, offer, attempts)
+}
+
+/// A tool that runs until the test releases it.
+const GATED: &str = "search_medical_guidelines";
+
+static RELEASE: std::sync::LazyLock<Arc<tokio::sync::Notify>> = std::sync::LazyLock::new(Default::default);
+
+struct Gated {
+    spec: ToolSpec,
+    release: Arc<tokio::sync::Notify>,
+}
+
+fn gated_spec() -> ToolSpec {
+    ToolSpec {
+        name: GATED,
+        description: "test tool that waits".into(),
+        parameters: json!({"type": "object", "additionalProperties": false, "properties": {}}),
+        category: Category::Search,
+        phi: false,
+        risk: Risk::Low,
+        requires_confirmation: false,
+        third_party: false,
+        rate_limit_per_minute: 1000,
+        timeout: Duration::from_secs(3600),
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Gated {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
+        self.release.notified().await;
+        Ok(ToolOutput::new(json!({"finished": "in the gap"})))
+    }
 }
 
 /// The next text frame, whatever its type.
@@ -219,4 +258,37 @@ async fn audio_held_past_the_window_is_dropped_and_counted() {
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
     assert_eq!(h.model_expects("input_audio_buffer.append").await["event_id"], "new");
     assert_eq!(h.browser_expects("voxgate.session.resumed").await["audio_dropped_ms"], 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_finishing_while_the_upstream_is_away_is_answered_once_after_the_restore() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "conversation.item.done", "event_id": "e_fc", "previous_item_id": null,
+        "item": {"id": "fc_slow", "type": "function_call", "status": "completed", "name": GATED, "call_id": "slow", "arguments": "{}"}}))
+    .await;
+    h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": "e_slow", "response_id": "r1",
+        "item_id": "fc_slow", "output_index": 0, "call_id": "slow", "name": GATED, "arguments": "{}"}))
+    .await;
+    h.browser_expects("voxgate.tool_call.started").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    RELEASE.notify_one();
+    // The call completes while there is no upstream; its output waits for the new one.
+    assert_eq!(h.browser_expects("voxgate.tool_call.completed").await["call_id"], "slow");
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let mut kinds = Vec::new();
+    loop {
+        let frame = next_json(&mut h.model).await;
+        let kind = frame["type"].as_str().unwrap().to_string();
+        if kind == "conversation.item.create" {
+            kinds.push(format!("{}:{}", frame["item"]["type"].as_str().unwrap(), frame["item"]["call_id"].as_str().unwrap_or_default()));
+        } else {
+            kinds.push(kind.clone());
+        }
+        if kind == "response.create" {
+            break;
+        }
+    }
+    assert_eq!(kinds, ["session.update", "function_call:slow", "function_call_output:slow", "response.create"]);
+    h.browser_expects("voxgate.session.resumed").await;
 }
