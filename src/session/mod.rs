@@ -10,6 +10,7 @@
 //! - [`outbox`]: one writer task per socket behind a bounded channel.
 //! - [`live`]: the registry of live sessions, for admission and the admin API.
 //! - [`pace`]: the per-session ceiling on client frames per second.
+//! - `tool_actions`: carrying out what the call table decided (audit, spawn, outputs).
 //! - [`resume`]: sessions that outlive their upstream (conversation log, restore, reconnect).
 
 mod bridge;
@@ -18,6 +19,7 @@ mod client_frames;
 pub mod live;
 pub mod outbox;
 mod pace;
+mod tool_actions;
 pub mod resume;
 pub mod runner;
 pub mod turns;

@@ -6,7 +6,9 @@
 //! `response.output_item.done`, the `output` of `response.done`, and user transcripts from
 //! `conversation.item.input_audio_transcription.completed`. Each item is kept once, under its
 //! item id, in the order it first appeared; a later event about the same item fills it in (an
-//! audio turn's transcript arrives after the item, an assistant message's text with its `.done`).
+//! audio turn's transcript arrives after the item, an assistant message's text with its `.done`);
+//! `conversation.item.deleted` removes it. (A truncated assistant item keeps its whole transcript:
+//! the text of what the model meant to say is the better context.)
 //!
 //! Audio is carried as text: a user's audio turn as its input transcript, an assistant's audio
 //! as its output transcript. The model's own voice of past turns cannot be carried.
@@ -84,6 +86,7 @@ pub(crate) fn records(kind: &str) -> bool {
             | "response.output_item.done"
             | "response.done"
             | "conversation.item.input_audio_transcription.completed"
+            | "conversation.item.deleted"
     )
 }
 
@@ -101,6 +104,11 @@ impl ConversationLog {
                     return;
                 };
                 self.upsert(item_id, Entry::User(transcript.trim().to_string()));
+            }
+            "conversation.item.deleted" => {
+                if let Some(item_id) = event["item_id"].as_str() {
+                    self.remove(item_id);
+                }
             }
             "response.done" => {
                 for item in event["response"]["output"].as_array().into_iter().flatten() {
@@ -128,6 +136,14 @@ impl ConversationLog {
             self.items.push_back(Logged { id: id.to_string(), entry });
         }
         self.enforce_bounds();
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(index) = self.items.iter().position(|l| l.id == id) {
+            if let Some(gone) = self.items.remove(index) {
+                self.bytes -= gone.id.len() + gone.entry.bytes();
+            }
+        }
     }
 
     fn enforce_bounds(&mut self) {
@@ -237,6 +253,17 @@ mod tests {
         }
         assert_eq!(log.len(), 2, "17 bytes an item, 40 allowed");
         assert_eq!(log.dropped(), 1);
+    }
+
+    #[test]
+    fn a_deleted_item_is_forgotten() {
+        let mut log = ConversationLog::new(10, 10_000);
+        for id in ["m1", "m2"] {
+            feed(&mut log, json!({"type": "conversation.item.created", "item": {"id": id, "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}}));
+        }
+        feed(&mut log, json!({"type": "conversation.item.deleted", "item_id": "m1"}));
+        assert_eq!(entries(&log), vec![("m2".into(), Entry::User("hi".into()))]);
+        assert_eq!(format!("{log:?}"), "ConversationLog { items: 1, bytes: 4, dropped: 0 }");
     }
 
     #[test]
