@@ -292,3 +292,18 @@ async fn a_call_finishing_while_the_upstream_is_away_is_answered_once_after_the_
     assert_eq!(kinds, ["session.update", "function_call:slow", "function_call_output:slow", "response.create"]);
     h.browser_expects("voxgate.session.resumed").await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_session_expired_error_resumes_without_reaching_the_client() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "error", "event_id": "e_x", "error": {"type": "invalid_request_error", "code": "session_expired",
+        "message": "Your session hit the maximum duration of 60 minutes.", "param": null, "event_id": null}}))
+    .await;
+    let first = next_json(&mut h.browser).await;
+    assert_eq!((first["type"].as_str(), first["reason"].as_str()), (Some("voxgate.session.resuming"), Some("upstream_error")));
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model = model;
+    h.model_expects("session.update").await;
+    assert_eq!(next_json(&mut h.browser).await["type"], "voxgate.session.resumed");
+}
