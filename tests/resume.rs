@@ -1,7 +1,7 @@
 //! Sessions that outlive their upstream (CONTRACT §9), against the fake upstream on 127.0.0.1:
 //! a drop after three turns (with and without `voxgate.*` events), a confirmation parked across a
-//! drop, a proactive recycle at a tiny `max_session_age_s`, and an upstream that refuses every
-//! reconnect.
+//! drop, a proactive recycle at a tiny `max_session_age_s`, client audio held while the upstream
+//! refuses, and an upstream that refuses every reconnect.
 
 mod support;
 
@@ -201,4 +201,31 @@ async fn an_upstream_that_refuses_every_reconnect_ends_the_session_cleanly() {
     assert!(reason.contains("could not be resumed"), "{reason}");
     let (_, metrics) = proxy.http_get("/metrics").await;
     assert!(metrics.lines().any(|l| l.starts_with("voxgate_upstream_resumes_total") && l.contains("outcome=\"failed\"")), "{metrics}");
+}
+
+#[tokio::test]
+async fn client_frames_sent_while_the_upstream_refuses_follow_the_restore_in_order() {
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, "resume_attempts = 8\n").await;
+    let (mut client, up) = proxy.ready_session(&mut fake).await;
+    fake.refuse_from_now(503);
+    drop(up);
+    client.until("voxgate.session.resuming").await;
+    let sent: Vec<String> = (0..5).map(|i| format!("audio_{i}")).collect();
+    for id in &sent {
+        client.send_json(json!({"type": "input_audio_buffer.append", "event_id": id, "audio": "AAAA"})).await;
+    }
+    client.send_json(json!({"type": "input_audio_buffer.commit", "event_id": "commit"})).await;
+    fake.refuse_from_now(0);
+    let mut up = fake.accept().await;
+    assert_eq!(up.next_json().await["type"], "session.update", "the restore comes first");
+    let mut received = Vec::new();
+    while received.last().map(String::as_str) != Some("commit") {
+        received.push(up.next_json().await["event_id"].as_str().unwrap_or_default().to_string());
+    }
+    let mut expected = sent.clone();
+    expected.push("commit".into());
+    assert_eq!(received, expected);
+    let resumed = client.until("voxgate.session.resumed").await;
+    assert_eq!(resumed["audio_dropped_ms"], 0);
 }
