@@ -216,6 +216,11 @@ pub(super) async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -
 }
 
 impl Harness {
+    /// The session's audit log.
+    pub(super) fn audit_path(&self) -> std::path::PathBuf {
+        self._audit.0.path().join("audit.jsonl")
+    }
+
     pub(super) async fn model_sends(&mut self, event: Value) {
         self.model
             .send(Message::text(event.to_string()))

@@ -50,7 +50,10 @@ async fn resumable(configure: impl FnOnce(&mut crate::config::Config)) -> (Harne
         },
         1 << 20,
         Some(connect),
-        vec![Arc::new(Gated { spec: gated_spec(), release: RELEASE.clone() })],
+        vec![
+            Arc::new(Gated { spec: gated_spec(GATED, false), release: RELEASE.clone() }),
+            Arc::new(Gated { spec: gated_spec(CONFIRMED, true), release: Arc::new(tokio::sync::Notify::const_new()) }),
+        ],
     )
     .await;
     (h, offer, attempts)
@@ -58,6 +61,8 @@ async fn resumable(configure: impl FnOnce(&mut crate::config::Config)) -> (Harne
 
 /// A tool that runs until the test releases it.
 const GATED: &str = "search_medical_guidelines";
+/// The same, asking the user first; released at once (its notify holds a permit).
+const CONFIRMED: &str = "create_calendar_event";
 
 static RELEASE: std::sync::LazyLock<Arc<tokio::sync::Notify>> = std::sync::LazyLock::new(Default::default);
 
@@ -66,15 +71,15 @@ struct Gated {
     release: Arc<tokio::sync::Notify>,
 }
 
-fn gated_spec() -> ToolSpec {
+fn gated_spec(name: &'static str, requires_confirmation: bool) -> ToolSpec {
     ToolSpec {
-        name: GATED,
+        name,
         description: "test tool that waits".into(),
         parameters: json!({"type": "object", "additionalProperties": false, "properties": {}}),
         category: Category::Search,
         phi: false,
         risk: Risk::Low,
-        requires_confirmation: false,
+        requires_confirmation,
         third_party: false,
         rate_limit_per_minute: 1000,
         timeout: Duration::from_secs(3600),
@@ -88,7 +93,9 @@ impl Tool for Gated {
     }
 
     async fn call(&self, _args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
-        self.release.notified().await;
+        if !self.spec.requires_confirmation {
+            self.release.notified().await;
+        }
         Ok(ToolOutput::new(json!({"finished": "in the gap"})))
     }
 }
@@ -306,4 +313,37 @@ async fn a_session_expired_error_resumes_without_reaching_the_client() {
     h.model = model;
     h.model_expects("session.update").await;
     assert_eq!(next_json(&mut h.browser).await["type"], "voxgate.session.resumed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_confirmation_given_while_the_upstream_is_away_is_answered_once_and_audited_once() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "conversation.item.done", "event_id": "e_fc", "previous_item_id": null,
+        "item": {"id": "fc_conf", "type": "function_call", "status": "completed", "name": CONFIRMED, "call_id": "conf", "arguments": "{}"}}))
+    .await;
+    h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": "e_conf", "response_id": "r1",
+        "item_id": "fc_conf", "output_index": 0, "call_id": "conf", "name": CONFIRMED, "arguments": "{}"}))
+    .await;
+    h.browser_expects("voxgate.tool_call.confirmation_requested").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    // The parked call is still parked: the user approves it while there is no upstream.
+    h.browser_sends(json!({"type": "voxgate.tool_call.confirm", "call_id": "conf", "approved": true})).await;
+    assert_eq!(h.browser_expects("voxgate.tool_call.completed").await["call_id"], "conf");
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let mut outputs = 0;
+    loop {
+        let frame = next_json(&mut h.model).await;
+        if frame["type"] == "conversation.item.create" && frame["item"]["type"] == "function_call_output" {
+            assert_eq!(frame["item"]["call_id"], "conf");
+            outputs += 1;
+        }
+        if frame["type"] == "response.create" {
+            break;
+        }
+    }
+    assert_eq!(outputs, 1);
+    let report = crate::audit::verify(&h.audit_path(), &crate::audit::Chain::default()).unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(report.calls, 1);
 }
