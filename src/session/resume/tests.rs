@@ -115,6 +115,25 @@ async fn next_json(ws: &mut WebSocketStream<DuplexStream>) -> Value {
     .expect("no frame")
 }
 
+/// What the new model end receives up to voxgate's `response.create`: event types, items as
+/// `type:call_id`.
+async fn until_response_create(ws: &mut WebSocketStream<DuplexStream>) -> Vec<String> {
+    let mut kinds = Vec::new();
+    loop {
+        let frame = next_json(ws).await;
+        let kind = frame["type"].as_str().unwrap_or_default().to_string();
+        let done = kind == "response.create";
+        if kind == "conversation.item.create" {
+            kinds.push(format!("{}:{}", frame["item"]["type"].as_str().unwrap_or_default(), frame["item"]["call_id"].as_str().unwrap_or_default()));
+        } else {
+            kinds.push(kind);
+        }
+        if done {
+            return kinds;
+        }
+    }
+}
+
 fn message(id: &str, role: &str, part: &str, text: &str) -> Value {
     json!({"type": "conversation.item.done", "event_id": format!("e_{id}"), "previous_item_id": null,
         "item": {"id": id, "type": "message", "role": role, "status": "completed", "content": [{"type": part, "text": text}]}})
@@ -199,19 +218,7 @@ async fn an_output_the_old_upstream_never_acknowledged_is_delivered_once_with_it
     let proxy_side = drop_model(&mut h).await;
     h.browser_expects("voxgate.session.resuming").await;
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
-    let mut kinds = Vec::new();
-    loop {
-        let frame = next_json(&mut h.model).await;
-        let kind = frame["type"].as_str().unwrap().to_string();
-        if kind == "conversation.item.create" {
-            kinds.push(format!("{}:{}", frame["item"]["type"].as_str().unwrap(), frame["item"]["call_id"].as_str().unwrap_or_default()));
-        } else {
-            kinds.push(kind.clone());
-        }
-        if kind == "response.create" {
-            break;
-        }
-    }
+    let kinds = until_response_create(&mut h.model).await;
     assert_eq!(kinds, ["session.update", "function_call:c2", "function_call_output:c2", "response.create"]);
 }
 
@@ -283,19 +290,7 @@ async fn a_call_finishing_while_the_upstream_is_away_is_answered_once_after_the_
     // The call completes while there is no upstream; its output waits for the new one.
     assert_eq!(h.browser_expects("voxgate.tool_call.completed").await["call_id"], "slow");
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
-    let mut kinds = Vec::new();
-    loop {
-        let frame = next_json(&mut h.model).await;
-        let kind = frame["type"].as_str().unwrap().to_string();
-        if kind == "conversation.item.create" {
-            kinds.push(format!("{}:{}", frame["item"]["type"].as_str().unwrap(), frame["item"]["call_id"].as_str().unwrap_or_default()));
-        } else {
-            kinds.push(kind.clone());
-        }
-        if kind == "response.create" {
-            break;
-        }
-    }
+    let kinds = until_response_create(&mut h.model).await;
     assert_eq!(kinds, ["session.update", "function_call:slow", "function_call_output:slow", "response.create"]);
     h.browser_expects("voxgate.session.resumed").await;
 }
@@ -331,18 +326,8 @@ async fn a_confirmation_given_while_the_upstream_is_away_is_answered_once_and_au
     h.browser_sends(json!({"type": "voxgate.tool_call.confirm", "call_id": "conf", "approved": true})).await;
     assert_eq!(h.browser_expects("voxgate.tool_call.completed").await["call_id"], "conf");
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
-    let mut outputs = 0;
-    loop {
-        let frame = next_json(&mut h.model).await;
-        if frame["type"] == "conversation.item.create" && frame["item"]["type"] == "function_call_output" {
-            assert_eq!(frame["item"]["call_id"], "conf");
-            outputs += 1;
-        }
-        if frame["type"] == "response.create" {
-            break;
-        }
-    }
-    assert_eq!(outputs, 1);
+    let kinds = until_response_create(&mut h.model).await;
+    assert_eq!(kinds.iter().filter(|k| k.starts_with("function_call_output:")).collect::<Vec<_>>(), ["function_call_output:conf"]);
     let report = crate::audit::verify(&h.audit_path(), &crate::audit::Chain::default()).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(report.calls, 1);
