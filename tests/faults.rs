@@ -190,7 +190,9 @@ async fn sigterm_ends_the_process_while_an_upstream_is_stalled() {
 async fn an_upstream_closing_mid_response_and_mid_call_ends_the_session_cleanly() {
     let mut fake = FakeUpstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let (_child, addr) = spawn_voxgate(&config(&fake, dir.path()), dir.path()).await;
+    // Without a resume (tests/resume.rs covers the session that outlives its upstream).
+    let config = config(&fake, dir.path()).replace("api_key = \"sk-test\"\n", "api_key = \"sk-test\"\nresume = false\n");
+    let (_child, addr) = spawn_voxgate(&config, dir.path()).await;
     let url = format!("ws://{addr}/v1/realtime");
 
     // Mid-response: audio deltas flowing, then the upstream drops the TCP connection.

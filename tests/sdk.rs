@@ -1,5 +1,6 @@
 //! The official OpenAI Python SDK as a client of voxgate: a text exchange with the simulated model,
-//! and a session with a client-side tool of its own against the fake upstream.
+//! a session with a client-side tool of its own against the fake upstream, and the same session
+//! carried across an upstream that goes away (a resume the SDK must not notice).
 
 mod support;
 
@@ -51,7 +52,13 @@ async fn sdk_text_exchange_with_the_simulated_model() {
 
 /// Answers the SDK's session like a realtime server: the first response calls the client's
 /// `get_weather`, the second speaks (as text).
-async fn fake_model(mut up: FakeConn) {
+async fn fake_model(up: FakeConn) {
+    fake_model_until(up, usize::MAX).await;
+}
+
+/// [`fake_model`], hanging up (TCP, no close frame) when `response.create` number `hang_up_at`
+/// arrives, before answering it.
+async fn fake_model_until(mut up: FakeConn, hang_up_at: usize) {
     up.send_json(&json!({"type": "session.created", "event_id": "e0", "session": {"type": "realtime", "id": "sess_1"}})).await;
     let mut responses = 0;
     loop {
@@ -62,11 +69,18 @@ async fn fake_model(mut up: FakeConn) {
             }
             "conversation.item.create" => {
                 let mut item = event["item"].clone();
-                item["id"] = json!("item_x");
+                // A client-chosen id is kept, as real servers do.
+                if item["id"].is_null() {
+                    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                    item["id"] = json!(format!("item_x{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+                }
                 up.send_json(&json!({"type": "conversation.item.added", "event_id": "e2", "item": item})).await;
             }
             "response.create" => {
                 responses += 1;
+                if responses == hang_up_at {
+                    return;
+                }
                 up.send_json(&json!({"type": "response.created", "event_id": "e3", "response": {"id": format!("resp_{responses}"), "object": "realtime.response", "status": "in_progress", "output": []}})).await;
                 if responses == 1 {
                     let args = r#"{"city":"Oslo"}"#;
@@ -100,4 +114,26 @@ async fn sdk_with_its_own_client_tool_through_the_fake_upstream() {
     assert_eq!(result["answered"], json!(["call_weather"]), "{result}");
     assert_eq!(result["text"], "It is 21 degrees in Oslo.");
     assert_eq!(result["errors"], json!([]));
+}
+
+#[tokio::test]
+async fn sdk_does_not_notice_a_resume() {
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, "").await;
+    let port = proxy.addr.port();
+    let sdk = tokio::spawn(async move { run_sdk(port, "What is the weather in Oslo?", &["--client-tool"]).await });
+    // The first upstream takes the session and the question, then dies before answering.
+    fake_model_until(fake.accept().await, 1).await;
+    // The second gets the session, the question and the request again, and answers.
+    fake_model(fake.accept().await).await;
+    let result = sdk.await.unwrap();
+    assert_eq!(result["answered"], json!(["call_weather"]), "{result}");
+    assert_eq!(result["text"], "It is 21 degrees in Oslo.");
+    assert_eq!(result["errors"], json!([]));
+    let seen: Vec<&str> = result["seen"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(seen.iter().filter(|t| **t == "session.created").count(), 1, "{seen:?}");
+    // Both from the first upstream (voxgate's tool injection and the SDK's own update).
+    assert_eq!(seen.iter().filter(|t| **t == "session.updated").count(), 2, "{seen:?}");
+    assert_eq!(seen.iter().filter(|t| **t == "conversation.item.added").count(), 2, "the question and the tool output, once each: {seen:?}");
+    assert!(seen.iter().all(|t| !t.starts_with("voxgate.")), "{seen:?}");
 }

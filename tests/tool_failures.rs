@@ -111,7 +111,7 @@ async fn panicking_and_hanging_tools_fail_only_their_call() {
         model: "test".into(),
         origin: Default::default(),
     };
-    let session = tokio::spawn(voxgate::session::run(info, tracing::Span::none(), proxy_client_side, upstream, deps, CancellationToken::new()));
+    let session = tokio::spawn(voxgate::session::run(info, tracing::Span::none(), proxy_client_side, upstream, deps, CancellationToken::new(), None));
 
     model.send(Message::text(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}}).to_string())).await.unwrap();
     next_json(&mut model, "session.update").await;

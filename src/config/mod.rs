@@ -179,6 +179,18 @@ pub struct UpstreamConfig {
     pub allowed_models: Vec<String>,
     /// Let clients give the model provider-hosted `mcp` tools (they bypass screening and audit).
     pub allow_hosted_mcp: bool,
+    /// Restore the session on a new upstream connection after an unexpected close or error, and
+    /// before the provider's session cap (CONTRACT §9).
+    pub resume: bool,
+    /// Recycle the upstream session at the next quiet moment after this age (0 = never).
+    pub max_session_age_s: u64,
+    /// Connection attempts per resume, with back-off and jitter.
+    pub resume_attempts: u32,
+    /// Bounds of the conversation log carried into a new upstream session.
+    pub resume_max_items: usize,
+    pub resume_max_bytes: usize,
+    /// Client audio held during a resume older than this is dropped (and counted).
+    pub resume_audio_ms: u64,
 }
 
 impl Default for UpstreamConfig {
@@ -196,6 +208,12 @@ impl Default for UpstreamConfig {
             send_timeout_ms: 5_000,
             allowed_models: Vec::new(),
             allow_hosted_mcp: false,
+            resume: true,
+            max_session_age_s: 3300,
+            resume_attempts: 3,
+            resume_max_items: 200,
+            resume_max_bytes: 256 * 1024,
+            resume_audio_ms: 5000,
         }
     }
 }

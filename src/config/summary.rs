@@ -53,6 +53,12 @@ pub fn summary(config: &Config) -> String {
         ("upstream.send_timeout_ms", u.send_timeout_ms.to_string()),
         ("upstream.allowed_models", format!("{:?}", u.allowed_models)),
         ("upstream.allow_hosted_mcp", u.allow_hosted_mcp.to_string()),
+        ("upstream.resume", u.resume.to_string()),
+        ("upstream.max_session_age_s", u.max_session_age_s.to_string()),
+        ("upstream.resume_attempts", u.resume_attempts.to_string()),
+        ("upstream.resume_max_items", u.resume_max_items.to_string()),
+        ("upstream.resume_max_bytes", u.resume_max_bytes.to_string()),
+        ("upstream.resume_audio_ms", u.resume_audio_ms.to_string()),
         ("auth.max_token_lifetime_s", a.max_token_lifetime_s.to_string()),
         (
             "backends.guidelines.corpus_path",

@@ -73,6 +73,8 @@ fn every_validation_error_names_its_key() {
         ("[upstream]\nkind = \"azure\"\napi_key = \"k\"\nurl = \"wss://x\"\ndeployment = \"d\"", &[], "upstream.deployment"),
         ("[upstream]\nconnect_timeout_ms = 0", &[], "upstream.connect_timeout_ms"),
         ("[upstream]\nprotocol = \"v2\"", &[], "upstream.protocol"),
+        ("[upstream]\nresume_attempts = 0", &[], "upstream.resume_attempts"),
+        ("[upstream]\nresume_max_items = 0", &[], "upstream.resume_max_items"),
         ("[auth]\nmode = \"jwt\"", &[], "auth.mode"),
         ("[auth]\nmode = \"ticket\"\njwt_secret = \"0123456789abcdef0123456789abcdef\"", &[], "auth.admin_token"),
         ("[auth]\nmode = \"jwt\"\njwt_secret = \"short\"", &[], "auth.jwt_secret"),

@@ -44,6 +44,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
 
     let upstream = &config.upstream;
+    if upstream.resume && upstream.resume_attempts == 0 {
+        return Err(ConfigError::new("upstream.resume_attempts", "must be at least 1 while upstream.resume is on"));
+    }
+    if upstream.resume && upstream.resume_max_items == 0 {
+        return Err(ConfigError::new("upstream.resume_max_items", "must be at least 1 while upstream.resume is on"));
+    }
     let kind = upstream.effective_kind();
     if kind != UpstreamKind::Simulated {
         let parsed = url::Url::parse(&upstream.url)

@@ -70,6 +70,17 @@ pub fn session_closing(reason: &str, reconnect: bool) -> String {
     json!({"type": "voxgate.session.closing", "reason": reason, "reconnect": reconnect}).to_string()
 }
 
+/// A resume began (CONTRACT §9); `reason`: upstream_closed, upstream_error or max_age.
+pub fn session_resuming(reason: &str) -> String {
+    json!({"type": "voxgate.session.resuming", "reason": reason}).to_string()
+}
+
+/// The session continues on a new upstream session.
+pub fn session_resumed(reason: &str, items_restored: usize, audio_dropped_ms: u64) -> String {
+    json!({"type": "voxgate.session.resumed", "reason": reason, "items_restored": items_restored, "audio_dropped_ms": audio_dropped_ms})
+        .to_string()
+}
+
 pub fn confirmation_requested(
     call_id: &str,
     name: &str,

@@ -185,8 +185,18 @@ async fn serve_session<S>(
         }
     };
     let _active = metrics.session_started();
-    let outcome = session::run(info, session_span, client, upstream, state.session_deps(), cancel).await;
+    let reconnect = reconnector(&state, model);
+    let outcome = session::run(info, session_span, client, upstream, state.session_deps(), cancel, Some(reconnect)).await;
     metrics.session_ended(outcome.as_str());
+}
+
+/// How a session opens a new upstream for a resume: as its first one, same URL, auth and model.
+fn reconnector(state: &AppState, model: Option<String>) -> session::resume::Connect {
+    let config = std::sync::Arc::new(state.config.upstream.clone());
+    std::sync::Arc::new(move || {
+        let (config, model) = (config.clone(), model.clone());
+        Box::pin(async move { upstream::connect(&config, model.as_deref()).await })
+    })
 }
 
 /// Client sockets: frames up to twice `server.max_frame_bytes` are read whole so that an oversize

@@ -1,6 +1,7 @@
 //! The session task: one `select!` over client frames, upstream frames, tool completions, audit
 //! flushes, confirmation deadlines and timers. Each arm is a call to a named handler; the frame
-//! handlers live in `client_frames.rs` and `upstream_frames.rs`.
+//! handlers live in `client_frames.rs` and `upstream_frames.rs`, the call table's actions in
+//! `tool_actions.rs`, resuming on a new upstream in `resume/`.
 //!
 //! Two rules keep the loop honest on a bad day. It never freezes: every wait on a peer is bounded
 //! (a send the upstream does not take within `upstream.send_timeout_ms` ends the session, the
@@ -23,16 +24,16 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
-use super::calls::{Action, CallTable};
+use super::calls::CallTable;
 use super::outbox::Outbox;
 use super::pace::FramePace;
-use super::runner::ToolJob;
+use super::resume::{Connect, Reason, Resume};
 use super::turns::ResponseGate;
 use super::{SessionDeps, SessionInfo, SessionOutcome};
-use crate::audit::{AuditError, AuditEvent};
+use crate::audit::AuditError;
 use crate::protocol::voxgate as events;
 use crate::telemetry::metrics::FrameCounters;
-use crate::tools::{CallContext, ToolError, ToolOutput};
+use crate::tools::{ToolError, ToolOutput};
 use crate::upstream::UpstreamConn;
 
 type AuditAck = BoxFuture<'static, (Option<String>, Result<(), AuditError>)>;
@@ -90,8 +91,11 @@ pub(super) struct Bridge {
     pub upstream_stalled: bool,
     /// When voxgate sent the upstream a ping no pong has answered yet.
     pub upstream_ping_since: Option<Instant>,
-    /// Call ids of outputs sent whose item the upstream has not acknowledged yet.
-    pub unacknowledged_outputs: HashSet<String>,
+    /// Outputs sent whose item the upstream has not acknowledged yet: call id → the frame (sent
+    /// again on a new upstream if the old one went away before acknowledging it).
+    pub unacknowledged_outputs: HashMap<String, String>,
+    /// The conversation log and the state of a resume (sessions that outlive their upstream).
+    pub resume: Resume,
     /// The client frame-rate ceiling, when configured.
     pub pace: Option<FramePace>,
     /// This session's token (drain or admin kill): also ends a send blocked on the upstream.
@@ -106,6 +110,7 @@ impl Bridge {
         upstream: UpstreamConn,
         deps: SessionDeps,
         cancel: CancellationToken,
+        reconnect: Option<Connect>,
     ) -> SessionOutcome
     where
         C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
@@ -143,7 +148,8 @@ impl Bridge {
             client_stalled: false,
             upstream_stalled: false,
             upstream_ping_since: None,
-            unacknowledged_outputs: HashSet::new(),
+            unacknowledged_outputs: HashMap::new(),
+            resume: Resume::new(deps.settings.resume.clone(), reconnect),
             pace: deps.settings.max_client_frames_per_s.map(|limit| FramePace::new(limit, Instant::now())),
             cancel: cancel.clone(),
             info,
@@ -169,6 +175,9 @@ impl Bridge {
             if bridge.upstream_stalled && bridge.closing.is_none() {
                 bridge.upstream_gone("the realtime service stopped reading").await;
             }
+            if bridge.resume.overflowed() {
+                bridge.give_up_resume().await;
+            }
             if let Some(closing) = &bridge.closing {
                 let done = bridge.calls.unfinished() == 0 && bridge.audit_acks.is_empty();
                 if done {
@@ -191,6 +200,8 @@ impl Bridge {
                 if bridge.calls.running() > 0 { c.deadline } else { c.deadline + CLOSE_GRACE }
             });
             let gate_wake = bridge.gate.wake_at();
+            // Armed only until it passes: after that the quiet moment is checked on each turn.
+            let age_wake = bridge.resume.age_deadline().filter(|at| bridge.closing.is_none() && *at > Instant::now());
             let idle_at = match (bridge.deps.settings.idle_timeout, &bridge.closing) {
                 (Some(idle), None) => Some(bridge.last_activity + idle),
                 _ => None,
@@ -204,10 +215,17 @@ impl Bridge {
                     bridge.note_activity(&frame);
                     client_open = bridge.handle_client_frame(frame).await;
                 }
-                frame = upstream_rx.next(), if upstream_open => {
+                frame = upstream_rx.next(), if upstream_open && !bridge.resume.in_gap() => {
                     bridge.note_activity(&frame);
                     upstream_open = bridge.handle_upstream_frame(frame).await;
                 }
+                connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
+                    if let Some(stream) = bridge.on_connection(connected).await {
+                        upstream_rx = stream;
+                        upstream_open = true;
+                    }
+                }
+                _ = sleep_until_opt(age_wake), if age_wake.is_some() => {}
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
                     bridge.handle_tool_finished(joined).await;
                 }
@@ -236,14 +254,15 @@ impl Bridge {
                 }
             }
             bridge.request_response_if_due().await;
+            bridge.recycle_if_due().await;
             if bridge.closing.is_none() && (bridge.to_client.is_closed() || !client_open) {
                 // The client is gone: nobody can confirm or hear anything more.
                 let frame = close_frame(CloseCode::Away, "client went away");
                 bridge.begin_close_with(SessionOutcome::ClientClosed, None, Some(frame)).await;
             }
-            if bridge.closing.is_none() && (bridge.to_upstream.is_closed() || !upstream_open) {
+            if bridge.closing.is_none() && !bridge.resume.in_gap() && (bridge.to_upstream.is_closed() || !upstream_open) {
                 let frame = close_frame(CloseCode::Error, "the realtime service closed the session");
-                bridge.begin_close_with(SessionOutcome::UpstreamClosed, Some(frame), None).await;
+                bridge.upstream_lost(Reason::UpstreamClosed, Some(frame)).await;
             }
             if bridge.closing.is_some() {
                 // Nothing more is forwarded: a stalled peer must not hold the close up.
@@ -309,110 +328,9 @@ impl Bridge {
         outcome
     }
 
-    /// Perform what the call table decided, in order (what an action leads to comes first).
-    pub(super) async fn perform(&mut self, actions: Vec<Action>) {
-        let mut queue = std::collections::VecDeque::from(actions);
-        while let Some(action) = queue.pop_front() {
-            match action {
-                Action::Client(event) => self.send_client_event(event).await,
-                Action::Audit { record, gates } => {
-                    self.observe(&record);
-                    let ack = self.deps.audit.record(record);
-                    self.audit_acks.push(async move { (gates, ack.await) }.boxed());
-                }
-                Action::CheckLimit { call_id, tool } => {
-                    let policy = &tool.policy;
-                    let limit = self.deps.limiter.check(&self.info.user, tool.name(), policy.rate_limit_per_minute).await;
-                    let next = self.calls.on_limit_checked(&call_id, limit, super::calls::unix_ms());
-                    next.into_iter().rev().for_each(|a| queue.push_front(a));
-                }
-                Action::Spawn { call_id, tool, args } => self.spawn_tool(call_id, tool, args),
-                Action::Expire { call_id, after } => {
-                    self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
-                }
-                Action::Output { call_id, output } => {
-                    let frame = events::function_call_output(&call_id, &output);
-                    if self.send_upstream(Message::text(frame)).await {
-                        self.gate.on_output_sent();
-                        self.unacknowledged_outputs.insert(call_id);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Metrics, the tool span and its log line for an audit record about to be written.
-    fn observe(&mut self, record: &crate::audit::AuditRecord) {
-        if record.event == AuditEvent::CallStarted {
-            let span = crate::telemetry::tool_span(&self.span, &record.tool, &record.call_id);
-            self.tool_spans.insert(record.call_id.clone(), span);
-        }
-        let Some(counted) = super::calls::observe::count(&self.deps.metrics, record) else { return };
-        if let Some(span) = self.tool_spans.remove(&record.call_id) {
-            let c = counted;
-            crate::telemetry::record_tool_outcome(&span, c.status, c.confirmation, c.error_code, c.duration);
-        }
-    }
-
-    fn spawn_tool(&mut self, call_id: String, tool: std::sync::Arc<crate::tools::registry::RegisteredTool>, args: serde_json::Value) {
-        let span = self
-            .tool_spans
-            .get(&call_id)
-            .cloned()
-            .unwrap_or_else(|| crate::telemetry::tool_span(&self.span, tool.name(), &call_id));
-        let job = ToolJob {
-            tool,
-            args,
-            ctx: CallContext {
-                session_id: self.info.id.clone(),
-                call_id: call_id.clone(),
-                principal: self.info.principal.clone(),
-            },
-            span,
-        };
-        let progress = self.info.wants_events.then(|| {
-            let client = self.to_client.sender();
-            crate::tools::progress::ProgressSink::new(call_id.clone(), move |event| {
-                client.try_send(Message::text(event));
-            })
-        });
-        let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));
-        self.task_calls.insert(handle.id(), call_id);
-    }
-
-    async fn handle_tool_finished(&mut self, joined: Result<(tokio::task::Id, Result<ToolOutput, ToolError>), tokio::task::JoinError>) {
-        let (id, result) = match joined {
-            Ok((id, result)) => (id, result),
-            Err(err) => {
-                if err.is_panic() {
-                    tracing::error!(parent: &self.span, "a tool task panicked");
-                }
-                (err.id(), Err(ToolError::Internal))
-            }
-        };
-        let Some(call_id) = self.task_calls.remove(&id) else { return };
-        let actions = self.calls.on_tool_finished(&call_id, result);
-        self.perform(actions).await;
-    }
-
-    async fn handle_audited(&mut self, gated: Option<String>, result: Result<(), AuditError>) {
-        if let Err(err) = &result {
-            tracing::error!(parent: &self.span, error = %err, "audit record could not be written");
-            self.deps.metrics.audit_error();
-        }
-        if let Some(call_id) = gated {
-            // `fail_closed`: nothing the call produced is released without its record.
-            let actions = match result {
-                Err(_) if self.deps.audit.on_error() == crate::config::AuditOnError::FailClosed => self.calls.on_audit_failed(&call_id),
-                _ => self.calls.on_audited(&call_id),
-            };
-            self.perform(actions).await;
-        }
-    }
-
     /// Send `response.create` if the gate says the model should now answer with our outputs.
     async fn request_response_if_due(&mut self) {
-        if self.closing.is_some() {
+        if self.closing.is_some() || self.resume.in_gap() {
             return;
         }
         if let Some(event_id) = self.gate.try_request(Instant::now(), events::event_id) {
@@ -437,6 +355,9 @@ impl Bridge {
         }
         let now = Instant::now();
         let _ = self.to_client.try_send(Message::Ping(Default::default()));
+        if self.resume.in_gap() {
+            return;
+        }
         match self.upstream_ping_since {
             Some(since) if now.duration_since(since) >= UPSTREAM_PONG_TIMEOUT => {
                 self.upstream_gone("the realtime service stopped answering pings").await;
@@ -451,11 +372,11 @@ impl Bridge {
         }
     }
 
-    /// The upstream is unusable: close the session (the client gets 1011).
+    /// The upstream is unusable: resume, or close the session (the client gets 1011).
     pub(super) async fn upstream_gone(&mut self, why: &'static str) {
-        tracing::warn!(parent: &self.span, why, "closing the session: upstream unusable");
+        tracing::warn!(parent: &self.span, why, "upstream unusable");
         let frame = close_frame(CloseCode::Error, "the realtime service is not responding");
-        self.begin_close_with(SessionOutcome::UpstreamError, Some(frame), None).await;
+        self.upstream_lost(Reason::UpstreamError, Some(frame)).await;
     }
 
     /// Send a `voxgate.*` event, if this client asked for them.
@@ -483,6 +404,9 @@ impl Bridge {
     /// longer than `upstream.send_timeout_ms`: an upstream that stops reading must not freeze the
     /// session. False when the frame was not queued.
     pub(super) async fn send_upstream(&mut self, message: Message) -> bool {
+        if self.resume.in_gap() {
+            return self.hold_for_upstream(message);
+        }
         if self.upstream_stalled {
             return false;
         }

@@ -104,11 +104,13 @@ impl Bridge {
         let merged = client::merge_session_update(text.as_bytes(), &server_tools, &self.call_guard());
         match merged {
             Ok(None) => {
+                self.resume.note_session_update(text.as_bytes());
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
                 self.client_tools = merged.client_tools.iter().cloned().collect();
                 self.injected = true;
+                self.resume.note_session_update(merged.frame.as_bytes());
                 self.forward_merged(merged, event_id).await;
             }
             Err(refusal) => self.refuse(refusal, "session.update", event_id).await,
@@ -122,11 +124,13 @@ impl Bridge {
         let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard());
         match guarded {
             Ok(None) => {
+                self.resume.note_client_request(text.as_str());
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
                 // Calls to this response's own client tools are the client's to answer.
                 self.client_tools.extend(merged.client_tools.iter().cloned());
+                self.resume.note_client_request(&merged.frame);
                 self.forward_merged(merged, event_id).await;
             }
             Err(refusal) => self.refuse(refusal, "response.create", event_id).await,

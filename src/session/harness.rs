@@ -33,7 +33,7 @@ use crate::tools::registry::ToolRegistry;
 use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 use crate::upstream::UpstreamConn;
 
-const TOOL: &str = "calculate_medical_score";
+pub(super) const TOOL: &str = "calculate_medical_score";
 
 /// A response the server starts on its own (server VAD).
 static VAD_RESPONSE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
@@ -88,10 +88,10 @@ fn quick_tool() -> Arc<dyn Tool> {
     })
 }
 
-struct Harness {
-    browser: WebSocketStream<DuplexStream>,
-    model: WebSocketStream<DuplexStream>,
-    metrics: Metrics,
+pub(super) struct Harness {
+    pub(super) browser: WebSocketStream<DuplexStream>,
+    pub(super) model: WebSocketStream<DuplexStream>,
+    pub(super) metrics: Metrics,
     cancel: CancellationToken,
     session: JoinHandle<SessionOutcome>,
     _audit: (tempfile::TempDir, AuditWriter),
@@ -101,10 +101,22 @@ struct Harness {
 /// `upstream_buffer`: bytes the in-memory upstream socket holds before a writer blocks (small to
 /// model an upstream that stops reading).
 async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> Harness {
+    start_with(configure, upstream_buffer, None, Vec::new()).await
+}
+
+/// [`start`] with a connector for resumes (`upstream.resume` is off unless `configure` sets it,
+/// and without a connector a session cannot resume anyway).
+pub(super) async fn start_with(
+    configure: impl FnOnce(&mut Config),
+    upstream_buffer: usize,
+    reconnect: Option<super::resume::Connect>,
+    extra_tools: Vec<Arc<dyn Tool>>,
+) -> Harness {
     let clock = run_clock();
     let mut config = Config::default();
     config.server.ping_interval_ms = 0;
     config.server.idle_timeout_ms = 0;
+    config.upstream.resume = false;
     configure(&mut config);
     let dir = tempfile::tempdir().unwrap();
     let audit_config = AuditConfig {
@@ -114,7 +126,7 @@ async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> H
     };
     let (audit, writer) = crate::audit::open(&audit_config, Default::default()).await.unwrap();
     let metrics = Metrics::new();
-    let deps = session_deps(&config, audit, metrics.clone());
+    let deps = session_deps(&config, audit, metrics.clone(), extra_tools);
     let (browser, proxy_client) = pair(1 << 20).await;
     let (proxy_upstream, model) = pair(upstream_buffer).await;
     let upstream = upstream_conn(proxy_upstream);
@@ -134,6 +146,7 @@ async fn start(configure: impl FnOnce(&mut Config), upstream_buffer: usize) -> H
         upstream,
         deps,
         cancel.clone(),
+        reconnect,
     ));
     let mut harness = Harness {
         browser,
@@ -154,9 +167,11 @@ fn session_deps(
     config: &Config,
     audit: crate::audit::AuditHandle,
     metrics: Metrics,
+    extra_tools: Vec<Arc<dyn Tool>>,
 ) -> SessionDeps {
+    let tools = std::iter::once(quick_tool()).chain(extra_tools).collect();
     SessionDeps {
-        registry: Arc::new(ToolRegistry::from_tools(vec![quick_tool()], &config.tools).unwrap()),
+        registry: Arc::new(ToolRegistry::from_tools(tools, &config.tools).unwrap()),
         audit,
         metrics,
         limiter: Arc::new(LocalLimiter::new()),
@@ -165,7 +180,7 @@ fn session_deps(
     }
 }
 
-fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
+pub(super) fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
     let (sink, stream) = ws.split();
     UpstreamConn {
         sink: Box::pin(sink),
@@ -174,14 +189,14 @@ fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
     }
 }
 
-async fn pair(buffer: usize) -> (WebSocketStream<DuplexStream>, WebSocketStream<DuplexStream>) {
+pub(super) async fn pair(buffer: usize) -> (WebSocketStream<DuplexStream>, WebSocketStream<DuplexStream>) {
     let (a, b) = tokio::io::duplex(buffer);
     let a = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
     let b = WebSocketStream::from_raw_socket(b, Role::Server, None).await;
     (a, b)
 }
 
-async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -> Value {
+pub(super) async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -> Value {
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             match ws.next().await {
@@ -201,30 +216,35 @@ async fn expect(ws: &mut WebSocketStream<DuplexStream>, kind: &str) -> Value {
 }
 
 impl Harness {
-    async fn model_sends(&mut self, event: Value) {
+    /// The session's audit log.
+    pub(super) fn audit_path(&self) -> std::path::PathBuf {
+        self._audit.0.path().join("audit.jsonl")
+    }
+
+    pub(super) async fn model_sends(&mut self, event: Value) {
         self.model
             .send(Message::text(event.to_string()))
             .await
             .unwrap();
     }
 
-    async fn browser_sends(&mut self, event: Value) {
+    pub(super) async fn browser_sends(&mut self, event: Value) {
         self.browser
             .send(Message::text(event.to_string()))
             .await
             .unwrap();
     }
 
-    async fn model_expects(&mut self, kind: &str) -> Value {
+    pub(super) async fn model_expects(&mut self, kind: &str) -> Value {
         expect(&mut self.model, kind).await
     }
 
-    async fn browser_expects(&mut self, kind: &str) -> Value {
+    pub(super) async fn browser_expects(&mut self, kind: &str) -> Value {
         expect(&mut self.browser, kind).await
     }
 
     /// The model calls the server tool; returns once voxgate has sent the output.
-    async fn tool_call(&mut self, call_id: &str) -> Value {
+    pub(super) async fn tool_call(&mut self, call_id: &str) -> Value {
         self.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
             "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
             "name": TOOL, "arguments": "{}"}))
@@ -244,7 +264,7 @@ impl Harness {
     }
 
     /// The model acknowledges voxgate's output item (GA: `conversation.item.added`).
-    async fn acknowledge(&mut self, call_id: &str) {
+    pub(super) async fn acknowledge(&mut self, call_id: &str) {
         self.model_sends(json!({"type": "conversation.item.added", "event_id": "e_ack", "previous_item_id": null,
             "item": {"id": format!("item_{call_id}"), "type": "function_call_output", "call_id": call_id, "output": "{}"}}))
         .await;
@@ -259,7 +279,7 @@ impl Harness {
             .unwrap_or_default()
     }
 
-    async fn ends_within(self, limit: Duration) -> SessionOutcome {
+    pub(super) async fn ends_within(self, limit: Duration) -> SessionOutcome {
         let Harness {
             session,
             browser,
@@ -341,7 +361,7 @@ async fn the_idle_timeout_has_its_own_deadline_with_pings_off() {
 }
 
 /// The close code a peer receives (skipping other frames).
-async fn close_code(ws: &mut WebSocketStream<DuplexStream>) -> Option<u16> {
+pub(super) async fn close_code(ws: &mut WebSocketStream<DuplexStream>) -> Option<u16> {
     tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             match ws.next().await {
@@ -537,7 +557,7 @@ async fn invalid_utf8_text_closes_with_1007() {
     )
     .await
     .unwrap();
-    let deps = session_deps(&config, audit, Metrics::new());
+    let deps = session_deps(&config, audit, Metrics::new(), Vec::new());
     let (mut raw, proxy_client) = tokio::io::duplex(1 << 16);
     let proxy_client = WebSocketStream::from_raw_socket(proxy_client, Role::Server, None).await;
     let (proxy_upstream, _model) = pair(1 << 16).await;
@@ -557,6 +577,7 @@ async fn invalid_utf8_text_closes_with_1007() {
         upstream,
         deps,
         CancellationToken::new(),
+        None,
     ));
     // A masked text frame whose payload is not UTF-8.
     let payload = [0xff_u8, 0xfe, 0xfd];

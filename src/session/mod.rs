@@ -10,6 +10,8 @@
 //! - [`outbox`]: one writer task per socket behind a bounded channel.
 //! - [`live`]: the registry of live sessions, for admission and the admin API.
 //! - [`pace`]: the per-session ceiling on client frames per second.
+//! - `tool_actions`: carrying out what the call table decided (audit, spawn, outputs).
+//! - [`resume`]: sessions that outlive their upstream (conversation log, restore, reconnect).
 
 mod bridge;
 pub mod calls;
@@ -17,6 +19,8 @@ mod client_frames;
 pub mod live;
 pub mod outbox;
 mod pace;
+mod tool_actions;
+pub mod resume;
 pub mod runner;
 pub mod turns;
 mod upstream_frames;
@@ -54,6 +58,8 @@ pub struct SessionSettings {
     pub max_client_frames_per_s: Option<u32>,
     /// Provider-hosted `mcp` tools may be given to the model.
     pub allow_hosted_mcp: bool,
+    /// Sessions outlive their upstream (`None`: `upstream.resume = false`).
+    pub resume: Option<resume::ResumeSettings>,
 }
 
 impl SessionSettings {
@@ -70,6 +76,7 @@ impl SessionSettings {
             upstream_send_timeout: Duration::from_millis(config.upstream.send_timeout_ms),
             max_client_frames_per_s: (config.server.max_client_frames_per_s > 0).then_some(config.server.max_client_frames_per_s),
             allow_hosted_mcp: config.upstream.allow_hosted_mcp,
+            resume: resume::ResumeSettings::from_config(&config.upstream),
         }
     }
 }
@@ -131,8 +138,9 @@ impl SessionOutcome {
     }
 }
 
-/// Run a session to its end inside `span` (see `telemetry::session_span`). `cancel` is this session's token: cancelled by the process drain or by
-/// an administrator.
+/// Run a session to its end inside `span` (see `telemetry::session_span`). `cancel` is this
+/// session's token: cancelled by the process drain or by an administrator. `reconnect` opens a new
+/// upstream like `upstream` for a resume (`None`: the session ends with its upstream).
 pub async fn run<C>(
     info: SessionInfo,
     span: tracing::Span,
@@ -140,9 +148,10 @@ pub async fn run<C>(
     upstream: UpstreamConn,
     deps: SessionDeps,
     cancel: CancellationToken,
+    reconnect: Option<resume::Connect>,
 ) -> SessionOutcome
 where
     C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
 {
-    bridge::Bridge::run(info, span, client, upstream, deps, cancel).await
+    bridge::Bridge::run(info, span, client, upstream, deps, cancel, reconnect).await
 }

@@ -152,6 +152,26 @@ impl ResponseGate {
         }
     }
 
+    /// No response running, no user speaking, no request of voxgate's waiting for an answer: a
+    /// moment the upstream session can be replaced without cutting anything off.
+    pub fn is_quiet(&self) -> bool {
+        !self.response_active && !self.user_speaking && self.pending_request.is_none()
+    }
+
+    /// The upstream was replaced (a resume): its response and speech state are gone with it. A
+    /// request it never answered is due again on the new upstream.
+    pub fn on_upstream_replaced(&mut self) {
+        self.response_active = false;
+        self.user_speaking = false;
+        self.not_before = None;
+        if let Some(id) = self.pending_request.clone() {
+            if let Some((_, count)) = self.last_request.take().filter(|(last, _)| *last == id) {
+                self.uncovered += count;
+            }
+            self.release_pending(&id);
+        }
+    }
+
     /// The next instant at which time alone changes what the gate decides: the end of the
     /// speech grace when nothing else holds the gate shut, or the give-up time of an unanswered
     /// request. `None` when only an event can open it: a timer armed then would fire at once,
@@ -188,6 +208,25 @@ mod tests {
 
     fn id() -> String {
         "voxgate_r".into()
+    }
+
+    #[test]
+    fn a_replaced_upstream_forgets_its_response_and_owes_an_unanswered_request() {
+        let now = Instant::now();
+        let mut gate = ResponseGate::default();
+        gate.on_output_sent();
+        assert!(gate.try_request(now, id).is_some());
+        gate.on_speech_started();
+        assert!(!gate.is_quiet());
+        gate.on_upstream_replaced();
+        assert!(gate.is_quiet());
+        assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"), "the unanswered request is due again");
+
+        let mut gate = ResponseGate::default();
+        gate.on_response_created();
+        gate.on_upstream_replaced();
+        assert!(gate.is_quiet());
+        assert_eq!(gate.try_request(now, id), None, "nothing was owed");
     }
 
     #[test]

@@ -13,11 +13,15 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
+use super::resume::{Reason, Seen};
 use super::client_frames::sendable;
 use crate::config::UpstreamProtocol;
 use crate::protocol::server::{self as events_in, Item};
 use crate::protocol::voxgate::{self as events, ToolSummary};
 use crate::protocol::peek_type;
+
+/// The `error` code of an upstream session that reached the provider's cap.
+const SESSION_EXPIRED: &str = "session_expired";
 
 impl Bridge {
     /// Handle one upstream frame; false when the upstream side has ended.
@@ -27,7 +31,7 @@ impl Bridge {
             Some(Err(err)) => {
                 tracing::warn!(parent: &self.span, error = %err, "upstream socket failed");
                 let close = close_frame(tungstenite::protocol::frame::coding::CloseCode::Error, "the realtime service connection failed");
-                self.begin_close_with(SessionOutcome::UpstreamError, Some(close), None).await;
+                self.upstream_lost(Reason::UpstreamError, Some(close)).await;
                 return false;
             }
             Some(Ok(message)) => message,
@@ -41,6 +45,9 @@ impl Bridge {
                         self.deps.metrics.upstream_forged_event();
                         return true;
                     }
+                    Ok(kind) if self.resume.watches(&kind) && self.resume.on_upstream_event(&kind, text.as_bytes()) == Seen::Swallow => {
+                        return true;
+                    }
                     Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
                     // Not ours to judge: the client gets what the server sent.
                     Err(_) => None,
@@ -52,8 +59,13 @@ impl Bridge {
             }
             Message::Binary(bytes) => self.send_client(Message::Binary(bytes)).await,
             Message::Close(frame) => {
+                let resumable = frame.as_ref().is_none_or(|f| resumable_close(f.code));
                 let client_close = frame.map(|f| close_frame(sendable(f.code), &f.reason));
-                self.begin_close_with(SessionOutcome::UpstreamClosed, client_close, None).await;
+                if resumable {
+                    self.upstream_lost(Reason::UpstreamClosed, client_close).await;
+                } else {
+                    self.begin_close_with(SessionOutcome::UpstreamClosed, client_close, None).await;
+                }
                 return false;
             }
             Message::Pong(_) => self.upstream_ping_since = None,
@@ -108,8 +120,9 @@ impl Bridge {
             if self.deps.settings.protocol == UpstreamProtocol::Ga {
                 session["type"] = json!("realtime");
             }
-            let update = json!({"type": "session.update", "event_id": events::event_id(), "session": session});
-            self.send_upstream(Message::text(update.to_string())).await;
+            let update = json!({"type": "session.update", "event_id": events::event_id(), "session": session}).to_string();
+            self.resume.note_session_update(update.as_bytes());
+            self.send_upstream(Message::text(update)).await;
         }
         let ready = events::session_ready(&self.info.id, &summaries);
         self.send_client_event(ready).await;
@@ -143,6 +156,11 @@ impl Bridge {
 
     async fn handle_upstream_error(&mut self, text: tungstenite::Utf8Bytes) {
         if let Ok(error) = events_in::parse_error(text.as_bytes()) {
+            if self.resume.enabled() && error.error.code.as_deref() == Some(SESSION_EXPIRED) {
+                // The provider's session cap: the conversation goes on in a new session.
+                self.upstream_lost(Reason::UpstreamError, None).await;
+                return;
+            }
             let ours = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX));
             if ours {
                 let code = error.error.code.as_deref().unwrap_or_default();
@@ -204,7 +222,7 @@ impl Bridge {
         let call_id = item.call_id.as_deref();
         if item.is_function_call_output() {
             let acknowledged = matches!(kind, "conversation.item.created" | "conversation.item.added");
-            if acknowledged && call_id.is_some_and(|c| self.unacknowledged_outputs.remove(c)) {
+            if acknowledged && call_id.is_some_and(|c| self.unacknowledged_outputs.remove(c).is_some()) {
                 self.gate.on_output_acknowledged();
             }
             return call_id.is_some_and(|c| self.owned_calls.contains_key(c));
@@ -236,4 +254,12 @@ impl Bridge {
         let actions = self.calls.accept(call_id, name, arguments, Instant::now());
         self.perform(actions).await;
     }
+}
+
+/// Is an upstream close one a new session may cure? A normal close, going away, a server error,
+/// restart or overload: yes. A protocol, policy or size violation or an application code (4000+,
+/// e.g. a request shape the server refuses): no, a new session would end the same way, so the
+/// client gets the upstream's close as before.
+fn resumable_close(code: tungstenite::protocol::frame::coding::CloseCode) -> bool {
+    matches!(u16::from(code), 1000 | 1001 | 1005 | 1006 | 1011 | 1012 | 1013 | 1014)
 }

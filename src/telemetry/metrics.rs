@@ -80,6 +80,8 @@ struct Inner {
     frames_upstream_to_client: Counter,
     upstream_connect: Histogram,
     upstream_connect_failures_total: Family<Labels1, Counter>,
+    /// Upstream sessions replaced by a resume, by `reason` and `outcome` (CONTRACT §9).
+    upstream_resumes_total: Family<Labels2, Counter>,
     rate_limited_total: Family<Labels1, Counter>,
     redis_fallback_total: Family<Labels1, Counter>,
     phi_blocked_total: Family<Labels1, Counter>,
@@ -203,6 +205,8 @@ impl Metrics {
                 Histogram::new(CONNECT_BUCKETS)),
             upstream_connect_failures_total: register(&mut r, "voxgate_upstream_connect_failures",
                 "Upstream connects that failed, by reason", Family::default()),
+            upstream_resumes_total: register(&mut r, "voxgate_upstream_resumes",
+                "Upstream sessions replaced by a resume, by reason and outcome", Family::default()),
             rate_limited_total: register(&mut r, "voxgate_rate_limited",
                 "Tool calls refused by the rate limiter, by tool", Family::default()),
             redis_fallback_total: register(&mut r, "voxgate_redis_fallback",
@@ -325,6 +329,14 @@ impl Metrics {
         self.inner
             .upstream_connect_failures_total
             .get_or_create(&[("reason", reason)])
+            .inc();
+    }
+
+    /// A resume ended: `reason` upstream_closed|upstream_error|max_age, `outcome` resumed|failed.
+    pub fn upstream_resume(&self, reason: &'static str, outcome: &'static str) {
+        self.inner
+            .upstream_resumes_total
+            .get_or_create(&[("reason", reason), ("outcome", outcome)])
             .inc();
     }
 

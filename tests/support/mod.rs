@@ -285,6 +285,8 @@ pub enum FakeMode {
 pub struct FakeUpstream {
     pub addr: SocketAddr,
     conns: mpsc::Receiver<FakeConn>,
+    /// When non-zero, every new connection is refused with this HTTP status.
+    refuse: std::sync::Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl FakeUpstream {
@@ -296,13 +298,24 @@ impl FakeUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, conns) = mpsc::channel(16);
+        let refuse = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(0));
+        let refusing = refuse.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let tx = tx.clone();
+                let mode = match refusing.load(std::sync::atomic::Ordering::SeqCst) {
+                    0 => mode,
+                    status => FakeMode::Refuse(status),
+                };
                 tokio::spawn(async move { serve_fake(stream, mode, tx).await });
             }
         });
-        FakeUpstream { addr, conns }
+        FakeUpstream { addr, conns, refuse }
+    }
+
+    /// From now on, refuse every new connection with `status`.
+    pub fn refuse_from_now(&self, status: u16) {
+        self.refuse.store(status, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The next session voxgate opens.

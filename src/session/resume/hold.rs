@@ -1,0 +1,164 @@
+//! The holding buffer: what voxgate would have sent upstream while there was no upstream (client
+//! frames, outputs of calls finishing in the gap), kept in order and released after the restore.
+//!
+//! Bounded two ways. Audio (`input_audio_buffer.append`) older than `upstream.resume_audio_ms`
+//! is stale for a voice conversation and is dropped, oldest first, with its duration counted
+//! (PCM16 at 24 kHz, the Realtime default: 48 bytes a millisecond). Everything held together
+//! is capped at [`MAX_HELD_BYTES`]: audio is dropped first; if the other frames alone exceed the
+//! cap the resume gives up, as dropping a control frame would silently change the conversation.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Upper bound of everything held during one gap.
+pub(crate) const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
+
+/// PCM16 mono at 24 kHz.
+const AUDIO_BYTES_PER_MS: usize = 48;
+
+/// The buffer is over its cap with nothing left it may drop.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("too much was sent while the realtime service was away")]
+pub(crate) struct Overflow;
+
+struct HeldFrame {
+    message: Message,
+    at: Instant,
+    /// Duration of the audio it carries, for audio appends.
+    audio_ms: Option<u64>,
+}
+
+pub(crate) struct Held {
+    frames: VecDeque<HeldFrame>,
+    bytes: usize,
+    audio_window: Duration,
+    audio_dropped_ms: u64,
+}
+
+impl Held {
+    pub(crate) fn new(audio_window: Duration) -> Self {
+        Self { frames: VecDeque::new(), bytes: 0, audio_window, audio_dropped_ms: 0 }
+    }
+
+    pub(crate) fn push(&mut self, message: Message, now: Instant) -> Result<(), Overflow> {
+        let audio_ms = audio_ms(&message);
+        self.bytes += message.len();
+        self.frames.push_back(HeldFrame { message, at: now, audio_ms });
+        self.drop_stale_audio(now);
+        while self.bytes > MAX_HELD_BYTES {
+            if !self.drop_oldest_audio() {
+                return Err(Overflow);
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything still held, in order, and the audio dropped over the gap (ms).
+    pub(crate) fn release(mut self, now: Instant) -> (Vec<Message>, u64) {
+        self.drop_stale_audio(now);
+        (self.frames.into_iter().map(|f| f.message).collect(), self.audio_dropped_ms)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn drop_stale_audio(&mut self, now: Instant) {
+        let stale = |f: &HeldFrame| f.audio_ms.is_some() && now.duration_since(f.at) > self.audio_window;
+        if !self.frames.iter().any(stale) {
+            return;
+        }
+        let mut kept = VecDeque::with_capacity(self.frames.len());
+        for frame in self.frames.drain(..) {
+            if stale(&frame) {
+                self.bytes -= frame.message.len();
+                self.audio_dropped_ms += frame.audio_ms.unwrap_or_default();
+            } else {
+                kept.push_back(frame);
+            }
+        }
+        self.frames = kept;
+    }
+
+    fn drop_oldest_audio(&mut self) -> bool {
+        let Some(index) = self.frames.iter().position(|f| f.audio_ms.is_some()) else { return false };
+        if let Some(frame) = self.frames.remove(index) {
+            self.bytes -= frame.message.len();
+            self.audio_dropped_ms += frame.audio_ms.unwrap_or_default();
+        }
+        true
+    }
+}
+
+/// The duration of an `input_audio_buffer.append`, from its base64 length; `None` for any other
+/// frame.
+fn audio_ms(message: &Message) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Append<'a> {
+        r#type: &'a str,
+        #[serde(borrow)]
+        audio: Option<&'a str>,
+    }
+    let Message::Text(text) = message else { return None };
+    let append: Append<'_> = serde_json::from_str(text.as_str()).ok()?;
+    (append.r#type == "input_audio_buffer.append").then(|| (append.audio.unwrap_or_default().len() * 3 / 4 / AUDIO_BYTES_PER_MS) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// 100 ms of PCM16 24 kHz audio, base64: 4800 bytes → 6400 characters.
+    fn audio(tag: usize) -> Message {
+        Message::text(json!({"type": "input_audio_buffer.append", "event_id": format!("a{tag}"), "audio": "A".repeat(6400)}).to_string())
+    }
+
+    fn text_of(message: &Message) -> serde_json::Value {
+        serde_json::from_str(message.to_text().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn frames_come_out_in_order_and_stale_audio_is_dropped_and_counted() {
+        let start = Instant::now();
+        let mut held = Held::new(Duration::from_millis(1000));
+        held.push(audio(0), start).unwrap();
+        held.push(Message::text(r#"{"type":"conversation.item.create","event_id":"c"}"#), start).unwrap();
+        held.push(audio(1), start + Duration::from_millis(900)).unwrap();
+        held.push(audio(2), start + Duration::from_millis(1500)).unwrap();
+        assert_eq!(held.len(), 3, "the first audio is past the window at 1.5 s");
+        let (frames, dropped_ms) = held.release(start + Duration::from_millis(1600));
+        let ids: Vec<String> = frames.iter().map(|m| text_of(m)["event_id"].as_str().unwrap().to_string()).collect();
+        assert_eq!(ids, ["c", "a1", "a2"], "non-audio frames are never dropped for age");
+        assert_eq!(dropped_ms, 100);
+    }
+
+    #[test]
+    fn the_byte_cap_drops_audio_first_then_gives_up() {
+        let now = Instant::now();
+        let mut held = Held::new(Duration::from_secs(3600));
+        for i in 0..(MAX_HELD_BYTES / 6400 + 10) {
+            held.push(audio(i), now).unwrap();
+        }
+        let (frames, dropped_ms) = Held::release(held, now);
+        assert!(frames.iter().map(Message::len).sum::<usize>() <= MAX_HELD_BYTES);
+        assert!(dropped_ms >= 1000);
+
+        let mut held = Held::new(Duration::from_secs(3600));
+        let big = Message::text(format!(r#"{{"type":"session.update","x":"{}"}}"#, "x".repeat(MAX_HELD_BYTES)));
+        assert_eq!(held.push(big, now), Err(Overflow));
+    }
+
+    #[test]
+    fn only_audio_appends_have_a_duration() {
+        assert_eq!(audio_ms(&audio(0)), Some(100));
+        assert_eq!(audio_ms(&Message::text(r#"{"type":"input_audio_buffer.commit"}"#)), None);
+        assert_eq!(audio_ms(&Message::text("not json")), None);
+        assert_eq!(audio_ms(&Message::Binary(vec![1, 2].into())), None);
+    }
+}

@@ -1,0 +1,278 @@
+//! The conversation log: what a new upstream session needs to continue the conversation, kept
+//! in the session task and nowhere else.
+//!
+//! It is built only from what the upstream itself reports, so it holds exactly what the model
+//! had in context: items from `conversation.item.created/added/done` and
+//! `response.output_item.done`, the `output` of `response.done`, and user transcripts from
+//! `conversation.item.input_audio_transcription.completed`. Each item is kept once, under its
+//! item id, in the order it first appeared; a later event about the same item fills it in (an
+//! audio turn's transcript arrives after the item, an assistant message's text with its `.done`);
+//! `conversation.item.deleted` removes it. (A truncated assistant item keeps its whole transcript:
+//! the text of what the model meant to say is the better context.)
+//!
+//! Audio is carried as text: a user's audio turn as its input transcript, an assistant's audio
+//! as its output transcript. The model's own voice of past turns cannot be carried.
+//!
+//! Bounded by items and by bytes (`upstream.resume_max_items`, `.resume_max_bytes`): the oldest
+//! items are dropped first, and counted. The log holds PHI, so it has no `Debug` that shows
+//! content, and nothing in it is ever logged or traced.
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+
+/// One item of the conversation, as text. (`Debug` only in tests: the content is PHI.)
+#[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(Debug))]
+pub(crate) enum Entry {
+    User(String),
+    Assistant(String),
+    Call { call_id: String, name: String, arguments: String },
+    Output { call_id: String, output: String },
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        match self {
+            Entry::User(text) | Entry::Assistant(text) => text.len(),
+            Entry::Call { call_id, name, arguments } => call_id.len() + name.len() + arguments.len(),
+            Entry::Output { call_id, output } => call_id.len() + output.len(),
+        }
+    }
+
+    /// Does `self` say more than `other` about the same item? (A later event may carry less: an
+    /// audio item's `.done` without the transcript that already arrived.)
+    fn improves_on(&self, other: &Entry) -> bool {
+        match (self, other) {
+            (Entry::User(new), Entry::User(_)) | (Entry::Assistant(new), Entry::Assistant(_)) => !new.is_empty(),
+            (Entry::Call { arguments, .. }, Entry::Call { .. }) => !arguments.is_empty(),
+            _ => true,
+        }
+    }
+}
+
+/// A logged item: the upstream's item id and what it said.
+pub(crate) struct Logged {
+    pub id: String,
+    pub entry: Entry,
+}
+
+pub(crate) struct ConversationLog {
+    items: VecDeque<Logged>,
+    bytes: usize,
+    dropped: usize,
+    max_items: usize,
+    max_bytes: usize,
+}
+
+impl std::fmt::Debug for ConversationLog {
+    // Counts only: the content is PHI.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConversationLog")
+            .field("items", &self.items.len())
+            .field("bytes", &self.bytes)
+            .field("dropped", &self.dropped)
+            .finish()
+    }
+}
+
+/// Upstream event types the log reads.
+pub(crate) fn records(kind: &str) -> bool {
+    matches!(
+        kind,
+        "conversation.item.created"
+            | "conversation.item.added"
+            | "conversation.item.done"
+            | "response.output_item.done"
+            | "response.done"
+            | "conversation.item.input_audio_transcription.completed"
+            | "conversation.item.deleted"
+    )
+}
+
+impl ConversationLog {
+    pub(crate) fn new(max_items: usize, max_bytes: usize) -> Self {
+        Self { items: VecDeque::new(), bytes: 0, dropped: 0, max_items, max_bytes }
+    }
+
+    /// Read one upstream event of a type [`records`] accepts (others are ignored).
+    pub(crate) fn observe(&mut self, kind: &str, bytes: &[u8]) {
+        let Ok(event) = serde_json::from_slice::<Value>(bytes) else { return };
+        match kind {
+            "conversation.item.input_audio_transcription.completed" => {
+                let (Some(item_id), Some(transcript)) = (event["item_id"].as_str(), event["transcript"].as_str()) else {
+                    return;
+                };
+                self.upsert(item_id, Entry::User(transcript.trim().to_string()));
+            }
+            "conversation.item.deleted" => {
+                if let Some(item_id) = event["item_id"].as_str() {
+                    self.remove(item_id);
+                }
+            }
+            "response.done" => {
+                for item in event["response"]["output"].as_array().into_iter().flatten() {
+                    self.observe_item(item);
+                }
+            }
+            _ => self.observe_item(&event["item"]),
+        }
+    }
+
+    fn observe_item(&mut self, item: &Value) {
+        if let (Some(id), Some(entry)) = (item["id"].as_str(), entry_of(item)) {
+            self.upsert(id, entry);
+        }
+    }
+
+    fn upsert(&mut self, id: &str, entry: Entry) {
+        if let Some(logged) = self.items.iter_mut().find(|l| l.id == id) {
+            if entry.improves_on(&logged.entry) {
+                self.bytes = self.bytes - logged.entry.bytes() + entry.bytes();
+                logged.entry = entry;
+            }
+        } else {
+            self.bytes += id.len() + entry.bytes();
+            self.items.push_back(Logged { id: id.to_string(), entry });
+        }
+        self.enforce_bounds();
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(index) = self.items.iter().position(|l| l.id == id) {
+            if let Some(gone) = self.items.remove(index) {
+                self.bytes -= gone.id.len() + gone.entry.bytes();
+            }
+        }
+    }
+
+    fn enforce_bounds(&mut self) {
+        while self.items.len() > self.max_items || (self.bytes > self.max_bytes && !self.items.is_empty()) {
+            if let Some(oldest) = self.items.pop_front() {
+                self.bytes -= oldest.id.len() + oldest.entry.bytes();
+                self.dropped += 1;
+            }
+        }
+    }
+
+    pub(crate) fn items(&self) -> impl Iterator<Item = &Logged> {
+        self.items.iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Items dropped to stay within the bounds, over the session's life.
+    pub(crate) fn dropped(&self) -> usize {
+        self.dropped
+    }
+}
+
+/// The text of a message item: its parts' `text` or `transcript`, joined.
+fn message_text(item: &Value) -> String {
+    let parts = item["content"].as_array().into_iter().flatten();
+    let texts: Vec<&str> = parts.filter_map(|p| p["text"].as_str().or_else(|| p["transcript"].as_str())).collect();
+    texts.join(" ").trim().to_string()
+}
+
+fn entry_of(item: &Value) -> Option<Entry> {
+    let text = |key: &str| item[key].as_str().map(str::to_string);
+    match item["type"].as_str()? {
+        "message" => match item["role"].as_str()? {
+            "user" => Some(Entry::User(message_text(item))),
+            "assistant" => Some(Entry::Assistant(message_text(item))),
+            // System messages come from the client's own `conversation.item.create`; the session
+            // instructions are restored with the session configuration instead.
+            _ => None,
+        },
+        "function_call" => Some(Entry::Call { call_id: text("call_id")?, name: text("name")?, arguments: text("arguments").unwrap_or_default() }),
+        "function_call_output" => Some(Entry::Output { call_id: text("call_id")?, output: text("output").unwrap_or_default() }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn feed(log: &mut ConversationLog, event: Value) {
+        let kind = event["type"].as_str().unwrap().to_string();
+        assert!(records(&kind), "{kind}");
+        log.observe(&kind, event.to_string().as_bytes());
+    }
+
+    fn entries(log: &ConversationLog) -> Vec<(String, Entry)> {
+        log.items().map(|l| (l.id.clone(), l.entry.clone())).collect()
+    }
+
+    #[test]
+    fn an_audio_turn_is_kept_as_its_transcript_in_first_seen_order() {
+        let mut log = ConversationLog::new(10, 10_000);
+        feed(&mut log, json!({"type": "conversation.item.added", "item": {"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": null}]}}));
+        feed(&mut log, json!({"type": "conversation.item.added", "item": {"id": "a1", "type": "message", "role": "assistant", "content": []}}));
+        feed(&mut log, json!({"type": "conversation.item.input_audio_transcription.completed", "item_id": "u1", "content_index": 0, "transcript": " Hello there "}));
+        // The item's own `.done` without the transcript does not erase it.
+        feed(&mut log, json!({"type": "conversation.item.done", "item": {"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": null}]}}));
+        feed(&mut log, json!({"type": "response.done", "response": {"output": [{"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "output_audio", "transcript": "Hi."}]}]}}));
+        assert_eq!(entries(&log), vec![("u1".into(), Entry::User("Hello there".into())), ("a1".into(), Entry::Assistant("Hi.".into()))]);
+    }
+
+    #[test]
+    fn calls_and_outputs_are_kept_and_filled_in_by_later_events() {
+        let mut log = ConversationLog::new(10, 10_000);
+        let call = |status: &str, args: &str| json!({"id": "fc1", "type": "function_call", "status": status, "name": "lookup", "call_id": "c1", "arguments": args});
+        feed(&mut log, json!({"type": "conversation.item.added", "item": call("in_progress", "")}));
+        feed(&mut log, json!({"type": "conversation.item.done", "item": call("completed", "{\"q\":1}")}));
+        feed(&mut log, json!({"type": "conversation.item.added", "item": {"id": "fo1", "type": "function_call_output", "call_id": "c1", "output": "{\"ok\":true}"}}));
+        feed(&mut log, json!({"type": "response.output_item.done", "item": {"id": "x", "type": "reasoning"}}));
+        assert_eq!(
+            entries(&log),
+            vec![
+                ("fc1".into(), Entry::Call { call_id: "c1".into(), name: "lookup".into(), arguments: "{\"q\":1}".into() }),
+                ("fo1".into(), Entry::Output { call_id: "c1".into(), output: "{\"ok\":true}".into() }),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_oldest_items_are_dropped_and_counted_past_either_bound() {
+        let mut log = ConversationLog::new(3, 10_000);
+        for i in 0..5 {
+            feed(&mut log, json!({"type": "conversation.item.created", "item": {"id": format!("m{i}"), "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}}));
+        }
+        assert_eq!(log.len(), 3);
+        assert_eq!(log.dropped(), 2);
+        assert_eq!(log.items().next().unwrap().id, "m2");
+
+        let mut log = ConversationLog::new(100, 40);
+        for i in 0..3 {
+            feed(&mut log, json!({"type": "conversation.item.created", "item": {"id": format!("m{i}"), "type": "message", "role": "user", "content": [{"type": "input_text", "text": "x".repeat(15)}]}}));
+        }
+        assert_eq!(log.len(), 2, "17 bytes an item, 40 allowed");
+        assert_eq!(log.dropped(), 1);
+    }
+
+    #[test]
+    fn a_deleted_item_is_forgotten() {
+        let mut log = ConversationLog::new(10, 10_000);
+        for id in ["m1", "m2"] {
+            feed(&mut log, json!({"type": "conversation.item.created", "item": {"id": id, "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}}));
+        }
+        feed(&mut log, json!({"type": "conversation.item.deleted", "item_id": "m1"}));
+        assert_eq!(entries(&log), vec![("m2".into(), Entry::User("hi".into()))]);
+        assert_eq!(format!("{log:?}"), "ConversationLog { items: 1, bytes: 4, dropped: 0 }");
+    }
+
+    #[test]
+    fn unreadable_events_and_items_without_ids_change_nothing() {
+        let mut log = ConversationLog::new(10, 10_000);
+        log.observe("conversation.item.done", b"not json");
+        feed(&mut log, json!({"type": "conversation.item.done", "item": {"type": "message", "role": "user", "content": []}}));
+        feed(&mut log, json!({"type": "conversation.item.done", "item": {"id": "s", "type": "message", "role": "system", "content": []}}));
+        assert_eq!(log.len(), 0);
+        assert_eq!(format!("{log:?}"), "ConversationLog { items: 0, bytes: 0, dropped: 0 }");
+    }
+}

@@ -1,0 +1,311 @@
+//! Sessions that outlive their upstream (CONTRACT §9): when the upstream socket closes or fails
+//! unexpectedly, or the upstream session reaches `upstream.max_session_age_s` and the
+//! conversation is quiet, voxgate opens a new upstream session and restores it, and the client
+//! carries on.
+//!
+//! The pieces, each small enough to test alone:
+//! - [`log`]: the conversation so far, as text, bounded; built from what the upstream reports.
+//! - [`plan`]: the pure restore plan, (effective session configuration, log) → frames.
+//! - [`hold`]: what would have gone upstream during the gap, released in order after the restore.
+//! - [`driver`]: the session loop's side: starting a gap, the connection attempts (a future the
+//!   loop polls in its `select!`, so confirmations, tool completions and pings go on meanwhile),
+//!   restoring, giving up.
+//!
+//! This file holds the state the session task owns ([`Resume`]): settings, log, the effective
+//! session configuration, the current gap if any, and which upstream echoes of a restore must not
+//! reach the client (on a pure OpenAI stream a resume shows nothing but a pause).
+//!
+//! What cannot be carried: the model's audio of past turns (only transcripts are), server-side
+//! VAD state and a response that was being generated when the upstream went away.
+
+pub(super) mod driver;
+pub(crate) mod hold;
+pub(crate) mod log;
+pub(crate) mod plan;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::upstream::{UpstreamConn, UpstreamError};
+
+/// Opens a new upstream connection like the session's first one (same URL, auth, subprotocol,
+/// model), bounded by `upstream.connect_timeout_ms`.
+pub type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<UpstreamConn, UpstreamError>> + Send + Sync>;
+
+type Connecting = BoxFuture<'static, Result<UpstreamConn, UpstreamError>>;
+
+/// `upstream.resume*` and `upstream.max_session_age_s`, read once.
+#[derive(Debug, Clone)]
+pub struct ResumeSettings {
+    /// `None`: never recycled for age.
+    pub max_age: Option<Duration>,
+    pub attempts: u32,
+    pub max_items: usize,
+    pub max_bytes: usize,
+    pub audio_window: Duration,
+}
+
+impl ResumeSettings {
+    pub fn from_config(upstream: &crate::config::UpstreamConfig) -> Option<Self> {
+        upstream.resume.then(|| Self {
+            max_age: (upstream.max_session_age_s > 0).then(|| Duration::from_secs(upstream.max_session_age_s)),
+            attempts: upstream.resume_attempts.max(1),
+            max_items: upstream.resume_max_items,
+            max_bytes: upstream.resume_max_bytes,
+            audio_window: Duration::from_millis(upstream.resume_audio_ms),
+        })
+    }
+}
+
+/// Why a resume began (the `reason` of the client events and the metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    UpstreamClosed,
+    UpstreamError,
+    MaxAge,
+}
+
+impl Reason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reason::UpstreamClosed => "upstream_closed",
+            Reason::UpstreamError => "upstream_error",
+            Reason::MaxAge => "max_age",
+        }
+    }
+}
+
+/// How a resume ended (the `outcome` of the metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Resumed,
+    Failed,
+}
+
+impl Outcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Resumed => "resumed",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// What to do with an upstream event the resume state looked at.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
+    Forward,
+    /// An echo of a restore: the client must not see it.
+    Swallow,
+}
+
+/// The time without an upstream.
+pub(super) struct Gap {
+    reason: Reason,
+    /// 1-based number of the attempt under way (or last failed).
+    attempt: u32,
+    connecting: Option<Connecting>,
+    held: hold::Held,
+    /// Output frames sent to the old upstream that it never acknowledged: sent again after the
+    /// restore (they are not in the log, which holds only what the upstream reported).
+    lost_outputs: Vec<String>,
+    overflowed: bool,
+    span: tracing::Span,
+}
+
+/// Upstream echoes of the last restore, kept from the client.
+#[derive(Default)]
+struct Echoes {
+    session_created: bool,
+    session_updated: bool,
+    items: HashSet<String>,
+}
+
+pub(super) struct Resume {
+    settings: Option<ResumeSettings>,
+    connect: Option<Connect>,
+    log: log::ConversationLog,
+    /// The effective session configuration: every `session.update` voxgate sent upstream,
+    /// merged key by key.
+    session: Map<String, Value>,
+    upstream_since: Instant,
+    gap: Option<Gap>,
+    echoes: Echoes,
+    /// The client's last `response.create` that no `response.created` has followed yet: if the
+    /// upstream went away without starting it, it is sent again after the restore.
+    client_request: Option<String>,
+}
+
+impl Resume {
+    pub(super) fn new(settings: Option<ResumeSettings>, connect: Option<Connect>) -> Self {
+        let settings = settings.filter(|_| connect.is_some());
+        let (items, bytes) = settings.as_ref().map_or((0, 0), |s| (s.max_items, s.max_bytes));
+        Self {
+            log: log::ConversationLog::new(items, bytes),
+            settings,
+            connect,
+            session: Map::new(),
+            upstream_since: Instant::now(),
+            gap: None,
+            echoes: Echoes::default(),
+            client_request: None,
+        }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.settings.is_some()
+    }
+
+    pub(super) fn in_gap(&self) -> bool {
+        self.gap.is_some()
+    }
+
+    /// A connection attempt is under way (or waiting out its back-off).
+    pub(super) fn connecting(&self) -> bool {
+        self.gap.as_ref().is_some_and(|g| g.connecting.is_some())
+    }
+
+    /// The held frames overflowed: the resume must give up.
+    pub(super) fn overflowed(&self) -> bool {
+        self.gap.as_ref().is_some_and(|g| g.overflowed)
+    }
+
+    /// Does the resume state read upstream events of this type?
+    pub(super) fn watches(&self, kind: &str) -> bool {
+        self.enabled() && (log::records(kind) || matches!(kind, "session.created" | "session.updated" | "error" | "response.created"))
+    }
+
+    /// Log the event, or recognise it as an echo of the restore.
+    pub(super) fn on_upstream_event(&mut self, kind: &str, bytes: &[u8]) -> Seen {
+        match kind {
+            "session.created" => return swallow_once(&mut self.echoes.session_created),
+            "session.updated" => return swallow_once(&mut self.echoes.session_updated),
+            "response.created" => {
+                self.client_request = None;
+                return Seen::Forward;
+            }
+            "error" => {
+                let about_restore = serde_json::from_slice::<Value>(bytes).is_ok_and(|e| {
+                    e["error"]["event_id"].as_str().is_some_and(|id| id.starts_with(plan::RESTORE_EVENT_PREFIX))
+                });
+                return if about_restore { Seen::Swallow } else { Seen::Forward };
+            }
+            _ => {}
+        }
+        if kind.starts_with("conversation.item.") && !self.echoes.items.is_empty() {
+            let id = serde_json::from_slice::<Value>(bytes).ok().and_then(|e| e["item"]["id"].as_str().map(str::to_string));
+            if id.is_some_and(|id| self.echoes.items.contains(&id)) {
+                return Seen::Swallow;
+            }
+        }
+        self.log.observe(kind, bytes);
+        Seen::Forward
+    }
+
+    /// voxgate sent this `session.update` upstream.
+    pub(super) fn note_session_update(&mut self, frame: &[u8]) {
+        if self.enabled() {
+            plan::merge_session_update(&mut self.session, frame);
+        }
+    }
+
+    /// The client's `response.create` went to the live upstream (held ones are sent anyway).
+    pub(super) fn note_client_request(&mut self, frame: &str) {
+        if self.enabled() && !self.in_gap() {
+            self.client_request = Some(frame.to_string());
+        }
+    }
+
+    /// The client's request the old upstream never started, if any.
+    fn take_client_request(&mut self) -> Option<String> {
+        self.client_request.take()
+    }
+
+    /// When the upstream session should be recycled: armed only while connected.
+    pub(super) fn age_deadline(&self) -> Option<Instant> {
+        let max_age = self.settings.as_ref()?.max_age?;
+        (!self.in_gap()).then(|| self.upstream_since + max_age)
+    }
+
+    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, span: tracing::Span) {
+        let Some(settings) = &self.settings else { return };
+        let held = hold::Held::new(settings.audio_window);
+        let connecting = self.attempt(Duration::ZERO);
+        self.gap = Some(Gap { reason, attempt: 1, connecting, held, lost_outputs, overflowed: false, span });
+    }
+
+    /// Hold a frame meant for the upstream until the restore.
+    pub(super) fn hold(&mut self, message: Message) {
+        if let Some(gap) = &mut self.gap {
+            if gap.held.push(message, Instant::now()).is_err() {
+                gap.overflowed = true;
+            }
+        }
+    }
+
+    /// The pending connection attempt's result; never ready without one.
+    pub(super) async fn next_connection(&mut self) -> Result<UpstreamConn, UpstreamError> {
+        let attempt = self.gap.as_mut().and_then(|g| g.connecting.as_mut());
+        let result = match attempt {
+            Some(attempt) => attempt.await,
+            None => std::future::pending().await,
+        };
+        if let Some(gap) = &mut self.gap {
+            gap.connecting = None;
+        }
+        result
+    }
+
+    /// Schedule the next attempt after a back-off; false when the attempts are used up.
+    fn retry(&mut self) -> bool {
+        let attempts = self.settings.as_ref().map_or(0, |s| s.attempts);
+        let Some(attempt) = self.gap.as_ref().map(|g| g.attempt + 1) else { return false };
+        if attempt > attempts {
+            return false;
+        }
+        let connecting = self.attempt(crate::tools::http::backoff(attempt - 1));
+        if let Some(gap) = &mut self.gap {
+            gap.attempt = attempt;
+            gap.connecting = connecting;
+        }
+        true
+    }
+
+    fn attempt(&self, after: Duration) -> Option<Connecting> {
+        let connect = self.connect.clone()?;
+        Some(
+            async move {
+                tokio::time::sleep(after).await;
+                connect().await
+            }
+            .boxed(),
+        )
+    }
+
+    /// The gap is over (restored or given up).
+    fn end_gap(&mut self) -> Option<Gap> {
+        self.gap.take()
+    }
+
+    /// The frames that restore the conversation on a new upstream; from now on that upstream's
+    /// echoes of them are kept from the client.
+    fn restore(&mut self, protocol: crate::config::UpstreamProtocol) -> plan::Restore {
+        let restore = plan::plan(&self.session, &self.log, protocol);
+        self.echoes = Echoes { session_created: true, session_updated: restore.updates_session, items: restore.item_ids.clone() };
+        self.upstream_since = Instant::now();
+        restore
+    }
+}
+
+fn swallow_once(flag: &mut bool) -> Seen {
+    if std::mem::take(flag) { Seen::Swallow } else { Seen::Forward }
+}

@@ -1,0 +1,158 @@
+//! The restore plan: a pure function from (effective session configuration, conversation log) to
+//! the frames a fresh upstream session needs, in the order they must be sent.
+//!
+//! First one `session.update` with the effective configuration (what the client's updates set,
+//! merged with voxgate's tool injection), then one `conversation.item.create` per logged item,
+//! oldest first. Each item keeps the id the old session gave it, so the new upstream's echoes of
+//! the restore (`conversation.item.created/added/done`) are recognised and kept from the client.
+//! Every frame carries an event id starting with [`RESTORE_EVENT_PREFIX`]: an `error` about the
+//! restore is voxgate's business, not the client's.
+//!
+//! What is skipped: messages with no text (an audio turn whose transcript never came) and an
+//! output whose call was dropped from the log (a server refuses an output for an unknown call).
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value, json};
+
+use super::log::{ConversationLog, Entry};
+use crate::config::UpstreamProtocol;
+
+/// Event-id prefix of the restore's frames (inside voxgate's own prefix).
+pub(crate) const RESTORE_EVENT_PREFIX: &str = "voxgate_restore_";
+
+pub(crate) struct Restore {
+    /// Frames to send, in order.
+    pub frames: Vec<String>,
+    /// Item ids restored (their echoes are not forwarded to the client).
+    pub item_ids: HashSet<String>,
+    /// Whether a `session.update` is among the frames (its `session.updated` is not forwarded).
+    pub updates_session: bool,
+    /// Items the log dropped to stay within its bounds (the oldest), over the session's life.
+    pub items_dropped: usize,
+}
+
+pub(crate) fn plan(session: &Map<String, Value>, log: &ConversationLog, protocol: UpstreamProtocol) -> Restore {
+    let mut frames = Vec::with_capacity(log.len() + 1);
+    let mut serial = 0usize;
+    let mut event_id = || {
+        serial += 1;
+        format!("{RESTORE_EVENT_PREFIX}{serial}")
+    };
+    let updates_session = !session.is_empty();
+    if updates_session {
+        let mut session = session.clone();
+        if protocol == UpstreamProtocol::Ga {
+            session.entry("type").or_insert_with(|| json!("realtime"));
+        }
+        frames.push(json!({"type": "session.update", "event_id": event_id(), "session": session}).to_string());
+    }
+    let assistant_part = match protocol {
+        UpstreamProtocol::Ga => "output_text",
+        UpstreamProtocol::Beta => "text",
+    };
+    let mut calls = HashSet::new();
+    let mut item_ids = HashSet::new();
+    for logged in log.items() {
+        let item = match &logged.entry {
+            Entry::User(text) if !text.is_empty() => {
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+            }
+            Entry::Assistant(text) if !text.is_empty() => {
+                json!({"type": "message", "role": "assistant", "content": [{"type": assistant_part, "text": text}]})
+            }
+            Entry::Call { call_id, name, arguments } => {
+                calls.insert(call_id.as_str());
+                json!({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
+            }
+            Entry::Output { call_id, output } if calls.contains(call_id.as_str()) => {
+                json!({"type": "function_call_output", "call_id": call_id, "output": output})
+            }
+            _ => continue,
+        };
+        let mut item = item;
+        item["id"] = json!(logged.id);
+        item_ids.insert(logged.id.clone());
+        frames.push(json!({"type": "conversation.item.create", "event_id": event_id(), "item": item}).to_string());
+    }
+    Restore { frames, item_ids, updates_session, items_dropped: log.dropped() }
+}
+
+/// Shallow-merge the `session` of a `session.update` frame into the effective configuration, as
+/// the server does: each key the update sets replaces the one before.
+pub(crate) fn merge_session_update(effective: &mut Map<String, Value>, frame: &[u8]) {
+    let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return };
+    if let Some(Value::Object(session)) = update.remove("session") {
+        effective.extend(session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(restore: &Restore) -> Vec<Value> {
+        restore.frames.iter().map(|f| serde_json::from_str(f).unwrap()).collect()
+    }
+
+    fn log_of(events: &[Value]) -> ConversationLog {
+        let mut log = ConversationLog::new(100, 100_000);
+        for event in events {
+            log.observe(event["type"].as_str().unwrap(), event.to_string().as_bytes());
+        }
+        log
+    }
+
+    fn item(value: Value) -> Value {
+        json!({"type": "conversation.item.done", "item": value})
+    }
+
+    #[test]
+    fn the_session_then_every_item_in_order_with_its_old_id() {
+        let mut session = Map::new();
+        merge_session_update(&mut session, br#"{"type":"session.update","session":{"tools":[{"name":"t"}],"type":"realtime"}}"#);
+        merge_session_update(&mut session, br#"{"type":"session.update","session":{"instructions":"Be brief.","voice":"marin"}}"#);
+        let log = log_of(&[
+            item(json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": "Dose?"}]})),
+            item(json!({"id": "f1", "type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"})),
+            item(json!({"id": "o1", "type": "function_call_output", "call_id": "c1", "output": "{\"ok\":1}"})),
+            item(json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "output_audio", "transcript": "5 mg."}]})),
+        ]);
+        let restore = plan(&session, &log, UpstreamProtocol::Ga);
+        let frames = parsed(&restore);
+        assert_eq!(frames.len(), 5);
+        assert_eq!(frames[0]["type"], "session.update");
+        assert_eq!(frames[0]["session"], json!({"tools": [{"name": "t"}], "type": "realtime", "instructions": "Be brief.", "voice": "marin"}));
+        let items: Vec<&Value> = frames[1..].iter().map(|f| &f["item"]).collect();
+        assert_eq!(items[0], &json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Dose?"}]}));
+        assert_eq!(items[1], &json!({"id": "f1", "type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"}));
+        assert_eq!(items[2], &json!({"id": "o1", "type": "function_call_output", "call_id": "c1", "output": "{\"ok\":1}"}));
+        assert_eq!(items[3], &json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "5 mg."}]}));
+        assert!(frames.iter().all(|f| f["event_id"].as_str().unwrap().starts_with(RESTORE_EVENT_PREFIX)));
+        assert_eq!(restore.item_ids.len(), 4);
+        assert!(restore.updates_session);
+    }
+
+    #[test]
+    fn beta_assistant_text_and_a_missing_type_for_ga() {
+        let log = log_of(&[item(json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Hi"}]}))]);
+        let beta = parsed(&plan(&Map::new(), &log, UpstreamProtocol::Beta));
+        assert_eq!(beta.len(), 1, "no session.update without a configuration");
+        assert_eq!(beta[0]["item"]["content"][0]["type"], "text");
+        let mut session = Map::new();
+        session.insert("voice".into(), json!("marin"));
+        let ga = parsed(&plan(&session, &log, UpstreamProtocol::Ga));
+        assert_eq!(ga[0]["session"]["type"], "realtime");
+    }
+
+    #[test]
+    fn empty_messages_and_outputs_of_dropped_calls_are_skipped() {
+        let log = log_of(&[
+            item(json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": null}]})),
+            item(json!({"id": "o1", "type": "function_call_output", "call_id": "gone", "output": "{}"})),
+        ]);
+        let restore = plan(&Map::new(), &log, UpstreamProtocol::Ga);
+        assert!(restore.frames.is_empty());
+        assert!(restore.item_ids.is_empty());
+    }
+}

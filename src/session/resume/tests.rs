@@ -1,0 +1,334 @@
+//! Resumes driven through the real session loop (see `session::harness`): the "model" end is
+//! dropped or refused, a new one is handed to the session's connector, and the tests read what
+//! each end sees, in order, under tokio's paused clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::DuplexStream;
+use tokio::sync::{Mutex, mpsc};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::Connect;
+use crate::session::SessionOutcome;
+use crate::session::harness::{Harness, TOOL, close_code, expect, pair, start_with, upstream_conn};
+use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+use crate::upstream::{UpstreamConn, UpstreamError};
+
+type Offer = mpsc::UnboundedSender<Result<UpstreamConn, UpstreamError>>;
+
+/// A connector that hands out what the test offers, and counts the attempts.
+fn connector() -> (Connect, Offer, Arc<AtomicUsize>) {
+    let (offer, offered) = mpsc::unbounded_channel();
+    let offered = Arc::new(Mutex::new(offered));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counted = attempts.clone();
+    let connect: Connect = Arc::new(move || {
+        let offered = offered.clone();
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            match tokio::time::timeout(Duration::from_secs(30), async { offered.lock().await.recv().await }).await {
+                Ok(Some(result)) => result,
+                _ => Err(UpstreamError::Timeout),
+            }
+        }
+        .boxed()
+    });
+    (connect, offer, attempts)
+}
+
+async fn resumable(configure: impl FnOnce(&mut crate::config::Config)) -> (Harness, Offer, Arc<AtomicUsize>) {
+    let (connect, offer, attempts) = connector();
+    let h = start_with(
+        |c| {
+            c.upstream.resume = true;
+            configure(c);
+        },
+        1 << 20,
+        Some(connect),
+        vec![
+            Arc::new(Gated { spec: gated_spec(GATED, false), release: RELEASE.clone() }),
+            Arc::new(Gated { spec: gated_spec(CONFIRMED, true), release: Arc::new(tokio::sync::Notify::const_new()) }),
+        ],
+    )
+    .await;
+    (h, offer, attempts)
+}
+
+/// A tool that runs until the test releases it.
+const GATED: &str = "search_medical_guidelines";
+/// The same, asking the user first; released at once (its notify holds a permit).
+const CONFIRMED: &str = "create_calendar_event";
+
+static RELEASE: std::sync::LazyLock<Arc<tokio::sync::Notify>> = std::sync::LazyLock::new(Default::default);
+
+struct Gated {
+    spec: ToolSpec,
+    release: Arc<tokio::sync::Notify>,
+}
+
+fn gated_spec(name: &'static str, requires_confirmation: bool) -> ToolSpec {
+    ToolSpec {
+        name,
+        description: "test tool that waits".into(),
+        parameters: json!({"type": "object", "additionalProperties": false, "properties": {}}),
+        category: Category::Search,
+        phi: false,
+        risk: Risk::Low,
+        requires_confirmation,
+        third_party: false,
+        rate_limit_per_minute: 1000,
+        timeout: Duration::from_secs(3600),
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Gated {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
+        if !self.spec.requires_confirmation {
+            self.release.notified().await;
+        }
+        Ok(ToolOutput::new(json!({"finished": "in the gap"})))
+    }
+}
+
+/// The next text frame, whatever its type.
+async fn next_json(ws: &mut WebSocketStream<DuplexStream>) -> Value {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(text))) => return serde_json::from_str(&text).unwrap(),
+                Some(Ok(_)) => {}
+                other => panic!("socket ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("no frame")
+}
+
+/// What the new model end receives up to voxgate's `response.create`: event types, items as
+/// `type:call_id`.
+async fn until_response_create(ws: &mut WebSocketStream<DuplexStream>) -> Vec<String> {
+    let mut kinds = Vec::new();
+    loop {
+        let frame = next_json(ws).await;
+        let kind = frame["type"].as_str().unwrap_or_default().to_string();
+        let done = kind == "response.create";
+        if kind == "conversation.item.create" {
+            kinds.push(format!("{}:{}", frame["item"]["type"].as_str().unwrap_or_default(), frame["item"]["call_id"].as_str().unwrap_or_default()));
+        } else {
+            kinds.push(kind);
+        }
+        if done {
+            return kinds;
+        }
+    }
+}
+
+fn message(id: &str, role: &str, part: &str, text: &str) -> Value {
+    json!({"type": "conversation.item.done", "event_id": format!("e_{id}"), "previous_item_id": null,
+        "item": {"id": id, "type": "message", "role": role, "status": "completed", "content": [{"type": part, "text": text}]}})
+}
+
+fn function_call(call_id: &str) -> Value {
+    json!({"type": "conversation.item.done", "event_id": "e_fc", "previous_item_id": null,
+        "item": {"id": format!("fc_{call_id}"), "type": "function_call", "status": "completed", "name": TOOL, "call_id": call_id, "arguments": "{}"}})
+}
+
+/// The browser has sent everything before this (the loop answers frames in order).
+async fn browser_sync(h: &mut Harness) {
+    h.browser_sends(json!({"type": "voxgate.sync"})).await;
+    h.browser_expects("error").await;
+}
+
+/// Drop the model end; returns the proxy end of the next one (not yet offered).
+async fn drop_model(h: &mut Harness) -> WebSocketStream<DuplexStream> {
+    let (proxy_side, model) = pair(1 << 20).await;
+    drop(std::mem::replace(&mut h.model, model));
+    proxy_side
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_upstream_gets_the_session_and_items_in_order_then_the_held_frames() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
+    h.model_expects("session.update").await;
+    h.model_sends(message("u1", "user", "input_text", "What is the dose?")).await;
+    h.model_sends(message("a1", "assistant", "output_text", "Five milligrams.")).await;
+    h.model_sends(function_call("c1")).await;
+    h.tool_call("c1").await;
+    h.acknowledge("c1").await;
+    h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": "r2"}})).await;
+    h.browser_expects("response.created").await;
+
+    let proxy_side = drop_model(&mut h).await;
+    let resuming = h.browser_expects("voxgate.session.resuming").await;
+    assert!(["upstream_closed", "upstream_error"].contains(&resuming["reason"].as_str().unwrap()), "{resuming}");
+    // Sent during the gap: held, in order.
+    h.browser_sends(json!({"type": "input_audio_buffer.append", "event_id": "held_audio", "audio": "AAAA"})).await;
+    h.browser_sends(json!({"type": "conversation.item.create", "event_id": "held_item",
+        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And for children?"}]}}))
+    .await;
+    browser_sync(&mut h).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+
+    let update = next_json(&mut h.model).await;
+    assert_eq!(update["type"], "session.update");
+    assert_eq!(update["session"]["instructions"], "Be brief.");
+    assert!(update["session"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == TOOL), "{update}");
+    let mut restored = Vec::new();
+    for _ in 0..4 {
+        let create = next_json(&mut h.model).await;
+        assert_eq!(create["type"], "conversation.item.create");
+        restored.push(create["item"]["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(restored, ["u1", "a1", "fc_c1", "item_c1"]);
+    assert_eq!(next_json(&mut h.model).await["event_id"], "held_audio");
+    assert_eq!(next_json(&mut h.model).await["event_id"], "held_item");
+
+    let resumed = h.browser_expects("voxgate.session.resumed").await;
+    assert_eq!(resumed["items_restored"], 4);
+    assert_eq!(resumed["audio_dropped_ms"], 0);
+    // The new upstream's echoes of the restore never reach the client.
+    h.model_sends(json!({"type": "session.created", "event_id": "n0", "session": {"id": "sess_2"}})).await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "n1", "session": {"id": "sess_2"}})).await;
+    h.model_sends(json!({"type": "conversation.item.added", "event_id": "n2", "item": {"id": "u1", "type": "message", "role": "user", "content": []}}))
+        .await;
+    h.model_sends(json!({"type": "response.created", "event_id": "n3", "response": {"id": "r3"}})).await;
+    assert_eq!(next_json(&mut h.browser).await["type"], "response.created");
+    assert!(h.metrics.render().lines().any(|l| l.starts_with("voxgate_upstream_resumes_total") && l.contains("outcome=\"resumed\"") && l.ends_with(" 1")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_the_old_upstream_never_acknowledged_is_delivered_once_with_its_response() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(function_call("c2")).await;
+    h.tool_call("c2").await;
+    h.model_expects("response.create").await;
+    // Gone before acknowledging the output or answering the request.
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let kinds = until_response_create(&mut h.model).await;
+    assert_eq!(kinds, ["session.update", "function_call:c2", "function_call_output:c2", "response.create"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_refuses_every_reconnect_ends_the_session_after_the_bounded_attempts() {
+    let (mut h, offer, attempts) = resumable(|c| c.upstream.resume_attempts = 3).await;
+    for _ in 0..5 {
+        offer.send(Err(UpstreamError::Refused { status: 503 })).unwrap();
+    }
+    drop(drop_model(&mut h).await);
+    h.browser_expects("voxgate.session.resuming").await;
+    assert_eq!(close_code(&mut h.browser).await, Some(1011));
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    assert!(h.metrics.render().lines().any(|l| l.starts_with("voxgate_upstream_resumes_total") && l.contains("outcome=\"failed\"") && l.ends_with(" 1")));
+    let outcome = h.ends_within(Duration::from_secs(30)).await;
+    assert!(matches!(outcome, SessionOutcome::UpstreamClosed | SessionOutcome::UpstreamError), "{outcome:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_old_session_is_recycled_at_the_next_quiet_moment_only() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    h.model_sends(message("u1", "user", "input_text", "Hello")).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": "r1"}})).await;
+    h.browser_expects("response.created").await;
+    // Past the age while the model answers: nothing happens.
+    let early = tokio::time::timeout(Duration::from_secs(15), expect(&mut h.browser, "voxgate.session.resuming")).await;
+    assert!(early.is_err(), "recycled in the middle of a response");
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model_sends(json!({"type": "response.done", "event_id": "e", "response": {"id": "r1", "output": []}})).await;
+    assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
+    assert_eq!(close_code(&mut h.model).await, Some(1000), "the old upstream is closed normally");
+    h.model = model;
+    assert_eq!(h.model_expects("conversation.item.create").await["item"]["id"], "u1");
+    let resumed = h.browser_expects("voxgate.session.resumed").await;
+    assert_eq!((resumed["reason"].as_str(), resumed["items_restored"].as_u64()), (Some("max_age"), Some(1)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn audio_held_past_the_window_is_dropped_and_counted() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.resume_audio_ms = 1000).await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    // 100 ms of PCM16 at 24 kHz, base64.
+    let audio = |id: &str| json!({"type": "input_audio_buffer.append", "event_id": id, "audio": "A".repeat(6400)});
+    h.browser_sends(audio("old")).await;
+    browser_sync(&mut h).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.browser_sends(audio("new")).await;
+    browser_sync(&mut h).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    assert_eq!(h.model_expects("input_audio_buffer.append").await["event_id"], "new");
+    assert_eq!(h.browser_expects("voxgate.session.resumed").await["audio_dropped_ms"], 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_finishing_while_the_upstream_is_away_is_answered_once_after_the_restore() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "conversation.item.done", "event_id": "e_fc", "previous_item_id": null,
+        "item": {"id": "fc_slow", "type": "function_call", "status": "completed", "name": GATED, "call_id": "slow", "arguments": "{}"}}))
+    .await;
+    h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": "e_slow", "response_id": "r1",
+        "item_id": "fc_slow", "output_index": 0, "call_id": "slow", "name": GATED, "arguments": "{}"}))
+    .await;
+    h.browser_expects("voxgate.tool_call.started").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    RELEASE.notify_one();
+    // The call completes while there is no upstream; its output waits for the new one.
+    assert_eq!(h.browser_expects("voxgate.tool_call.completed").await["call_id"], "slow");
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let kinds = until_response_create(&mut h.model).await;
+    assert_eq!(kinds, ["session.update", "function_call:slow", "function_call_output:slow", "response.create"]);
+    h.browser_expects("voxgate.session.resumed").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_expired_error_resumes_without_reaching_the_client() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "error", "event_id": "e_x", "error": {"type": "invalid_request_error", "code": "session_expired",
+        "message": "Your session hit the maximum duration of 60 minutes.", "param": null, "event_id": null}}))
+    .await;
+    let first = next_json(&mut h.browser).await;
+    assert_eq!((first["type"].as_str(), first["reason"].as_str()), (Some("voxgate.session.resuming"), Some("upstream_error")));
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model = model;
+    h.model_expects("session.update").await;
+    assert_eq!(next_json(&mut h.browser).await["type"], "voxgate.session.resumed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_confirmation_given_while_the_upstream_is_away_is_answered_once_and_audited_once() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "conversation.item.done", "event_id": "e_fc", "previous_item_id": null,
+        "item": {"id": "fc_conf", "type": "function_call", "status": "completed", "name": CONFIRMED, "call_id": "conf", "arguments": "{}"}}))
+    .await;
+    h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": "e_conf", "response_id": "r1",
+        "item_id": "fc_conf", "output_index": 0, "call_id": "conf", "name": CONFIRMED, "arguments": "{}"}))
+    .await;
+    h.browser_expects("voxgate.tool_call.confirmation_requested").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    // The parked call is still parked: the user approves it while there is no upstream.
+    h.browser_sends(json!({"type": "voxgate.tool_call.confirm", "call_id": "conf", "approved": true})).await;
+    assert_eq!(h.browser_expects("voxgate.tool_call.completed").await["call_id"], "conf");
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let kinds = until_response_create(&mut h.model).await;
+    assert_eq!(kinds.iter().filter(|k| k.starts_with("function_call_output:")).collect::<Vec<_>>(), ["function_call_output:conf"]);
+    let report = crate::audit::verify(&h.audit_path(), &crate::audit::Chain::default()).unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(report.calls, 1);
+}

@@ -1,0 +1,119 @@
+//! What the call table decided, carried out: audit records written (their acknowledgements
+//! awaited in the session loop), rate limits checked, tools spawned on the session's `JoinSet`,
+//! confirmation deadlines armed, outputs sent to the model; and the loop's two completion arms, a
+//! tool that finished and an audit record that reached the disk. The decisions themselves are the
+//! sans-I/O [`CallTable`](super::calls::CallTable)'s.
+
+use futures::FutureExt;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::time::DelayQueue;
+
+use super::bridge::Bridge;
+use super::calls::Action;
+use super::runner::ToolJob;
+use crate::audit::{AuditError, AuditEvent};
+use crate::protocol::voxgate as events;
+use crate::tools::{CallContext, ToolError, ToolOutput};
+
+impl Bridge {
+    /// Perform what the call table decided, in order (what an action leads to comes first).
+    pub(super) async fn perform(&mut self, actions: Vec<Action>) {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Client(event) => self.send_client_event(event).await,
+                Action::Audit { record, gates } => {
+                    self.observe(&record);
+                    let ack = self.deps.audit.record(record);
+                    self.audit_acks.push(async move { (gates, ack.await) }.boxed());
+                }
+                Action::CheckLimit { call_id, tool } => {
+                    let policy = &tool.policy;
+                    let limit = self.deps.limiter.check(&self.info.user, tool.name(), policy.rate_limit_per_minute).await;
+                    let next = self.calls.on_limit_checked(&call_id, limit, super::calls::unix_ms());
+                    next.into_iter().rev().for_each(|a| queue.push_front(a));
+                }
+                Action::Spawn { call_id, tool, args } => self.spawn_tool(call_id, tool, args),
+                Action::Expire { call_id, after } => {
+                    self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
+                }
+                Action::Output { call_id, output } => {
+                    let frame = events::function_call_output(&call_id, &output);
+                    if self.send_upstream(Message::text(frame.clone())).await {
+                        self.gate.on_output_sent();
+                        self.unacknowledged_outputs.insert(call_id, frame);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Metrics, the tool span and its log line for an audit record about to be written.
+    fn observe(&mut self, record: &crate::audit::AuditRecord) {
+        if record.event == AuditEvent::CallStarted {
+            let span = crate::telemetry::tool_span(&self.span, &record.tool, &record.call_id);
+            self.tool_spans.insert(record.call_id.clone(), span);
+        }
+        let Some(counted) = super::calls::observe::count(&self.deps.metrics, record) else { return };
+        if let Some(span) = self.tool_spans.remove(&record.call_id) {
+            let c = counted;
+            crate::telemetry::record_tool_outcome(&span, c.status, c.confirmation, c.error_code, c.duration);
+        }
+    }
+
+    fn spawn_tool(&mut self, call_id: String, tool: std::sync::Arc<crate::tools::registry::RegisteredTool>, args: serde_json::Value) {
+        let span = self
+            .tool_spans
+            .get(&call_id)
+            .cloned()
+            .unwrap_or_else(|| crate::telemetry::tool_span(&self.span, tool.name(), &call_id));
+        let job = ToolJob {
+            tool,
+            args,
+            ctx: CallContext {
+                session_id: self.info.id.clone(),
+                call_id: call_id.clone(),
+                principal: self.info.principal.clone(),
+            },
+            span,
+        };
+        let progress = self.info.wants_events.then(|| {
+            let client = self.to_client.sender();
+            crate::tools::progress::ProgressSink::new(call_id.clone(), move |event| {
+                client.try_send(Message::text(event));
+            })
+        });
+        let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));
+        self.task_calls.insert(handle.id(), call_id);
+    }
+
+    pub(super) async fn handle_tool_finished(&mut self, joined: Result<(tokio::task::Id, Result<ToolOutput, ToolError>), tokio::task::JoinError>) {
+        let (id, result) = match joined {
+            Ok((id, result)) => (id, result),
+            Err(err) => {
+                if err.is_panic() {
+                    tracing::error!(parent: &self.span, "a tool task panicked");
+                }
+                (err.id(), Err(ToolError::Internal))
+            }
+        };
+        let Some(call_id) = self.task_calls.remove(&id) else { return };
+        let actions = self.calls.on_tool_finished(&call_id, result);
+        self.perform(actions).await;
+    }
+
+    pub(super) async fn handle_audited(&mut self, gated: Option<String>, result: Result<(), AuditError>) {
+        if let Err(err) = &result {
+            tracing::error!(parent: &self.span, error = %err, "audit record could not be written");
+            self.deps.metrics.audit_error();
+        }
+        if let Some(call_id) = gated {
+            // `fail_closed`: nothing the call produced is released without its record.
+            let actions = match result {
+                Err(_) if self.deps.audit.on_error() == crate::config::AuditOnError::FailClosed => self.calls.on_audit_failed(&call_id),
+                _ => self.calls.on_audited(&call_id),
+            };
+            self.perform(actions).await;
+        }
+    }
+}
