@@ -130,7 +130,7 @@ async fn a_stalled_upstream_with_an_idle_client_ends_by_the_send_bound_and_frees
     let mut fake = FakeUpstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let config = config(&fake, dir.path())
-        .replace("send_timeout_ms = 60000", "send_timeout_ms = 6000")
+        .replace("send_timeout_ms = 60000", "send_timeout_ms = 6000\nresume = false")
         .replace("drain_timeout_ms = 1000\n", "drain_timeout_ms = 1000\nidle_timeout_ms = 1000\n");
     let (_child, addr) = spawn_voxgate(&config, dir.path()).await;
     let client = Client::connect(&format!("ws://{addr}/v1/realtime"), &["realtime"]).await;
