@@ -11,11 +11,12 @@ mod files;
 mod guidelines;
 mod knowledge;
 pub mod mcp;
+mod server;
 mod summary;
+mod upstream;
 mod validate;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -26,7 +27,9 @@ pub use guidelines::GuidelinesBackendConfig;
 pub use knowledge::{
     DdxBackendConfig, EvidenceBackendConfig, WebSearchBackendConfig, WebSearchProvider, is_domain,
 };
+pub use server::ServerConfig;
 pub use summary::summary;
+pub use upstream::{UpstreamConfig, UpstreamKind, UpstreamProtocol};
 pub use validate::validate;
 
 /// A secret string (API key, password, token). Debug and Display print a placeholder.
@@ -78,155 +81,6 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub backends: BackendsConfig,
     pub mcp: mcp::McpConfig,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    /// Client-facing HTTP + WebSocket address; port 0 picks a free port (logged as `listening on`).
-    pub listen: SocketAddr,
-    /// Browser `Origin` allow-list; empty accepts any origin.
-    pub allowed_origins: Vec<String>,
-    /// Largest client frame accepted; larger ones get an `error` event and are dropped.
-    pub max_frame_bytes: usize,
-    /// Sessions this process holds at once; more get HTTP 503 before the upgrade.
-    pub max_sessions: usize,
-    /// Sessions one user (`sub`) may hold at once; more get HTTP 429 before the upgrade.
-    pub max_sessions_per_user: usize,
-    /// How long running tool calls may take to finish once a drain starts.
-    pub drain_timeout_ms: u64,
-    /// A client that has not read its frames for this long is closed with 1008.
-    pub client_send_timeout_ms: u64,
-    /// A session with no frame in either direction for this long is closed (0 = never).
-    pub idle_timeout_ms: u64,
-    /// A connection must send its whole HTTP request head within this time.
-    pub handshake_timeout_ms: u64,
-    /// voxgate pings the client this often so dead peers are noticed (0 = never).
-    pub ping_interval_ms: u64,
-    /// Accept `auth.mode = "none"` on a non-loopback address (a loud warning is still logged).
-    pub allow_unauthenticated_public: bool,
-    /// This instance's name on logs, spans and audit records; unset = the hostname.
-    pub instance_id: Option<String>,
-    /// Proxies whose `X-Forwarded-For` names the client address recorded in audit records.
-    pub trusted_proxies: Vec<std::net::IpAddr>,
-    /// Frames per second one client may send; more are dropped with an `error` event (0 = no limit).
-    pub max_client_frames_per_s: u32,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            allowed_origins: Vec::new(),
-            max_frame_bytes: 4 * 1024 * 1024,
-            max_sessions: 10_000,
-            max_sessions_per_user: 20,
-            drain_timeout_ms: 10_000,
-            client_send_timeout_ms: 5_000,
-            idle_timeout_ms: 30 * 60 * 1000,
-            handshake_timeout_ms: 10_000,
-            ping_interval_ms: 20_000,
-            allow_unauthenticated_public: false,
-            instance_id: None,
-            trusted_proxies: Vec::new(),
-            max_client_frames_per_s: 500,
-        }
-    }
-}
-
-impl ServerConfig {
-    /// `server.instance_id`, or the hostname when unset.
-    pub fn instance_id(&self) -> String {
-        self.instance_id.clone().unwrap_or_else(crate::cluster::hostname)
-    }
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum UpstreamKind {
-    Openai,
-    Azure,
-    Simulated,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum UpstreamProtocol {
-    #[default]
-    Ga,
-    Beta,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct UpstreamConfig {
-    /// `openai`, `azure` or `simulated`; unset = `openai` when an API key is set, else `simulated`.
-    pub kind: Option<UpstreamKind>,
-    pub url: String,
-    pub api_key: Option<Secret>,
-    pub model: String,
-    pub protocol: UpstreamProtocol,
-    /// Azure preview form only: `api-version` query parameter (with `deployment`).
-    pub api_version: Option<String>,
-    /// Azure preview form only: the deployment name.
-    pub deployment: Option<String>,
-    pub connect_timeout_ms: u64,
-    /// Largest frame accepted from the upstream.
-    pub max_frame_bytes: usize,
-    /// A frame the upstream has not taken within this time ends the session (a stalled upstream).
-    pub send_timeout_ms: u64,
-    /// Models a client may ask for with `?model=` besides `upstream.model`; others get HTTP 400.
-    pub allowed_models: Vec<String>,
-    /// Let clients give the model provider-hosted `mcp` tools (they bypass screening and audit).
-    pub allow_hosted_mcp: bool,
-    /// Restore the session on a new upstream connection after an unexpected close or error, and
-    /// before the provider's session cap (CONTRACT §9).
-    pub resume: bool,
-    /// Recycle the upstream session at the next quiet moment after this age (0 = never).
-    pub max_session_age_s: u64,
-    /// Connection attempts per resume, with back-off and jitter.
-    pub resume_attempts: u32,
-    /// Bounds of the conversation log carried into a new upstream session.
-    pub resume_max_items: usize,
-    pub resume_max_bytes: usize,
-    /// Client audio held during a resume older than this is dropped (and counted).
-    pub resume_audio_ms: u64,
-}
-
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        Self {
-            kind: None,
-            url: "wss://api.openai.com/v1/realtime".into(),
-            api_key: None,
-            model: "gpt-realtime".into(),
-            protocol: UpstreamProtocol::Ga,
-            api_version: None,
-            deployment: None,
-            connect_timeout_ms: 10_000,
-            max_frame_bytes: 64 * 1024 * 1024,
-            send_timeout_ms: 5_000,
-            allowed_models: Vec::new(),
-            allow_hosted_mcp: false,
-            resume: true,
-            max_session_age_s: 3300,
-            resume_attempts: 3,
-            resume_max_items: 200,
-            resume_max_bytes: 256 * 1024,
-            resume_audio_ms: 5000,
-        }
-    }
-}
-
-impl UpstreamConfig {
-    /// The effective kind once defaults are resolved.
-    pub fn effective_kind(&self) -> UpstreamKind {
-        match self.kind {
-            Some(kind) => kind,
-            None if self.api_key.is_some() => UpstreamKind::Openai,
-            None => UpstreamKind::Simulated,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
