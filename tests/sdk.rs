@@ -6,6 +6,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::{FakeConn, FakeUpstream, TestProxy};
@@ -101,13 +102,16 @@ async fn fake_model_until(mut up: FakeConn, hang_up_at: usize) {
     }
 }
 
+/// How long the Python SDK may take to start and connect (imports are slow on a loaded machine).
+const SDK_START: Duration = Duration::from_secs(60);
+
 #[tokio::test]
 async fn sdk_with_its_own_client_tool_through_the_fake_upstream() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "").await;
     let port = proxy.addr.port();
     let sdk = tokio::spawn(async move { run_sdk(port, "What is the weather in Oslo?", &["--client-tool"]).await });
-    let up = fake.accept().await;
+    let up = fake.accept_within(SDK_START).await;
     assert_eq!(up.header("authorization"), Some("Bearer sk-test-upstream-key"), "the SDK's key is not passed upstream");
     fake_model(up).await;
     let result = sdk.await.unwrap();
@@ -123,7 +127,7 @@ async fn sdk_does_not_notice_a_resume() {
     let port = proxy.addr.port();
     let sdk = tokio::spawn(async move { run_sdk(port, "What is the weather in Oslo?", &["--client-tool"]).await });
     // The first upstream takes the session and the question, then dies before answering.
-    fake_model_until(fake.accept().await, 1).await;
+    fake_model_until(fake.accept_within(SDK_START).await, 1).await;
     // The second gets the session, the question and the request again, and answers.
     fake_model(fake.accept().await).await;
     let result = sdk.await.unwrap();

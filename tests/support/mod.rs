@@ -320,7 +320,13 @@ impl FakeUpstream {
 
     /// The next session voxgate opens.
     pub async fn accept(&mut self) -> FakeConn {
-        tokio::time::timeout(WAIT, self.conns.recv()).await.expect("no upstream connection").unwrap()
+        self.accept_within(WAIT).await
+    }
+
+    /// `accept` for a connection whose client is a process still starting (a Python interpreter
+    /// importing the OpenAI SDK takes seconds on a loaded CI machine).
+    pub async fn accept_within(&mut self, wait: Duration) -> FakeConn {
+        tokio::time::timeout(wait, self.conns.recv()).await.expect("no upstream connection").unwrap()
     }
 }
 
