@@ -1,6 +1,6 @@
 //! Sessions that outlive their upstream (CONTRACT §9), against the fake upstream on 127.0.0.1:
 //! a drop after three turns (with and without `voxgate.*` events), a confirmation parked across a
-//! drop, a proactive recycle at a tiny `max_session_age_s`, client audio held while the upstream
+//! drop, a call finishing while the upstream is away, a proactive recycle at a tiny `max_session_age_s`, client audio held while the upstream
 //! refuses, and an upstream that refuses every reconnect.
 
 mod support;
@@ -228,4 +228,60 @@ async fn client_frames_sent_while_the_upstream_refuses_follow_the_restore_in_ord
     assert_eq!(received, expected);
     let resumed = client.until("voxgate.session.resumed").await;
     assert_eq!(resumed["audio_dropped_ms"], 0);
+}
+
+/// A PubMed stand-in that holds its answer until told: an esearch with no hits, in NCBI's format.
+async fn held_pubmed() -> (u16, tokio::sync::oneshot::Sender<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 8192];
+        let _ = stream.read(&mut request).await.unwrap();
+        let _ = released.await;
+        let body = r#"<?xml version="1.0" encoding="UTF-8" ?><eSearchResult><Count>0</Count><RetMax>0</RetMax><RetStart>0</RetStart><IdList></IdList></eSearchResult>"#;
+        let response = format!("HTTP/1.1 200 OK\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        stream.write_all(response.as_bytes()).await.unwrap();
+    });
+    (port, release)
+}
+
+/// The upstream drops while a tool runs; the call finishes during the gap. Its output reaches the
+/// new upstream exactly once, after the restored call, followed by the `response.create` that
+/// was due; the call is audited once.
+#[tokio::test]
+async fn a_call_finishing_while_the_upstream_is_away_is_answered_once_on_the_new_upstream() {
+    let mut fake = FakeUpstream::start().await;
+    let (port, release) = held_pubmed().await;
+    let toml = format!("[backends.pubmed]\nbase_url = \"http://127.0.0.1:{port}/eutils\"\n");
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
+    let (mut client, mut up) = proxy.ready_session(&mut fake).await;
+    model_calls(&mut up, &[("call_running", "search_pubmed", r#"{"query":"statins"}"#)]).await;
+    client.until("voxgate.tool_call.started").await;
+
+    drop(up);
+    let mut up = fake.accept().await;
+    // The new upstream is connected but not yet restored when the call finishes.
+    release.send(()).unwrap();
+    assert_eq!(client.until("voxgate.tool_call.completed").await["call_id"], "call_running");
+    up.send_json(&json!({"type": "session.created", "event_id": "n0", "session": {"type": "realtime", "id": "sess_2", "tools": []}})).await;
+
+    let mut order = Vec::new();
+    loop {
+        let event = up.next_json().await;
+        match (event["type"].as_str().unwrap(), event["item"]["type"].as_str()) {
+            ("conversation.item.create", Some(kind @ ("function_call" | "function_call_output"))) => {
+                assert_eq!(event["item"]["call_id"], "call_running", "{event}");
+                order.push(kind.to_string());
+            }
+            ("response.create", _) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(order, ["function_call", "function_call_output"], "the call, then its one output");
+    let finished: Vec<Value> = proxy.audit_records().into_iter().filter(|r| r["call_id"] == "call_running" && r["event"] == "call_finished").collect();
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0]["status"], "completed");
 }
