@@ -1,0 +1,163 @@
+//! The session loop never freezes on a stalled peer, never spins, and its response gate never
+//! leaves tool results unspoken; each case under paused time, the loop's turns counted.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_stops_reading_ends_the_session_in_bounded_time() {
+    let mut h = start(|_| {}, 16 * 1024).await;
+    // The model stops reading; the browser keeps streaming audio.
+    let audio = json!({"type": "input_audio_buffer.append", "audio": "A".repeat(32 * 1024)});
+    for _ in 0..200 {
+        if tokio::time::timeout(
+            Duration::from_millis(50),
+            h.browser.send(Message::text(audio.to_string())),
+        )
+        .await
+        .is_err()
+        {
+            break;
+        }
+    }
+    let close = close_code(&mut h.browser).await;
+    assert_eq!(close, Some(1011));
+    assert_eq!(
+        h.ends_within(Duration::from_secs(30)).await,
+        SessionOutcome::UpstreamError
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admin_kill_ends_a_session_stuck_on_a_stalled_upstream() {
+    let mut h = start(|_| {}, 16 * 1024).await;
+    let audio = json!({"type": "input_audio_buffer.append", "audio": "A".repeat(32 * 1024)});
+    for _ in 0..4 {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(10),
+            h.browser.send(Message::text(audio.to_string())),
+        )
+        .await;
+    }
+    h.cancel.cancel();
+    let outcome = h.ends_within(Duration::from_secs(30)).await;
+    assert!(
+        matches!(
+            outcome,
+            SessionOutcome::Killed | SessionOutcome::UpstreamError
+        ),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_upstream_that_never_answers_pings_is_closed() {
+    let h = start(|c| c.server.ping_interval_ms = 1_000, 1 << 20).await;
+    // The model end is never read, so its WebSocket never answers voxgate's pings.
+    assert_eq!(
+        h.ends_within(Duration::from_secs(40)).await,
+        SessionOutcome::UpstreamError
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_idle_timeout_has_its_own_deadline_with_pings_off() {
+    let h = start(|c| c.server.idle_timeout_ms = 2_000, 1 << 20).await;
+    assert_eq!(
+        h.ends_within(Duration::from_secs(5)).await,
+        SessionOutcome::IdleTimeout
+    );
+}
+
+
+// --- spin ---
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_sleeps_while_a_response_and_a_speaking_user_hold_the_gate() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    h.call_while_the_user_speaks("call_1").await;
+    h.model_sends(VAD_RESPONSE.clone()).await;
+    h.browser_expects("response.created").await;
+    // Well past the speech grace, with the gate still shut by the active response.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = h.turns();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let spent = h.turns() - before;
+    assert!(
+        spent <= 3,
+        "the loop turned {spent} times in 5 s with nothing to do"
+    );
+}
+
+// --- gate ---
+
+#[tokio::test(start_paused = true)]
+async fn any_error_answering_voxgates_response_create_frees_the_gate() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    h.tool_call("call_1").await;
+    let create = h.model_expects("response.create").await;
+    h.model_sends(
+        json!({"type": "error", "event_id": "e", "error": {"type": "invalid_request_error",
+        "code": "invalid_value", "message": "no", "param": null, "event_id": create["event_id"]}}),
+    )
+    .await;
+    // Asked again (not left pending forever).
+    let again = h.model_expects("response.create").await;
+    assert_ne!(again["event_id"], create["event_id"]);
+    h.model_sends(
+        json!({"type": "response.created", "event_id": "e", "response": {"id": "resp_1"}}),
+    )
+    .await;
+    h.model_sends(json!({"type": "response.done", "event_id": "e", "response": {"id": "resp_1", "output": []}})).await;
+    // A later output gets its own request: the gate is open again.
+    h.tool_call("call_2").await;
+    h.model_expects("response.create").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_response_create_is_given_up_and_retried() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    h.tool_call("call_1").await;
+    let first = h.model_expects("response.create").await;
+    let again = h.model_expects("response.create").await;
+    assert_ne!(again["event_id"], first["event_id"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_response_covers_only_outputs_it_had_acknowledged() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    h.call_while_the_user_speaks("call_1").await;
+    // Server VAD starts a response before it has taken voxgate's output in.
+    h.model_sends(VAD_RESPONSE.clone()).await;
+    h.acknowledge("call_1").await;
+    h.model_sends(json!({"type": "response.done", "event_id": "e", "response": {"id": "resp_vad", "output": []}})).await;
+    h.model_expects("response.create").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_response_after_the_acknowledgement_covers_the_output() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    h.model_sends(json!({"type": "input_audio_buffer.speech_started", "event_id": "e", "audio_start_ms": 0, "item_id": "u1"})).await;
+    h.tool_call("call_1").await;
+    h.acknowledge("call_1").await;
+    h.model_sends(json!({"type": "input_audio_buffer.speech_stopped", "event_id": "e", "audio_end_ms": 900, "item_id": "u1"})).await;
+    h.model_sends(VAD_RESPONSE.clone()).await;
+    h.model_sends(json!({"type": "response.done", "event_id": "e", "response": {"id": "resp_vad", "output": []}})).await;
+    h.browser_expects("response.done").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Nothing more for the model: a marker from the browser is the next thing it sees.
+    h.browser_sends(json!({"type": "input_audio_buffer.clear"}))
+        .await;
+    let next = loop {
+        match h.model.next().await {
+            Some(Ok(Message::Text(text))) => break serde_json::from_str::<Value>(&text).unwrap(),
+            Some(Ok(_)) => {}
+            other => panic!("model socket ended: {other:?}"),
+        }
+    };
+    assert_eq!(
+        next["type"], "input_audio_buffer.clear",
+        "voxgate asked for a covered response: {next}"
+    );
+}
+
+// --- trust boundaries ---
