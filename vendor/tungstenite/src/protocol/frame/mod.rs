@@ -100,8 +100,10 @@ where
 }
 
 /// voxgate patch (vendor/README.md): a read or write buffer grown past this for one frame is not
-/// kept once that frame is done; smaller growth is kept, as upstream does, to avoid churn.
-const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
+/// kept once that frame is done; smaller growth is kept, as upstream does, to avoid churn. Above
+/// an audio append (2–6 KB) and below a `session.update` with tools (≈ 14 KB), which every idle
+/// session would otherwise keep twice per socket.
+const KEEP_BUFFER_BYTES: usize = 8 * 1024;
 
 /// A codec for WebSocket frames.
 #[derive(Debug)]
