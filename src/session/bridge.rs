@@ -223,7 +223,10 @@ impl Bridge {
                         bridge.begin_close(SessionOutcome::IdleTimeout, true).await;
                     }
                 }
-                _ = tick_opt(&mut pings), if pings.is_some() => bridge.ping().await,
+                _ = tick_opt(&mut pings), if pings.is_some() => {
+                    bridge.frames.flush();
+                    bridge.ping().await;
+                }
             }
             bridge.request_response_if_due().await;
             if bridge.closing.is_none() && (bridge.to_client.is_closed() || !client_open) {
@@ -300,6 +303,8 @@ impl Bridge {
 
     /// Perform what the call table decided, in order (what an action leads to comes first).
     pub(super) async fn perform(&mut self, actions: Vec<Action>) {
+        // Tool work is rare next to frames: a good moment to publish this session's frame counts.
+        self.frames.flush();
         let mut queue = std::collections::VecDeque::from(actions);
         while let Some(action) = queue.pop_front() {
             match action {
@@ -459,6 +464,8 @@ impl Bridge {
         if self.client_stalled {
             return;
         }
+        // Room in the queue (the common case) needs no timer; a closed queue is noticed by the loop.
+        let Ok(Some(message)) = self.to_client.try_send_or_return(message) else { return };
         let timeout = self.deps.settings.client_send_timeout;
         if tokio::time::timeout(timeout, self.to_client.send(message)).await.is_err() {
             // The loop closes the session (1008) at its next turn; closing from here would
@@ -475,6 +482,12 @@ impl Bridge {
         if self.upstream_stalled {
             return false;
         }
+        // Room in the queue (the common case) needs no timer and no cancellation waiter.
+        let message = match self.to_upstream.try_send_or_return(message) {
+            Ok(None) => return true,
+            Ok(Some(message)) => message,
+            Err(_) => return false,
+        };
         let timeout = self.deps.settings.upstream_send_timeout;
         let send = tokio::time::timeout(timeout, self.to_upstream.send(message));
         let sent = tokio::select! {
