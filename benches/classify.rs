@@ -1,8 +1,9 @@
 //! Frame classification: what voxgate pays per frame before forwarding it.
 //!
 //! Upstream frames (`peek_type` + `needs_inspection`) take the prefix fast path when `type` comes
-//! first, as realtime servers send it; client frames go through `peek_checked`, which validates the
-//! whole frame as JSON (skipping, not building, the base64 audio). Frames are the bench's ≈2.6 KB
+//! first, as realtime servers send it; client frames go through `peek_client`: the flat shape of an
+//! audio append is proved JSON by `protocol::flat` without a parser, any other frame by
+//! `peek_checked`, which validates the whole frame as JSON (skipping, not building, the base64). Frames are the bench's ≈2.6 KB
 //! audio frames (1,920 PCM bytes).
 
 use std::hint::black_box;
@@ -10,7 +11,7 @@ use std::hint::black_box;
 use base64::Engine;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use voxgate::protocol::server::needs_inspection;
-use voxgate::protocol::{peek_checked, peek_type};
+use voxgate::protocol::{peek_checked, peek_client, peek_type};
 
 fn audio_b64() -> String {
     let pcm: Vec<u8> = (0..1920u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
@@ -45,6 +46,8 @@ fn classify(c: &mut Criterion) {
     let mut group = c.benchmark_group("client");
     group.throughput(Throughput::Bytes(append.len() as u64));
     group.bench_function("audio_append_checked", |b| b.iter(|| black_box(peek_checked(black_box(append.as_bytes())).is_ok())));
+    // What the session loop calls: the flat shape is proved JSON without a parser.
+    group.bench_function("audio_append_peek_client", |b| b.iter(|| black_box(peek_client(black_box(append.as_str())).is_ok())));
     group.finish();
 
     c.bench_function("needs_inspection/miss", |b| b.iter(|| needs_inspection(black_box("response.output_audio_transcript.delta"))));

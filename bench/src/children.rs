@@ -49,6 +49,15 @@ pub async fn relay(tmp: &Path, upstream: &str) -> anyhow::Result<Running> {
     start("relay", command, tmp).await
 }
 
+/// The Python relay (`python_relay.py`, kept in this binary) as a child process of `python`.
+pub async fn python_relay(python: &Path, tmp: &Path, upstream: &str) -> anyhow::Result<Running> {
+    let script = tmp.join("python_relay.py");
+    tokio::fs::write(&script, include_str!("python_relay.py")).await.context("writing the Python relay")?;
+    let mut command = Command::new(python);
+    command.arg(&script).args(["--upstream", upstream]);
+    start("python relay", command, tmp).await
+}
+
 /// voxgate's release binary, configured only through the environment: the echo as an `openai`
 /// upstream, every session allowed, audit and calendar in the temp dir, warnings only (plus the
 /// line that says where it listens).
@@ -82,7 +91,7 @@ async fn start(name: &str, mut command: Command, tmp: &Path) -> anyhow::Result<R
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     let mut child = command.spawn().with_context(|| format!("starting {name}"))?;
     let pid = child.id().context("child has no pid")?;
-    let log_path = tmp.join(format!("{name}-{pid}.log"));
+    let log_path = tmp.join(format!("{}-{pid}.log", name.replace(' ', "-")));
     let (lines_tx, mut lines_rx) = mpsc::unbounded_channel::<String>();
     let log = tokio::fs::File::create(&log_path).await.context("creating a child log")?;
     let log = std::sync::Arc::new(tokio::sync::Mutex::new(log));
@@ -132,7 +141,8 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
     rest[..end].parse().ok()
 }
 
-/// The release binary next to this one (`target/release/voxgate`), or the one given.
+/// The voxgate binary next to this one (`target/release/voxgate` for a release bench,
+/// `target/debug/voxgate` for the CI smoke), or the one given.
 pub fn voxgate_binary(given: Option<PathBuf>) -> Option<PathBuf> {
     if let Some(path) = given {
         return path.exists().then_some(path);

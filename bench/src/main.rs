@@ -1,6 +1,6 @@
 //! `bench`: voxgate's load generator and the two reference servers it measures voxgate against.
 //!
-//! - `bench run [--quick]` — the measurement (see docs/performance.md): an echo upstream, then N
+//! - `bench run [--quick] [--python PY]` — the measurement (see docs/performance.md): an echo upstream, then N
 //!   concurrent real-time audio sessions directly to the echo, through a bare relay, and through
 //!   voxgate, with round-trip percentiles, CPU per frame, memory per session, tool dispatch time
 //!   and the largest N that keeps real time. Prints Markdown; `--json FILE` keeps the raw figures.
@@ -59,7 +59,9 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// CI smoke: N = 1 and 100, short phases, no memory or capacity search (about 30 s).
+    /// CI smoke: N = 1 and 100, short phases, no memory or capacity search (about 30 s). Like
+    /// every run, exits non-zero on broken behaviour only (lost frames, failed sessions, error
+    /// outputs, a process that did not start), never on timings; works with debug binaries.
     #[arg(long)]
     quick: bool,
     /// Session counts to measure (default 1,100,1000; quick: 1,100).
@@ -91,9 +93,14 @@ struct RunArgs {
     /// p99 limit (ms) for "real time held".
     #[arg(long, default_value_t = 50.0)]
     capacity_p99_ms: f64,
-    /// voxgate binary (default: `voxgate` next to this binary, i.e. target/release/voxgate).
+    /// voxgate binary (default: `voxgate` next to this binary: target/release/voxgate, or
+    /// target/debug/voxgate for a debug bench).
     #[arg(long)]
     voxgate: Option<PathBuf>,
+    /// Also measure the Python relay (websockets + `json.loads` per event, the VoiceRAG/LiteLLM
+    /// pattern) with this interpreter, which needs the `websockets` package.
+    #[arg(long)]
+    python: Option<PathBuf>,
     /// Write the raw figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -148,6 +155,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         capacity: !quick && !args.no_capacity,
         capacity_p99_ms: args.capacity_p99_ms,
         voxgate: args.voxgate,
+        python: args.python,
         setup_parallelism: 64,
     };
     // The generator gets both cores' worth of workers: it must never be what limits a run.
@@ -158,6 +166,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(&report.json()).context("encoding the report")?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
+    let broken = report.broken();
+    if !broken.is_empty() {
+        anyhow::bail!("broken behaviour (timings are never judged):\n  {}", broken.join("\n  "));
+    }
+    eprintln!("bench: no broken behaviour (no lost frames, failed sessions, error outputs or run errors)");
     Ok(())
 }
 

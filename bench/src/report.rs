@@ -22,6 +22,8 @@ pub struct PathPhase {
     pub lag: Summary,
     pub sent: u64,
     pub received: u64,
+    /// Echoes that came back after the grace: counted neither as delivered nor as lost.
+    pub late: u64,
     pub expected: u64,
     pub failed_sessions: usize,
     pub window_s: f64,
@@ -40,7 +42,8 @@ pub struct PathPhase {
 impl PathPhase {
     pub fn from_result(path: Path, n: usize, expected: u64, fresh_rss: u64, mut r: PhaseResult, tools: Option<ToolTimes>) -> Self {
         let cpu = |name: &str| r.probes.iter().find(|p| p.name == name).map(|p| p.cpu_s);
-        let target = r.probes.iter().find(|p| p.name == "relay" || p.name == "voxgate");
+        // The process serving the path (none for direct): every probe but the two always there.
+        let target = r.probes.iter().find(|p| p.name != "echo" && p.name != "load generator");
         let rss_per_active = target.map(|t| (t.rss_end.saturating_sub(fresh_rss)) as f64 / n.max(1) as f64);
         Self {
             path: path.name(),
@@ -49,6 +52,7 @@ impl PathPhase {
             lag: Summary::of(&mut r.lag_us),
             sent: r.sent,
             received: r.received,
+            late: r.late,
             expected,
             failed_sessions: r.failed_sessions,
             window_s: r.window.as_secs_f64(),
@@ -71,6 +75,7 @@ impl PathPhase {
         self.lag = Summary::of(&mut self.lag_samples);
         self.sent += other.sent;
         self.received += other.received;
+        self.late += other.late;
         self.expected += other.expected;
         self.failed_sessions += other.failed_sessions;
         let w = self.window_s + other.window_s;
@@ -223,7 +228,7 @@ impl Report {
         let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for n in self.sessions() {
             let direct = self.find(Path::Direct, n);
-            for path in [Path::Direct, Path::Relay, Path::Voxgate] {
+            for path in [Path::Direct, Path::Relay, Path::Voxgate, Path::Python] {
                 let Some(p) = self.find(path, n) else { continue };
                 let added = |f: fn(&Summary) -> f64| match direct {
                     Some(d) if path != Path::Direct => format!("{:+.2}", f(&p.rtt) - f(&d.rtt)),
@@ -267,6 +272,29 @@ impl Report {
                 kib(v.and_then(|p| p.rss_per_active)),
             );
         }
+        if self.phases.iter().any(|p| p.path == Path::Python.name()) {
+            let _ = writeln!(s, "\nAgainst the Python relay (websockets, `json.loads` per event), same run:\n");
+            let _ = writeln!(s, "| N | path | added p99 (ms) | CPU s per 10k frames | CPU ÷ bare relay | RSS per active session | delivered |");
+            let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|");
+            for n in self.sessions() {
+                let direct = self.find(Path::Direct, n);
+                let relay_cpu = self.find(Path::Relay, n).and_then(|p| p.target_cpu_s.map(|c| p.per_10k(c)));
+                for path in [Path::Relay, Path::Voxgate, Path::Python] {
+                    let Some(p) = self.find(path, n) else { continue };
+                    let cpu = p.target_cpu_s.map(|c| p.per_10k(c));
+                    let _ = writeln!(
+                        s,
+                        "| {n} | {} | {} | {} | {} | {} | {:.2} % |",
+                        p.path,
+                        direct.map_or("—".into(), |d| format!("{:+.2}", p.rtt.p99 - d.rtt.p99)),
+                        fmt3(cpu),
+                        match (cpu, relay_cpu) { (Some(a), Some(b)) => ratio(a, b), _ => "—".into() },
+                        kib(p.rss_per_active),
+                        p.delivered() * 100.0,
+                    );
+                }
+            }
+        }
         if !self.tools.is_empty() {
             let _ = writeln!(s, "\nTool dispatch, `arguments.done` sent → `function_call_output` received by the upstream (ms). Direct and bare relay: the client answers with a canned output; voxgate: voxgate runs `calculate_medical_score` (BMI):\n");
             let _ = writeln!(s, "| path | condition | calls | p50 | p99 | p99.9 | max | error outputs |");
@@ -303,6 +331,34 @@ impl Report {
         s
     }
 
+    /// What shows broken behaviour rather than a slow machine: a run error (a process that did
+    /// not start, a phase that failed), and on the voxgate path a session that failed, a frame sent
+    /// in the window whose echo never came back (within 30 s: a late echo is a timing), or a tool
+    /// call answered with an error output.
+    /// Timings never count: the CI smoke (`bench run --quick`) fails on these alone.
+    pub fn broken(&self) -> Vec<String> {
+        let mut broken = self.errors.clone();
+        let voxgate = Path::Voxgate.name();
+        for p in self.phases.iter().filter(|p| p.path == voxgate) {
+            if p.failed_sessions > 0 {
+                broken.push(format!("voxgate N={}: {} session(s) failed", p.sessions, p.failed_sessions));
+            }
+            let back = p.received + p.late;
+            if back < p.sent {
+                broken.push(format!("voxgate N={}: {} of {} frames sent in the window never came back", p.sessions, p.sent - back, p.sent));
+            }
+            if p.sent == 0 {
+                broken.push(format!("voxgate N={}: no frame was sent", p.sessions));
+            }
+        }
+        for t in self.tools.iter().filter(|t| t.path == voxgate) {
+            if t.not_ok > 0 {
+                broken.push(format!("voxgate tool dispatch ({}): {} error output(s)", t.condition, t.not_ok));
+            }
+        }
+        broken
+    }
+
     pub fn json(&self) -> Value {
         let summary = |x: &Summary| json!({"count": x.count, "p50_ms": x.p50, "p99_ms": x.p99, "p999_ms": x.p999, "max_ms": x.max});
         json!({
@@ -312,7 +368,7 @@ impl Report {
             "elapsed_s": self.elapsed_s,
             "phases": self.phases.iter().map(|p| json!({
                 "path": p.path, "sessions": p.sessions, "rtt": summary(&p.rtt), "send_lag": summary(&p.lag),
-                "sent": p.sent, "received": p.received, "expected": p.expected, "failed_sessions": p.failed_sessions,
+                "sent": p.sent, "received": p.received, "late": p.late, "expected": p.expected, "failed_sessions": p.failed_sessions,
                 "window_s": p.window_s, "target_cpu_s": p.target_cpu_s, "echo_cpu_s": p.echo_cpu_s,
                 "generator_cpu_s": p.generator_cpu_s, "machine_busy_cores": p.machine_busy_cores,
                 "rss_per_active_bytes": p.rss_per_active,

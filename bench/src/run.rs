@@ -25,6 +25,8 @@ pub enum Path {
     Direct,
     Relay,
     Voxgate,
+    /// The Python relay (`--python`): websockets + `json.loads` per event.
+    Python,
 }
 
 impl Path {
@@ -33,7 +35,13 @@ impl Path {
             Path::Direct => "direct",
             Path::Relay => "bare relay",
             Path::Voxgate => "voxgate",
+            Path::Python => "python relay",
         }
+    }
+
+    /// Is the client the one that answers tool calls on this path (everything but voxgate)?
+    pub fn client_answers_tools(self) -> bool {
+        self != Path::Voxgate
     }
 }
 
@@ -50,6 +58,8 @@ pub struct Options {
     pub capacity: bool,
     pub capacity_p99_ms: f64,
     pub voxgate: Option<PathBuf>,
+    /// Python interpreter with `websockets`: adds the Python relay as a fourth path.
+    pub python: Option<PathBuf>,
     pub setup_parallelism: usize,
 }
 
@@ -71,7 +81,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     let template = Arc::new(AppendTemplate::new(opts.audio_bytes));
     let mut report = Report::new(&opts, template.len());
     if voxgate.is_none() {
-        report.errors.push("voxgate release binary not found (cargo build --release --bin voxgate); voxgate path skipped".into());
+        report.errors.push("voxgate binary not found next to bench (cargo build --release --bin voxgate, or --voxgate PATH); voxgate path skipped".into());
     }
     let plan = PhasePlan { warmup: opts.warmup, measure: opts.measure, template, epoch: std::time::Instant::now() };
     let mut ctx = Ctx { opts, tmp, echo, voxgate, plan, report };
@@ -79,8 +89,9 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     let sessions = ctx.opts.sessions.clone();
     for &n in &sessions {
         for round in 0..ctx.opts.rounds {
-            let mut order = [Path::Direct, Path::Relay, Path::Voxgate];
-            order.rotate_left(round % 3);
+            let mut order = ctx.paths();
+            let len = order.len();
+            order.rotate_left(round % len);
             for path in order {
                 if let Some(phase) = ctx.phase(path, n).await {
                     ctx.report.add_phase(phase);
@@ -88,14 +99,15 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
             }
         }
     }
-    for path in [Path::Direct, Path::Relay, Path::Voxgate] {
+    for path in ctx.paths() {
         ctx.tool_dispatch(path).await;
     }
     if ctx.opts.tool_calls > 0 {
         ctx.fsync_floor();
     }
     if ctx.opts.idle_sessions > 0 {
-        for path in [Path::Relay, Path::Voxgate] {
+        let servers: Vec<Path> = ctx.paths().into_iter().filter(|&p| p != Path::Direct).collect();
+        for path in servers {
             ctx.idle_memory(path).await;
         }
     }
@@ -111,6 +123,15 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
 }
 
 impl Ctx {
+    /// The paths measured, in their base order.
+    fn paths(&self) -> Vec<Path> {
+        let mut paths = vec![Path::Direct, Path::Relay, Path::Voxgate];
+        if self.opts.python.is_some() {
+            paths.push(Path::Python);
+        }
+        paths
+    }
+
     /// Start what serves `path` (nothing for direct) and return it with the URL to dial.
     async fn target(&self, path: Path) -> anyhow::Result<(Option<Running>, String)> {
         match path {
@@ -125,6 +146,12 @@ impl Ctx {
                 let voxgate = children::voxgate(binary, &self.tmp, &self.echo.url()).await?;
                 let url = voxgate.url();
                 Ok((Some(voxgate), url))
+            }
+            Path::Python => {
+                let python = self.opts.python.as_ref().context("no --python interpreter")?;
+                let relay = children::python_relay(python, &self.tmp, &self.echo.url()).await?;
+                let url = relay.url();
+                Ok((Some(relay), url))
             }
         }
     }
@@ -175,7 +202,7 @@ impl Ctx {
         let tool_task = if with_tools {
             let ws = client::open(url, Duration::from_secs(30)).await?;
             let calls = (self.opts.warmup + self.opts.measure).as_millis() as usize / 50;
-            Some(tokio::spawn(tools::run(ws, calls.max(1), path != Path::Voxgate, Duration::from_millis(40))))
+            Some(tokio::spawn(tools::run(ws, calls.max(1), path.client_answers_tools(), Duration::from_millis(40))))
         } else {
             None
         };
@@ -196,7 +223,7 @@ impl Ctx {
         let outcome: anyhow::Result<ToolRun> = async {
             let (process, url) = self.target(path).await?;
             let ws = client::open(&url, Duration::from_secs(30)).await?;
-            let times = tools::run(ws, self.opts.tool_calls, path != Path::Voxgate, Duration::from_millis(5)).await;
+            let times = tools::run(ws, self.opts.tool_calls, path.client_answers_tools(), Duration::from_millis(5)).await;
             if let Some(process) = process {
                 process.stop().await;
             }

@@ -163,3 +163,22 @@ async fn rotation_keeps_the_chain_across_files() {
         assert_eq!(first["prev_sha256"], Chain::default().link(last_line.as_bytes()));
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_call_started_is_still_made_durable_after_the_group_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let (handle, writer) = open(&cfg, Default::default()).await.unwrap();
+    // Nothing follows it: the writer stops waiting for a gating record and writes it alone.
+    handle.record(record(AuditEvent::CallStarted, "c1")).await.unwrap();
+    assert_eq!(lines(&cfg).len(), 1, "acknowledged means on disk");
+    // A gating record queued right behind one ends the wait at once; both are written.
+    let started = handle.record(record(AuditEvent::CallStarted, "c2"));
+    let finished = handle.record(record(AuditEvent::CallFinished, "c2"));
+    finished.await.unwrap();
+    started.await.unwrap();
+    drop(handle);
+    writer.join().await.unwrap();
+    let all = lines(&cfg);
+    assert_eq!(all.iter().map(|l| l["event"].as_str().unwrap()).collect::<Vec<_>>(), ["call_started", "call_started", "call_finished"]);
+}

@@ -1,6 +1,8 @@
 //! The single audit writer task. Sessions queue records through an [`AuditHandle`]; the writer
 //! takes everything queued (group commit), writes the lines, fsyncs once, and only then
-//! acknowledges each record — the caller releases a tool's result on that acknowledgement.
+//! acknowledges each record — the caller releases a tool's result on that acknowledgement. A batch
+//! of `call_started` records alone waits up to 2 ms for a record a call waits on, so a fast call's
+//! two records share one fsync (see [`gather_awaited`]).
 //!
 //! A bad day never leaves a torn or half-counted log: a batch whose write or fsync fails is cut
 //! back to the last durable offset, acknowledged as failed ([`AuditError::Unavailable`]), and kept
@@ -147,6 +149,34 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
     Ok((AuditHandle { tx, healthy, on_error: config.on_error }, AuditWriter { task, mirror }))
 }
 
+/// A batch of nothing but `call_started` records releases nothing: the call runs without waiting
+/// for it (CONTRACT §5 orders it before execution in the log; only `call_finished` and
+/// `call_approved` gate what the call does next). A fast tool's `call_finished` follows within a
+/// millisecond, and would otherwise wait for the `call_started` fsync already under way and then
+/// for its own. So such a batch waits up to [`GROUP_WINDOW`] for a record someone waits on, and
+/// one fsync makes both durable; any other record ends the wait at once.
+fn gather_awaited(runtime: &tokio::runtime::Handle, rx: &mut mpsc::UnboundedReceiver<Job>, jobs: &mut Vec<Job>) {
+    let deadline = tokio::time::Instant::now() + GROUP_WINDOW;
+    while jobs.len() < BATCH && jobs.iter().all(releases_nothing) {
+        let room = BATCH - jobs.len();
+        match runtime.block_on(tokio::time::timeout_at(deadline, rx.recv_many(jobs, room))) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// How long a batch of `call_started` records waits for a record that gates a call (see
+/// [`gather_awaited`]): the most its durability is put off.
+const GROUP_WINDOW: Duration = Duration::from_millis(2);
+
+fn releases_nothing(job: &Job) -> bool {
+    match job {
+        Job::Record(record, _) => record.event == AuditEvent::CallStarted,
+        Job::Tick => false,
+    }
+}
+
 /// Sends a [`Job::Tick`] every second for as long as the writer has handles (a weak sender does
 /// not keep it alive).
 fn spawn_ticker(tx: mpsc::WeakUnboundedSender<Job>) {
@@ -188,7 +218,9 @@ impl Writer {
     /// The writer loop, on a blocking thread: file I/O and fsync never stall the runtime.
     fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) -> Result<(), AuditError> {
         let mut jobs = Vec::with_capacity(BATCH);
+        let runtime = tokio::runtime::Handle::current();
         while rx.blocking_recv_many(&mut jobs, BATCH) > 0 {
+            gather_awaited(&runtime, &mut rx, &mut jobs);
             let mut records = Vec::with_capacity(jobs.len());
             let mut acks = Vec::with_capacity(jobs.len());
             for job in jobs.drain(..) {

@@ -4,10 +4,13 @@
 //!
 //! - [`client`]: the client events voxgate reads (`session.update`, `conversation.item.create`,
 //!   `voxgate.tool_call.confirm`).
+//! - [`flat`]: the fast check of the common client frame shape (audio appends), used by
+//!   [`peek_client`] before the full one.
 //! - [`server`]: the upstream events voxgate reads (response lifecycle, speech, function-call items).
 //! - [`voxgate`]: the `voxgate.*` events voxgate emits and the standard `error` event.
 
 pub mod client;
+pub mod flat;
 pub mod server;
 pub mod voxgate;
 
@@ -67,6 +70,16 @@ pub fn peek_checked(bytes: &[u8]) -> Result<(Cow<'_, str>, Option<Cow<'_, str>>)
     match peek.kind.and_then(StrOrOther::into_str) {
         Some(kind) if !kind.is_empty() => Ok((kind, event_id)),
         _ => Err(FrameError::MissingType),
+    }
+}
+
+/// The `type` and `event_id` of a client frame, with the same verdict as [`peek_checked`]: the
+/// flat shape every audio append has is checked by [`flat::peek_flat`] without a JSON parser; any
+/// other frame goes through the full check.
+pub fn peek_client(frame: &str) -> Result<(Cow<'_, str>, Option<Cow<'_, str>>), FrameError> {
+    match flat::peek_flat(frame) {
+        Some((kind, event_id)) => Ok((Cow::Borrowed(kind), event_id.map(Cow::Borrowed))),
+        None => peek_checked(frame.as_bytes()),
     }
 }
 

@@ -164,7 +164,9 @@ async fn serve_session<S>(
     let started = Instant::now();
     let session_span = crate::telemetry::session_span(&info.id, &info.model);
     let span = session_span.in_scope(|| crate::telemetry::upstream_connect_span(state.upstream_kind_name()));
-    let connect = upstream::connect(&state.config.upstream, model.as_deref()).instrument(span.clone());
+    // Boxed: the TLS connect state machine is larger than the session loop's, and inline it would
+    // size the task's allocation for the whole life of the session.
+    let connect = Box::pin(upstream::connect(&state.config.upstream, model.as_deref()).instrument(span.clone()));
     let upstream = match connect.await {
         Ok(upstream) => {
             crate::telemetry::record_upstream_connect(&span, "connected");

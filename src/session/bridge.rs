@@ -248,7 +248,10 @@ impl Bridge {
                         bridge.begin_close(SessionOutcome::IdleTimeout, true).await;
                     }
                 }
-                _ = tick_opt(&mut pings), if pings.is_some() => bridge.ping().await,
+                _ = tick_opt(&mut pings), if pings.is_some() => {
+                    bridge.frames.flush();
+                    bridge.ping().await;
+                }
                 _ = sleep_until_opt(auth_expires), if auth_expires.is_some() && bridge.closing.is_none() => {
                     bridge.begin_close(SessionOutcome::AuthExpired, true).await;
                 }
@@ -391,6 +394,8 @@ impl Bridge {
         if self.client_stalled {
             return;
         }
+        // Room in the queue (the common case) needs no timer; a closed queue is noticed by the loop.
+        let Ok(Some(message)) = self.to_client.try_send_or_return(message) else { return };
         let timeout = self.deps.settings.client_send_timeout;
         if tokio::time::timeout(timeout, self.to_client.send(message)).await.is_err() {
             // The loop closes the session (1008) at its next turn; closing from here would
@@ -410,6 +415,12 @@ impl Bridge {
         if self.upstream_stalled {
             return false;
         }
+        // Room in the queue (the common case) needs no timer and no cancellation waiter.
+        let message = match self.to_upstream.try_send_or_return(message) {
+            Ok(None) => return true,
+            Ok(Some(message)) => message,
+            Err(_) => return false,
+        };
         let timeout = self.deps.settings.upstream_send_timeout;
         let send = tokio::time::timeout(timeout, self.to_upstream.send(message));
         let sent = tokio::select! {

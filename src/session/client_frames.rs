@@ -13,7 +13,7 @@ use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
 use super::pace::Pace;
 use crate::protocol::client::{self, CallGuard, Refusal};
-use crate::protocol::peek_checked;
+use crate::protocol::peek_client;
 use crate::protocol::voxgate::codes;
 
 impl Bridge {
@@ -75,25 +75,30 @@ impl Bridge {
             self.client_error(codes::FRAME_TOO_LARGE, &message, None).await;
             return;
         }
-        let (kind, event_id) = match peek_checked(text.as_bytes()) {
-            Ok((kind, event_id)) => (kind.into_owned(), event_id.map(|e| e.into_owned())),
+        // Only the kind is kept past this point (and an event id for the few events voxgate
+        // answers), so an audio append is forwarded without a single allocation.
+        let (event, event_id) = match peek_client(text.as_str()) {
+            Ok((kind, event_id)) => {
+                let event = ClientEvent::of(&kind);
+                (event, if event == ClientEvent::Other { None } else { event_id.map(|e| e.into_owned()) })
+            }
             Err(err) => {
                 self.client_error(err.code(), &err.to_string(), None).await;
                 return;
             }
         };
         let event_id = event_id.as_deref();
-        match kind.as_str() {
-            "session.update" => self.handle_session_update(text, event_id).await,
-            "response.create" => self.handle_response_create(text, event_id).await,
-            "conversation.item.create" => self.handle_item_create(text, event_id).await,
-            "voxgate.tool_call.confirm" => self.handle_confirm(text.as_bytes(), event_id).await,
-            other if other.starts_with("voxgate.") => {
+        match event {
+            ClientEvent::SessionUpdate => self.handle_session_update(text, event_id).await,
+            ClientEvent::ResponseCreate => self.handle_response_create(text, event_id).await,
+            ClientEvent::ItemCreate => self.handle_item_create(text, event_id).await,
+            ClientEvent::Confirm => self.handle_confirm(text.as_bytes(), event_id).await,
+            ClientEvent::UnknownVoxgate => {
                 // The type is not echoed: an error never repeats what the client sent.
                 let message = "Unknown voxgate event type; the only one a client sends is voxgate.tool_call.confirm.";
                 self.client_error(codes::UNKNOWN_EVENT, message, event_id).await;
             }
-            _ => {
+            ClientEvent::Other => {
                 self.send_upstream(Message::Text(text)).await;
             }
         }
@@ -209,6 +214,31 @@ impl Bridge {
     /// Definitions of the server tools this user may call, for `session.tools`.
     pub(super) fn allowed_tool_definitions(&self) -> Vec<serde_json::Value> {
         self.deps.registry.allowed_for(&self.info.principal).map(|t| t.definition().clone()).collect()
+    }
+}
+
+/// The client events voxgate acts on; everything else is forwarded as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientEvent {
+    SessionUpdate,
+    ResponseCreate,
+    ItemCreate,
+    Confirm,
+    /// A `voxgate.*` type a client may not send.
+    UnknownVoxgate,
+    Other,
+}
+
+impl ClientEvent {
+    fn of(kind: &str) -> Self {
+        match kind {
+            "session.update" => Self::SessionUpdate,
+            "response.create" => Self::ResponseCreate,
+            "conversation.item.create" => Self::ItemCreate,
+            "voxgate.tool_call.confirm" => Self::Confirm,
+            other if other.starts_with("voxgate.") => Self::UnknownVoxgate,
+            _ => Self::Other,
+        }
     }
 }
 

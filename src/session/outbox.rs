@@ -102,6 +102,12 @@ impl Outbox {
 
     /// Queue a frame without waiting; `Ok(false)` when the queue is full.
     pub fn try_send(&self, message: Message) -> Result<bool, Closed> {
+        try_queue(&self.tx, &self.budget, message).map(|kept| kept.is_none())
+    }
+
+    /// Queue a frame if there is room now; the frame comes back (`Ok(Some)`) when the queue is
+    /// full, for the caller's bounded [`Outbox::send`]. The common case thus needs no timer.
+    pub fn try_send_or_return(&self, message: Message) -> Result<Option<Message>, Closed> {
         try_queue(&self.tx, &self.budget, message)
     }
 
@@ -126,18 +132,19 @@ impl Outbox {
     }
 }
 
-/// Queue without waiting, within the byte budget shared with the session loop's sends.
+/// Queue without waiting, within the byte budget shared with the session loop's sends; the frame
+/// is handed back when the budget has no room for it.
 fn try_queue(
     tx: &mpsc::UnboundedSender<(Message, OwnedSemaphorePermit)>,
     budget: &Arc<Semaphore>,
     message: Message,
-) -> Result<bool, Closed> {
+) -> Result<Option<Message>, Closed> {
     if tx.is_closed() {
         return Err(Closed);
     }
     match budget.clone().try_acquire_many_owned(Outbox::cost(&message)) {
-        Ok(permit) => tx.send((message, permit)).map(|()| true).map_err(|_| Closed),
-        Err(tokio::sync::TryAcquireError::NoPermits) => Ok(false),
+        Ok(permit) => tx.send((message, permit)).map(|()| None).map_err(|_| Closed),
+        Err(tokio::sync::TryAcquireError::NoPermits) => Ok(Some(message)),
         Err(tokio::sync::TryAcquireError::Closed) => Err(Closed),
     }
 }
@@ -153,7 +160,7 @@ pub struct Advisory {
 impl Advisory {
     /// Queue the frame if there is room; `false` when it was dropped.
     pub fn try_send(&self, message: Message) -> bool {
-        matches!(try_queue(&self.tx, &self.budget, message), Ok(true))
+        matches!(try_queue(&self.tx, &self.budget, message), Ok(None))
     }
 }
 

@@ -18,6 +18,8 @@ use crate::tools::{CallContext, ToolError, ToolOutput};
 impl Bridge {
     /// Perform what the call table decided, in order (what an action leads to comes first).
     pub(super) async fn perform(&mut self, actions: Vec<Action>) {
+        // Tool work is rare next to frames: a good moment to publish this session's frame counts.
+        self.frames.flush();
         let mut queue = std::collections::VecDeque::from(actions);
         while let Some(action) = queue.pop_front() {
             match action {

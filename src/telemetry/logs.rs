@@ -101,6 +101,21 @@ fn filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
     Ok(filter)
 }
 
+/// The most verbose `log` level the log filter can let through (`trace` when it cannot tell,
+/// e.g. with span-field directives): crates that use `log` are cut off there, before the bridge.
+pub(crate) fn log_max_level(config: &TelemetryConfig) -> Result<log::LevelFilter, TelemetryError> {
+    use tracing::level_filters::LevelFilter;
+    let level = match filter(config)?.max_level_hint() {
+        Some(LevelFilter::OFF) => log::LevelFilter::Off,
+        Some(LevelFilter::ERROR) => log::LevelFilter::Error,
+        Some(LevelFilter::WARN) => log::LevelFilter::Warn,
+        Some(LevelFilter::INFO) => log::LevelFilter::Info,
+        Some(LevelFilter::DEBUG) => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    Ok(level)
+}
+
 /// Libraries that log whole frames, headers or bodies at debug/trace (the WebSocket crates log
 /// every frame: transcripts, tool results). They are held at `info` whatever the filter asks —
 /// also against a more specific directive such as `tungstenite::protocol=trace`, which would win
@@ -125,6 +140,22 @@ fn is_payload_logger(target: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_bridge_stops_at_the_most_verbose_level_the_filter_allows() {
+        // RUST_LOG would override the configured level; these cases need it unset.
+        if std::env::var(LOG_ENV).is_ok_and(|v| !v.trim().is_empty()) {
+            return;
+        }
+        let level = |directives: &str| {
+            let config = TelemetryConfig { log_level: directives.into(), ..TelemetryConfig::default() };
+            log_max_level(&config).unwrap()
+        };
+        assert_eq!(level("warn"), log::LevelFilter::Warn);
+        assert_eq!(level("warn,voxgate::server=info"), log::LevelFilter::Info);
+        assert_eq!(level("info,tantivy=debug"), log::LevelFilter::Debug);
+        assert_eq!(level("off"), log::LevelFilter::Off);
+    }
 
     #[test]
     fn payload_loggers_are_matched_by_crate_not_by_prefix() {

@@ -97,12 +97,13 @@ fn first_scrape_has_every_contract_name() {
 #[test]
 fn increments_show_in_the_scrape() {
     let metrics = Metrics::new();
-    let frames = metrics.frame_counters();
+    let mut frames = metrics.frame_counters();
     let active = metrics.session_started();
     for _ in 0..3 {
         frames.client_to_upstream();
     }
     frames.upstream_to_client();
+    frames.flush();
     metrics.upstream_connected(Duration::from_millis(40));
     metrics.upstream_connect_failed("timeout");
     metrics.tool_call_finished("search_pubmed", "completed", Some(Duration::from_millis(7)));
@@ -272,4 +273,27 @@ fn openmetrics_rendering_is_offered_too() {
         value(&body, r#"voxgate_sessions_total{outcome="drained"}"#),
         Some(1.0)
     );
+}
+
+#[test]
+fn a_sessions_frame_counts_reach_the_scrape_in_batches_and_at_its_end() {
+    let metrics = Metrics::new();
+    let up = |body: &str| value(body, r#"voxgate_frames_total{direction="client_to_upstream"}"#);
+    let turns = |body: &str| value(body, "voxgate_session_loop_turns_total");
+    let mut frames = metrics.frame_counters();
+    for _ in 0..FLUSH_EVERY - 1 {
+        frames.client_to_upstream();
+    }
+    assert_eq!(up(&metrics.render()), Some(0.0), "held by the session until the batch is full");
+    frames.client_to_upstream();
+    assert_eq!(up(&metrics.render()), Some(f64::from(FLUSH_EVERY)));
+    frames.loop_turn();
+    frames.upstream_to_client();
+    frames.flush();
+    let body = metrics.render();
+    assert_eq!(turns(&body), Some(1.0));
+    assert_eq!(value(&body, r#"voxgate_frames_total{direction="upstream_to_client"}"#), Some(1.0));
+    frames.client_to_upstream();
+    drop(frames);
+    assert_eq!(up(&metrics.render()), Some(f64::from(FLUSH_EVERY) + 1.0), "the end of a session flushes it");
 }
