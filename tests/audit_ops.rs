@@ -161,8 +161,6 @@ async fn metrics_move_as_a_scripted_session_says() {
     assert_eq!(metric(&body, r#"voxgate_tool_duration_seconds_bucket{le="+Inf",tool="calculate_medical_score"}"#), 1.0, "{body}");
     assert_eq!(metric(&body, r#"voxgate_tool_duration_seconds_bucket{le="1.0",tool="calculate_medical_score"}"#), 1.0, "a local calculation is fast: {body}");
     assert!(metric(&body, r#"voxgate_tool_errors_total{tool="other",code="unknown_tool"}"#) >= 1.0, "{body}");
-    assert!(metric(&body, r#"voxgate_frames_total{direction="client_to_upstream"}"#) >= 5.0, "{body}");
-    assert!(metric(&body, r#"voxgate_frames_total{direction="upstream_to_client"}"#) >= 1.0, "{body}");
     assert_eq!(metric(&body, "voxgate_upstream_connect_seconds_count"), 1.0, "{body}");
     assert!(metric(&body, r#"voxgate_client_errors_total{code="voxgate_invalid_json"}"#) >= 1.0, "{body}");
     assert!(metric(&body, r#"voxgate_audit_records_total{event="call_finished"}"#) >= 3.0, "{body}");
@@ -172,6 +170,9 @@ async fn metrics_move_as_a_scripted_session_says() {
         let (_, body) = proxy.http_get("/metrics").await;
         if metric(&body, "voxgate_sessions_active") == 0.0 {
             assert_eq!(metric(&body, r#"voxgate_sessions_total{outcome="client_closed"}"#), 1.0, "{body}");
+            // A live session publishes its frame counts in batches; all of them by its end.
+            assert!(metric(&body, r#"voxgate_frames_total{direction="client_to_upstream"}"#) >= 5.0, "{body}");
+            assert!(metric(&body, r#"voxgate_frames_total{direction="upstream_to_client"}"#) >= 1.0, "{body}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
