@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -134,9 +134,8 @@ pub(super) struct Resume {
     settings: Option<ResumeSettings>,
     connect: Option<Connect>,
     log: log::ConversationLog,
-    /// The effective session configuration: every `session.update` voxgate sent upstream,
-    /// merged key by key.
-    session: Map<String, Value>,
+    /// The effective session configuration (see [`plan::EffectiveSession`]).
+    session: plan::EffectiveSession,
     upstream_since: Instant,
     gap: Option<Gap>,
     echoes: Echoes,
@@ -153,7 +152,7 @@ impl Resume {
             log: log::ConversationLog::new(items, bytes),
             settings,
             connect,
-            session: Map::new(),
+            session: plan::EffectiveSession::default(),
             upstream_since: Instant::now(),
             gap: None,
             echoes: Echoes::default(),

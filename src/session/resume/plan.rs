@@ -32,16 +32,28 @@ pub(crate) struct Restore {
     pub items_dropped: usize,
 }
 
-pub(crate) fn plan(session: &Map<String, Value>, log: &ConversationLog, protocol: UpstreamProtocol) -> Restore {
+/// The effective session configuration: every `session.update` voxgate sent upstream, merged key
+/// by key. Kept as JSON text, parsed only to merge (once or twice a session) and to restore: as a
+/// parsed `Value` the ≈ 14 KB configuration with its tool schemas cost every idle session ≈ 100 KiB.
+#[derive(Debug, Default)]
+pub(crate) struct EffectiveSession(Option<Box<str>>);
+
+impl EffectiveSession {
+    fn parsed(&self) -> Map<String, Value> {
+        self.0.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
+    }
+}
+
+pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: UpstreamProtocol) -> Restore {
     let mut frames = Vec::with_capacity(log.len() + 1);
     let mut serial = 0usize;
     let mut event_id = || {
         serial += 1;
         format!("{RESTORE_EVENT_PREFIX}{serial}")
     };
+    let mut session = session.parsed();
     let updates_session = !session.is_empty();
     if updates_session {
-        let mut session = session.clone();
         if protocol == UpstreamProtocol::Ga {
             session.entry("type").or_insert_with(|| json!("realtime"));
         }
@@ -80,10 +92,12 @@ pub(crate) fn plan(session: &Map<String, Value>, log: &ConversationLog, protocol
 
 /// Shallow-merge the `session` of a `session.update` frame into the effective configuration, as
 /// the server does: each key the update sets replaces the one before.
-pub(crate) fn merge_session_update(effective: &mut Map<String, Value>, frame: &[u8]) {
+pub(crate) fn merge_session_update(effective: &mut EffectiveSession, frame: &[u8]) {
     let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return };
     if let Some(Value::Object(session)) = update.remove("session") {
-        effective.extend(session);
+        let mut merged = effective.parsed();
+        merged.extend(session);
+        effective.0 = Some(Value::Object(merged).to_string().into_boxed_str());
     }
 }
 
@@ -109,7 +123,7 @@ mod tests {
 
     #[test]
     fn the_session_then_every_item_in_order_with_its_old_id() {
-        let mut session = Map::new();
+        let mut session = EffectiveSession::default();
         merge_session_update(&mut session, br#"{"type":"session.update","session":{"tools":[{"name":"t"}],"type":"realtime"}}"#);
         merge_session_update(&mut session, br#"{"type":"session.update","session":{"instructions":"Be brief.","voice":"marin"}}"#);
         let log = log_of(&[
@@ -136,11 +150,11 @@ mod tests {
     #[test]
     fn beta_assistant_text_and_a_missing_type_for_ga() {
         let log = log_of(&[item(json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Hi"}]}))]);
-        let beta = parsed(&plan(&Map::new(), &log, UpstreamProtocol::Beta));
+        let beta = parsed(&plan(&EffectiveSession::default(), &log, UpstreamProtocol::Beta));
         assert_eq!(beta.len(), 1, "no session.update without a configuration");
         assert_eq!(beta[0]["item"]["content"][0]["type"], "text");
-        let mut session = Map::new();
-        session.insert("voice".into(), json!("marin"));
+        let mut session = EffectiveSession::default();
+        merge_session_update(&mut session, br#"{"type":"session.update","session":{"voice":"marin"}}"#);
         let ga = parsed(&plan(&session, &log, UpstreamProtocol::Ga));
         assert_eq!(ga[0]["session"]["type"], "realtime");
     }
@@ -151,7 +165,7 @@ mod tests {
             item(json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": null}]})),
             item(json!({"id": "o1", "type": "function_call_output", "call_id": "gone", "output": "{}"})),
         ]);
-        let restore = plan(&Map::new(), &log, UpstreamProtocol::Ga);
+        let restore = plan(&EffectiveSession::default(), &log, UpstreamProtocol::Ga);
         assert!(restore.frames.is_empty());
         assert!(restore.item_ids.is_empty());
     }
