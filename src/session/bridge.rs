@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Sink, Stream, StreamExt};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -62,6 +63,9 @@ pub(super) struct Bridge {
     pub deps: SessionDeps,
     pub to_client: Outbox,
     pub to_upstream: Outbox,
+    /// Tool progress events for the client, from the tool tasks; created with the first tool
+    /// task that can report progress.
+    pub progress: Option<(mpsc::Sender<String>, mpsc::Receiver<String>)>,
     pub calls: CallTable,
     pub gate: ResponseGate,
     pub frames: FrameCounters,
@@ -128,8 +132,8 @@ impl Bridge {
         .with_origin(info.origin.clone());
         let mut bridge = Bridge {
             frames: deps.metrics.frame_counters(),
-            to_client: Outbox::spawn(client_sink),
-            to_upstream: Outbox::spawn(upstream_sink),
+            to_client: Outbox::new(client_sink),
+            to_upstream: Outbox::new(upstream_sink),
             calls,
             gate: ResponseGate::default(),
             span,
@@ -137,6 +141,7 @@ impl Bridge {
             owned_items: HashMap::new(),
             owned_calls: HashMap::new(),
             injected: false,
+            progress: None,
             tool_tasks: JoinSet::new(),
             task_calls: HashMap::new(),
             deadlines: None,
@@ -255,9 +260,20 @@ impl Bridge {
                 _ = sleep_until_opt(auth_expires), if auth_expires.is_some() && bridge.closing.is_none() => {
                     bridge.begin_close(SessionOutcome::AuthExpired, true).await;
                 }
+                // A socket that had no room for everything queued is written as soon as it has
+                // (a failure is noticed below, as a closed outbox).
+                _ = bridge.to_client.drive(), if bridge.to_client.has_work() => {}
+                _ = bridge.to_upstream.drive(), if bridge.to_upstream.has_work() => {}
+                Some(event) = next_progress(&mut bridge.progress), if bridge.progress.is_some() => {
+                    // Progress is advisory: dropped when the client's queue is full.
+                    let _ = bridge.to_client.try_send(Message::text(event));
+                }
             }
             bridge.request_response_if_due().await;
             bridge.recycle_if_due().await;
+            // What this turn queued goes out now, like a bare relay writing what it just read.
+            bridge.to_client.drive_now();
+            bridge.to_upstream.drive_now();
             if bridge.closing.is_none() && (bridge.to_client.is_closed() || !client_open) {
                 // The client is gone: nobody can confirm or hear anything more.
                 let frame = close_frame(CloseCode::Away, "client went away");
@@ -452,6 +468,14 @@ pub(super) fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
 async fn next_deadline(deadlines: &mut Option<DelayQueue<String>>) -> Option<tokio_util::time::delay_queue::Expired<String>> {
     match deadlines {
         Some(deadlines) => deadlines.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_progress(progress: &mut Option<(mpsc::Sender<String>, mpsc::Receiver<String>)>) -> Option<String> {
+    match progress {
+        // The bridge holds a sender, so this never ends.
+        Some((_, events)) => events.recv().await,
         None => std::future::pending().await,
     }
 }

@@ -109,13 +109,15 @@ impl Bridge {
         let merged = client::merge_session_update(text.as_bytes(), &server_tools, &self.call_guard());
         match merged {
             Ok(None) => {
-                self.resume.note_session_update(text.as_bytes());
+                let registry = &self.deps.registry;
+                self.resume.note_session_update(text.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
                 self.client_tools = merged.client_tools.iter().cloned().collect();
                 self.injected = true;
-                self.resume.note_session_update(merged.frame.as_bytes());
+                let registry = &self.deps.registry;
+                self.resume.note_session_update(merged.frame.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.forward_merged(merged, event_id).await;
             }
             Err(refusal) => self.refuse(refusal, "session.update", event_id).await,

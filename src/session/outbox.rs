@@ -1,229 +1,267 @@
-//! One writer task per socket behind a queue bounded by bytes. The session loop never waits on a
-//! socket write directly; it waits only when the queue is full, which is the backpressure we want
-//! (a slow reader slows the peer that feeds it), and every such wait is bounded by the caller. The
-//! writer batches what is queued into one flush.
+//! The sending half of a socket, written from the session task itself: no writer task, no
+//! channel. A bare relay reads a frame and writes it in the same task; so does voxgate. Frames
+//! are queued here (bounded by bytes), the session loop writes what is queued at the end of each
+//! turn without waiting (`drive_now`), and whatever the socket did not take is written by the
+//! loop's `drive` arm when the socket has room again. Several frames queued in one turn go out
+//! with one flush.
 //!
-//! The bound is in bytes, not frames: 64 frames of up to 32 MiB each let one client make voxgate
-//! hold gigabytes for a peer that does not read. A frame larger than the whole budget still goes
-//! through, alone: it waits until the queue is empty and then takes all of it.
+//! The queue is the backpressure we want: a peer that does not read fills it, the session then
+//! waits for room (a slow reader slows the peer that feeds it), and every such wait is bounded by
+//! the caller. The bound is in bytes, not frames: 64 frames of up to 32 MiB each would let one
+//! client make voxgate hold gigabytes for a peer that does not read. A frame larger than the whole
+//! budget still goes through, alone: it waits until the queue is empty and then takes all of it.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::{Sink, SinkExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::{Message, protocol::CloseFrame};
-use tokio_util::task::AbortOnDropHandle;
 
 /// Bytes queued per socket before the session loop waits: ~25 s of 24 kHz PCM16 audio as base64
-/// deltas, and far more than an honest peer ever lets pile up.
+/// deltas, and far more than an honest peer ever lets pile up. (The socket library holds at most
+/// one more frame once the kernel's buffer is full: its write buffer is flushed before it takes
+/// another.)
 pub const OUTBOX_BYTES: usize = 1024 * 1024;
 /// What a frame costs in the budget besides its payload (so empty pings are bounded too).
 const FRAME_OVERHEAD: usize = 64;
-/// Frames written per flush at most.
-const BATCH: usize = 32;
 
-/// The sending half of a socket.
+type BoxSink = Pin<Box<dyn Sink<Message, Error = Closed> + Send>>;
+
+/// The sending half of a socket, owned by the session task.
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<(Message, OwnedSemaphorePermit)>,
-    budget: Arc<Semaphore>,
-    /// Dropping the outbox ends the writer even when it is stuck on a peer that does not read.
-    writer: AbortOnDropHandle<()>,
+    sink: BoxSink,
+    /// Frames the socket has not taken yet, oldest first.
+    queue: VecDeque<Message>,
+    queued_bytes: usize,
+    /// Frames were handed to the socket since its last flush.
+    unflushed: bool,
+    /// The socket failed or was closed: nothing more can be written.
+    closed: bool,
 }
 
-/// The writer ended: the peer is gone or the socket failed.
+/// The peer is gone or the socket failed.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the socket is closed")]
 pub struct Closed;
 
 impl Outbox {
-    pub fn spawn<S>(mut sink: S) -> Self
+    pub fn new<S>(sink: S) -> Self
     where
-        S: Sink<Message> + Send + Unpin + 'static,
+        S: Sink<Message> + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(Message, OwnedSemaphorePermit)>();
-        let budget = Arc::new(Semaphore::new(OUTBOX_BYTES));
-        // Frames are taken one by one (`try_recv`) rather than with `recv_many` into a batch
-        // vector: the vector would keep 32 slots alive for every idle socket. A frame's budget is
-        // given back once the sink has taken it.
-        let writer = tokio::spawn(async move {
-            'outer: while let Some(first) = rx.recv().await {
-                let mut next = Some(first);
-                let mut fed = 0;
-                while let Some((message, permit)) = next.take() {
-                    let is_close = matches!(message, Message::Close(_));
-                    if sink.feed(message).await.is_err() {
-                        break 'outer;
-                    }
-                    drop(permit);
-                    if is_close {
-                        let _ = sink.flush().await;
-                        break 'outer;
-                    }
-                    fed += 1;
-                    if fed < BATCH {
-                        next = rx.try_recv().ok();
-                    }
+        Self {
+            sink: Box::pin(sink.sink_map_err(|_| Closed)),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            unflushed: false,
+            closed: false,
+        }
+    }
+
+    fn cost(message: &Message) -> usize {
+        message.len().saturating_add(FRAME_OVERHEAD).min(OUTBOX_BYTES)
+    }
+
+    /// Whether there is anything to write or flush: the loop's `drive` arm is armed only then.
+    pub fn has_work(&self) -> bool {
+        !self.closed && (!self.queue.is_empty() || self.unflushed)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Write what the socket takes and flush it: `Ready(Ok)` once nothing is left, `Pending`
+    /// while the peer is not reading, `Ready(Err)` once the socket has failed.
+    fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        if self.closed {
+            return Poll::Ready(Err(Closed));
+        }
+        while !self.queue.is_empty() {
+            match self.sink.as_mut().poll_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(Closed)) => return self.fail(),
+                Poll::Ready(Ok(())) => {}
+            }
+            let Some(message) = self.queue.pop_front() else { break };
+            self.queued_bytes = self.queued_bytes.saturating_sub(Self::cost(&message));
+            if self.sink.as_mut().start_send(message).is_err() {
+                return self.fail();
+            }
+            self.unflushed = true;
+        }
+        if self.unflushed {
+            match self.sink.as_mut().poll_flush(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(Closed)) => return self.fail(),
+                Poll::Ready(Ok(())) => self.unflushed = false,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn fail(&mut self) -> Poll<Result<(), Closed>> {
+        self.closed = true;
+        self.queue = VecDeque::new();
+        self.queued_bytes = 0;
+        Poll::Ready(Err(Closed))
+    }
+
+    /// Write until everything queued is with the peer's kernel. The loop awaits this (only while
+    /// [`Outbox::has_work`]) so a socket that had no room is written as soon as it has.
+    pub async fn drive(&mut self) -> Result<(), Closed> {
+        std::future::poll_fn(|cx| self.poll_drive(cx)).await
+    }
+
+    /// Write what the socket takes right now, without waiting; the rest is left to `drive`.
+    pub fn drive_now(&mut self) {
+        if self.has_work() {
+            // A waker that does nothing is fine here: whatever stays pending is polled again by
+            // the loop's `drive` arm, with the loop's waker, before the loop sleeps.
+            let _ = self.poll_drive(&mut Context::from_waker(futures::task::noop_waker_ref()));
+        }
+    }
+
+    fn has_room(&self, cost: usize) -> bool {
+        self.queue.is_empty() || self.queued_bytes.saturating_add(cost) <= OUTBOX_BYTES
+    }
+
+    fn push(&mut self, message: Message, cost: usize) {
+        self.queued_bytes = self.queued_bytes.saturating_add(cost);
+        self.queue.push_back(message);
+    }
+
+    /// Queue a frame, writing meanwhile, and waiting while the queue is full. Callers bound the
+    /// wait.
+    pub async fn send(&mut self, message: Message) -> Result<(), Closed> {
+        let cost = Self::cost(&message);
+        let mut message = Some(message);
+        std::future::poll_fn(|cx| {
+            if self.closed {
+                return Poll::Ready(Err(Closed));
+            }
+            if !self.has_room(cost) {
+                if let Poll::Ready(Err(Closed)) = self.poll_drive(cx) {
+                    return Poll::Ready(Err(Closed));
                 }
-                if sink.flush().await.is_err() {
-                    break;
+                if !self.has_room(cost) {
+                    return Poll::Pending;
                 }
             }
-            rx.close();
-            let _ = sink.close().await;
-        });
-        Self {
-            tx,
-            budget,
-            writer: AbortOnDropHandle::new(writer),
-        }
-    }
-
-    fn cost(message: &Message) -> u32 {
-        let bytes = message
-            .len()
-            .saturating_add(FRAME_OVERHEAD)
-            .min(OUTBOX_BYTES);
-        u32::try_from(bytes).unwrap_or(u32::MAX)
-    }
-
-    /// Queue a frame, waiting while the queue is full. Callers bound the wait.
-    pub async fn send(&self, message: Message) -> Result<(), Closed> {
-        if self.tx.is_closed() {
-            return Err(Closed);
-        }
-        let permit = self
-            .budget
-            .clone()
-            .acquire_many_owned(Self::cost(&message))
-            .await
-            .map_err(|_| Closed)?;
-        self.tx.send((message, permit)).map_err(|_| Closed)
+            if let Some(message) = message.take() {
+                self.push(message, cost);
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await
     }
 
     /// Queue a frame without waiting; `Ok(false)` when the queue is full.
-    pub fn try_send(&self, message: Message) -> Result<bool, Closed> {
-        try_queue(&self.tx, &self.budget, message).map(|kept| kept.is_none())
+    pub fn try_send(&mut self, message: Message) -> Result<bool, Closed> {
+        self.try_send_or_return(message).map(|kept| kept.is_none())
     }
 
     /// Queue a frame if there is room now; the frame comes back (`Ok(Some)`) when the queue is
     /// full, for the caller's bounded [`Outbox::send`]. The common case thus needs no timer.
-    pub fn try_send_or_return(&self, message: Message) -> Result<Option<Message>, Closed> {
-        try_queue(&self.tx, &self.budget, message)
+    pub fn try_send_or_return(&mut self, message: Message) -> Result<Option<Message>, Closed> {
+        if self.closed {
+            return Err(Closed);
+        }
+        let cost = Self::cost(&message);
+        if !self.has_room(cost) {
+            return Ok(Some(message));
+        }
+        self.push(message, cost);
+        Ok(None)
     }
 
-    /// Queue a close frame and wait (bounded) for the writer to finish.
-    pub async fn close(self, frame: Option<CloseFrame>, within: std::time::Duration) {
-        // A full queue at close means the peer stopped reading; give up on the close frame then.
-        let _ = tokio::time::timeout(within, self.send(Message::Close(frame))).await;
-        let Outbox { tx, writer, .. } = self;
-        drop(tx);
-        // Past `within` the writer is dropped, which aborts it.
-        let _ = tokio::time::timeout(within, writer).await;
-    }
-
-    /// A handle for frames queued from outside the session loop with `try_send` (advisory
-    /// events such as tool progress, dropped when the queue is full).
-    pub fn sender(&self) -> Advisory {
-        Advisory { tx: self.tx.clone(), budget: Arc::clone(&self.budget) }
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
-}
-
-/// Queue without waiting, within the byte budget shared with the session loop's sends; the frame
-/// is handed back when the budget has no room for it.
-fn try_queue(
-    tx: &mpsc::UnboundedSender<(Message, OwnedSemaphorePermit)>,
-    budget: &Arc<Semaphore>,
-    message: Message,
-) -> Result<Option<Message>, Closed> {
-    if tx.is_closed() {
-        return Err(Closed);
-    }
-    match budget.clone().try_acquire_many_owned(Outbox::cost(&message)) {
-        Ok(permit) => tx.send((message, permit)).map(|()| None).map_err(|_| Closed),
-        Err(tokio::sync::TryAcquireError::NoPermits) => Ok(Some(message)),
-        Err(tokio::sync::TryAcquireError::Closed) => Err(Closed),
-    }
-}
-
-/// A cloneable handle that only ever `try_send`s: for advisory frames queued from outside the
-/// session loop (tool progress), which are dropped rather than waited for when the queue is full.
-#[derive(Clone)]
-pub struct Advisory {
-    tx: mpsc::UnboundedSender<(Message, OwnedSemaphorePermit)>,
-    budget: Arc<Semaphore>,
-}
-
-impl Advisory {
-    /// Queue the frame if there is room; `false` when it was dropped.
-    pub fn try_send(&self, message: Message) -> bool {
-        matches!(try_queue(&self.tx, &self.budget, message), Ok(None))
+    /// Send a close frame after what is queued and close the socket, all within `within`: a peer
+    /// that stopped reading does not get the close frame, only the closed socket.
+    pub async fn close(mut self, frame: Option<CloseFrame>, within: Duration) {
+        let closing = async {
+            self.send(Message::Close(frame)).await?;
+            self.drive().await?;
+            self.sink.close().await
+        };
+        let _ = tokio::time::timeout(within, closing).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use futures::StreamExt;
 
     /// A sink that never accepts a frame: a peer that stopped reading.
     struct Stalled;
 
     impl Sink<Message> for Stalled {
         type Error = ();
-        fn poll_ready(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), ()>> {
-            std::task::Poll::Pending
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+            Poll::Pending
         }
-        fn start_send(self: std::pin::Pin<&mut Self>, _: Message) -> Result<(), ()> {
+        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), ()> {
             Ok(())
         }
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), ()>> {
-            std::task::Poll::Pending
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+            Poll::Pending
         }
-        fn poll_close(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), ()>> {
-            std::task::Poll::Pending
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+            Poll::Pending
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stalled_peer_holds_at_most_the_byte_budget() {
-        let outbox = Outbox::spawn(Stalled);
+        let mut outbox = Outbox::new(Stalled);
         let frame = || Message::text("x".repeat(256 * 1024));
         let mut queued = 0;
         while outbox.try_send(frame()).unwrap() {
+            outbox.drive_now();
             queued += 1;
         }
-        // One frame is inside the stalled sink; the rest of the budget is queued.
-        assert!(
-            queued <= OUTBOX_BYTES / (256 * 1024) + 1,
-            "queued {queued} frames"
-        );
-        assert!(
-            tokio::time::timeout(Duration::from_secs(5), outbox.send(frame()))
-                .await
-                .is_err()
-        );
+        assert!(queued <= OUTBOX_BYTES / (256 * 1024), "queued {queued} frames");
+        assert!(tokio::time::timeout(Duration::from_secs(5), outbox.send(frame())).await.is_err());
         // A frame larger than the whole budget is not refused forever, only queued alone.
         let huge = Message::text("y".repeat(3 * OUTBOX_BYTES));
-        assert_eq!(Outbox::cost(&huge) as usize, OUTBOX_BYTES);
+        assert_eq!(Outbox::cost(&huge), OUTBOX_BYTES);
         // Closing is bounded even though the peer never reads.
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            outbox.close(None, Duration::from_secs(2)),
-        )
-        .await
-        .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), outbox.close(None, Duration::from_secs(2))).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn frames_reach_the_peer_in_order_and_a_frame_larger_than_the_budget_goes_alone() {
+        let (tx, mut rx) = futures::channel::mpsc::channel::<Message>(1);
+        let mut outbox = Outbox::new(tx);
+        let huge = Message::text("h".repeat(2 * OUTBOX_BYTES));
+        outbox.try_send(Message::text("1")).unwrap();
+        // The queue is not empty, so the huge frame must wait for it to drain.
+        assert!(!outbox.try_send(huge.clone()).unwrap());
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(message) = rx.next().await {
+                got.push(message.len());
+            }
+            got
+        });
+        outbox.send(huge).await.unwrap();
+        outbox.send(Message::text("22")).await.unwrap();
+        outbox.drive().await.unwrap();
+        outbox.close(None, Duration::from_secs(2)).await;
+        let got = reader.await.unwrap();
+        assert_eq!(got[..3], [1, 2 * OUTBOX_BYTES, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_socket_is_reported_closed() {
+        let (tx, rx) = futures::channel::mpsc::channel::<Message>(1);
+        drop(rx);
+        let mut outbox = Outbox::new(tx);
+        outbox.try_send(Message::text("lost")).unwrap();
+        outbox.drive_now();
+        assert!(outbox.is_closed());
+        assert!(outbox.try_send(Message::text("more")).is_err());
     }
 }

@@ -5,6 +5,7 @@
 //! sans-I/O [`CallTable`](super::calls::CallTable)'s.
 
 use futures::FutureExt;
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::time::DelayQueue;
 
@@ -14,6 +15,9 @@ use super::runner::ToolJob;
 use crate::audit::{AuditError, AuditEvent};
 use crate::protocol::voxgate as events;
 use crate::tools::{CallContext, ToolError, ToolOutput};
+
+/// Progress events waiting for the session loop, per session; more are dropped (advisory).
+const PROGRESS_QUEUE: usize = 16;
 
 impl Bridge {
     /// Perform what the call table decided, in order (what an action leads to comes first).
@@ -80,9 +84,11 @@ impl Bridge {
             span,
         };
         let progress = self.info.wants_events.then(|| {
-            let client = self.to_client.sender();
+            let (events, _) = self.progress.get_or_insert_with(|| mpsc::channel(PROGRESS_QUEUE));
+            let events = events.clone();
             crate::tools::progress::ProgressSink::new(call_id.clone(), move |event| {
-                client.try_send(Message::text(event));
+                // Advisory: dropped when the session has not taken the previous ones yet.
+                let _ = events.try_send(event);
             })
         });
         let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));

@@ -121,7 +121,8 @@ impl Bridge {
                 session["type"] = json!("realtime");
             }
             let update = json!({"type": "session.update", "event_id": events::event_id(), "session": session}).to_string();
-            self.resume.note_session_update(update.as_bytes());
+            let registry = &self.deps.registry;
+            self.resume.note_session_update(update.as_bytes(), |name| registry.is_server_tool_name(name));
             self.send_upstream(Message::text(update)).await;
         }
         let ready = events::session_ready(&self.info.id, &summaries);

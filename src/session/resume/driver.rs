@@ -87,11 +87,12 @@ impl Bridge {
     async fn restore_on(&mut self, conn: UpstreamConn) -> UpstreamStream {
         self.deps.metrics.upstream_connected(conn.connect_time);
         let UpstreamConn { sink, stream, .. } = conn;
-        let old = std::mem::replace(&mut self.to_upstream, Outbox::spawn(sink));
+        let old = std::mem::replace(&mut self.to_upstream, Outbox::new(sink));
         // The old upstream (still open when recycled for age) is told goodbye, off the loop.
         tokio::spawn(old.close(Some(close_frame(CloseCode::Normal, "session recycled")), OLD_UPSTREAM_CLOSE));
         let Some(gap) = self.resume.end_gap() else { return stream };
-        let restore = self.resume.restore(self.deps.settings.protocol);
+        let server_tools = self.allowed_tool_definitions();
+        let restore = self.resume.restore(self.deps.settings.protocol, &server_tools);
         for frame in restore.frames {
             self.send_upstream(Message::text(frame)).await;
         }

@@ -211,9 +211,9 @@ impl Resume {
     }
 
     /// voxgate sent this `session.update` upstream.
-    pub(super) fn note_session_update(&mut self, frame: &[u8]) {
+    pub(super) fn note_session_update(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
         if self.enabled() {
-            plan::merge_session_update(&mut self.session, frame);
+            plan::merge_session_update(&mut self.session, frame, is_server_tool);
         }
     }
 
@@ -297,8 +297,8 @@ impl Resume {
 
     /// The frames that restore the conversation on a new upstream; from now on that upstream's
     /// echoes of them are kept from the client.
-    fn restore(&mut self, protocol: crate::config::UpstreamProtocol) -> plan::Restore {
-        let restore = plan::plan(&self.session, &self.log, protocol);
+    fn restore(&mut self, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
+        let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
         self.echoes = Echoes { session_created: true, session_updated: restore.updates_session, items: restore.item_ids.clone() };
         self.upstream_since = Instant::now();
         restore

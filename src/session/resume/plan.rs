@@ -33,8 +33,10 @@ pub(crate) struct Restore {
 }
 
 /// The effective session configuration: every `session.update` voxgate sent upstream, merged key
-/// by key. Kept as JSON text, parsed only to merge (once or twice a session) and to restore: as a
-/// parsed `Value` the ≈ 14 KB configuration with its tool schemas cost every idle session ≈ 100 KiB.
+/// by key, less voxgate's own tool definitions. Kept as JSON text, parsed only to merge (once or
+/// twice a session) and to restore: as a parsed `Value` the ≈ 14 KB configuration with its tool
+/// schemas cost every idle session ≈ 100 KiB, as text ≈ 18 KiB. The server tools are the same for
+/// every session of a user, so they are not kept at all: the restore puts them back.
 #[derive(Debug, Default)]
 pub(crate) struct EffectiveSession(Option<Box<str>>);
 
@@ -44,7 +46,8 @@ impl EffectiveSession {
     }
 }
 
-pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: UpstreamProtocol) -> Restore {
+/// `server_tools`: the definitions voxgate injects for this user, put back into `tools`.
+pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: UpstreamProtocol, server_tools: &[Value]) -> Restore {
     let mut frames = Vec::with_capacity(log.len() + 1);
     let mut serial = 0usize;
     let mut event_id = || {
@@ -52,6 +55,9 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
         format!("{RESTORE_EVENT_PREFIX}{serial}")
     };
     let mut session = session.parsed();
+    if let Some(Value::Array(tools)) = session.get_mut("tools") {
+        tools.extend(server_tools.iter().cloned());
+    }
     let updates_session = !session.is_empty();
     if updates_session {
         if protocol == UpstreamProtocol::Ga {
@@ -91,12 +97,16 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
 }
 
 /// Shallow-merge the `session` of a `session.update` frame into the effective configuration, as
-/// the server does: each key the update sets replaces the one before.
-pub(crate) fn merge_session_update(effective: &mut EffectiveSession, frame: &[u8]) {
+/// the server does: each key the update sets replaces the one before. Server tools are left out
+/// of `tools` (the restore puts them back; see [`EffectiveSession`]).
+pub(crate) fn merge_session_update(effective: &mut EffectiveSession, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
     let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return };
     if let Some(Value::Object(session)) = update.remove("session") {
         let mut merged = effective.parsed();
         merged.extend(session);
+        if let Some(Value::Array(tools)) = merged.get_mut("tools") {
+            tools.retain(|tool| !tool["name"].as_str().is_some_and(&is_server_tool));
+        }
         effective.0 = Some(Value::Object(merged).to_string().into_boxed_str());
     }
 }
@@ -124,19 +134,21 @@ mod tests {
     #[test]
     fn the_session_then_every_item_in_order_with_its_old_id() {
         let mut session = EffectiveSession::default();
-        merge_session_update(&mut session, br#"{"type":"session.update","session":{"tools":[{"name":"t"}],"type":"realtime"}}"#);
-        merge_session_update(&mut session, br#"{"type":"session.update","session":{"instructions":"Be brief.","voice":"marin"}}"#);
+        merge_session_update(&mut session, br#"{"type":"session.update","session":{"tools":[{"name":"t"},{"name":"server"}],"type":"realtime"}}"#, |n| n == "server");
+        merge_session_update(&mut session, br#"{"type":"session.update","session":{"instructions":"Be brief.","voice":"marin"}}"#, |n| n == "server");
+        assert!(!session.0.as_deref().unwrap().contains("server"), "server tools are not kept");
         let log = log_of(&[
             item(json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": "Dose?"}]})),
             item(json!({"id": "f1", "type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"})),
             item(json!({"id": "o1", "type": "function_call_output", "call_id": "c1", "output": "{\"ok\":1}"})),
             item(json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "output_audio", "transcript": "5 mg."}]})),
         ]);
-        let restore = plan(&session, &log, UpstreamProtocol::Ga);
+        let restore = plan(&session, &log, UpstreamProtocol::Ga, &[json!({"name": "server", "type": "function"})]);
         let frames = parsed(&restore);
         assert_eq!(frames.len(), 5);
         assert_eq!(frames[0]["type"], "session.update");
-        assert_eq!(frames[0]["session"], json!({"tools": [{"name": "t"}], "type": "realtime", "instructions": "Be brief.", "voice": "marin"}));
+        let tools = json!([{"name": "t"}, {"name": "server", "type": "function"}]);
+        assert_eq!(frames[0]["session"], json!({"tools": tools, "type": "realtime", "instructions": "Be brief.", "voice": "marin"}));
         let items: Vec<&Value> = frames[1..].iter().map(|f| &f["item"]).collect();
         assert_eq!(items[0], &json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Dose?"}]}));
         assert_eq!(items[1], &json!({"id": "f1", "type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"}));
@@ -150,12 +162,13 @@ mod tests {
     #[test]
     fn beta_assistant_text_and_a_missing_type_for_ga() {
         let log = log_of(&[item(json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Hi"}]}))]);
-        let beta = parsed(&plan(&EffectiveSession::default(), &log, UpstreamProtocol::Beta));
+        let beta = parsed(&plan(&EffectiveSession::default(), &log, UpstreamProtocol::Beta, &[]));
         assert_eq!(beta.len(), 1, "no session.update without a configuration");
         assert_eq!(beta[0]["item"]["content"][0]["type"], "text");
         let mut session = EffectiveSession::default();
-        merge_session_update(&mut session, br#"{"type":"session.update","session":{"voice":"marin"}}"#);
-        let ga = parsed(&plan(&session, &log, UpstreamProtocol::Ga));
+        merge_session_update(&mut session, br#"{"type":"session.update","session":{"voice":"marin"}}"#, |_| false);
+        let ga = parsed(&plan(&session, &log, UpstreamProtocol::Ga, &[json!({"name": "server"})]));
+        assert!(ga[0]["session"].get("tools").is_none(), "no tools are added to an update that set none");
         assert_eq!(ga[0]["session"]["type"], "realtime");
     }
 
@@ -165,7 +178,7 @@ mod tests {
             item(json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": null}]})),
             item(json!({"id": "o1", "type": "function_call_output", "call_id": "gone", "output": "{}"})),
         ]);
-        let restore = plan(&EffectiveSession::default(), &log, UpstreamProtocol::Ga);
+        let restore = plan(&EffectiveSession::default(), &log, UpstreamProtocol::Ga, &[]);
         assert!(restore.frames.is_empty());
         assert!(restore.item_ids.is_empty());
     }
