@@ -25,6 +25,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+use super::alarm::Alarm;
 use super::calls::CallTable;
 use super::outbox::Outbox;
 use super::pace::FramePace;
@@ -46,6 +47,9 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// An upstream ping unanswered for this long means the upstream is gone. Generous, so a busy
 /// server is not mistaken for a dead one; checked on the ping tick.
 const UPSTREAM_PONG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Frames still read from an upstream whose write side failed, at most.
+const TAKE_IN_AT_MOST: usize = 256;
 
 /// How the session is ending.
 pub(super) struct Closing {
@@ -164,6 +168,9 @@ impl Bridge {
         let mut pings = bridge.deps.settings.ping_interval.map(|every| tokio::time::interval_at(Instant::now() + every, every));
         let mut client_open = true;
         let mut upstream_open = true;
+        // Every deadline is an `Alarm` kept across turns (see alarm.rs), not a timer per turn.
+        let (mut idle_alarm, mut age_alarm, mut gate_alarm) = (Alarm::default(), Alarm::default(), Alarm::default());
+        let (mut closing_alarm, mut auth_alarm) = (Alarm::default(), Alarm::default());
         // A session ends with the token that admitted it (a fresh token opens a new one).
         let auth_expires = bridge.info.principal.expires_at.map(|exp| {
             let now_unix = std::time::SystemTime::now()
@@ -171,6 +178,10 @@ impl Bridge {
                 .map_or(0, |d| d.as_secs());
             Instant::now() + Duration::from_secs(exp.saturating_sub(now_unix))
         });
+        auth_alarm.set(auth_expires);
+        // One cancellation waiter for the session's life, not one registered and dropped per turn.
+        let cancelled = cancel.cancelled();
+        tokio::pin!(cancelled);
 
         loop {
             bridge.frames.loop_turn();
@@ -201,18 +212,21 @@ impl Bridge {
             }
             // Armed only while firing it changes something: running calls are abandoned at the
             // deadline; after that, only the hard end of the grace is left to wait for.
-            let closing_wake = bridge.closing.as_ref().map(|c| {
+            closing_alarm.set(bridge.closing.as_ref().map(|c| {
                 if bridge.calls.running() > 0 { c.deadline } else { c.deadline + CLOSE_GRACE }
-            });
-            let gate_wake = bridge.gate.wake_at();
+            }));
+            gate_alarm.set(bridge.gate.wake_at());
             // Armed only until it passes: after that the quiet moment is checked on each turn.
-            let age_wake = bridge.resume.age_deadline().filter(|at| bridge.closing.is_none() && *at > Instant::now());
-            let idle_at = match (bridge.deps.settings.idle_timeout, &bridge.closing) {
-                (Some(idle), None) => Some(bridge.last_activity + idle),
-                _ => None,
-            };
+            age_alarm.set(bridge.resume.age_deadline().filter(|at| bridge.closing.is_none() && *at > Instant::now()));
+            // Armed at the deadline the last activity gave when it was armed; activity since then
+            // only moves the deadline, which is looked at when the alarm fires (not every frame).
+            match (bridge.deps.settings.idle_timeout, &bridge.closing) {
+                (Some(idle), None) if idle_alarm.at().is_none() => idle_alarm.set(Some(bridge.last_activity + idle)),
+                (Some(_), None) => {}
+                _ => idle_alarm.set(None),
+            }
             tokio::select! {
-                _ = cancel.cancelled(), if bridge.closing.is_none() => {
+                _ = &mut cancelled, if bridge.closing.is_none() => {
                     let outcome = if bridge.deps.drain.is_cancelled() { SessionOutcome::Drained } else { SessionOutcome::Killed };
                     bridge.begin_close(outcome, true).await;
                 }
@@ -230,7 +244,7 @@ impl Bridge {
                         upstream_open = true;
                     }
                 }
-                _ = sleep_until_opt(age_wake), if age_wake.is_some() => {}
+                () = age_alarm.fired(), if age_alarm.at().is_some() => {}
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
                     bridge.handle_tool_finished(joined).await;
                 }
@@ -245,9 +259,9 @@ impl Bridge {
                         bridge.handle_audited(gated, result).await;
                     }
                 }
-                _ = sleep_until_opt(gate_wake), if gate_wake.is_some() => bridge.gate.on_tick(Instant::now()),
-                _ = sleep_until_opt(closing_wake), if closing_wake.is_some() => {}
-                _ = sleep_until_opt(idle_at), if idle_at.is_some() => {
+                () = gate_alarm.fired(), if gate_alarm.at().is_some() => bridge.gate.on_tick(Instant::now()),
+                () = closing_alarm.fired(), if closing_alarm.at().is_some() => {}
+                () = idle_alarm.fired(), if idle_alarm.at().is_some() => {
                     // Activity may have moved the deadline since it was armed; the next turn re-arms it.
                     if Instant::now() >= bridge.last_activity + bridge.deps.settings.idle_timeout.unwrap_or_default() {
                         bridge.begin_close(SessionOutcome::IdleTimeout, true).await;
@@ -257,7 +271,7 @@ impl Bridge {
                     bridge.frames.flush();
                     bridge.ping().await;
                 }
-                _ = sleep_until_opt(auth_expires), if auth_expires.is_some() && bridge.closing.is_none() => {
+                () = auth_alarm.fired(), if auth_alarm.at().is_some() && bridge.closing.is_none() => {
                     bridge.begin_close(SessionOutcome::AuthExpired, true).await;
                 }
                 // A socket that had no room for everything queued is written as soon as it has
@@ -280,8 +294,15 @@ impl Bridge {
                 bridge.begin_close_with(SessionOutcome::ClientClosed, None, Some(frame)).await;
             }
             if bridge.closing.is_none() && !bridge.resume.in_gap() && (bridge.to_upstream.is_closed() || !upstream_open) {
-                let frame = close_frame(CloseCode::Error, "the realtime service closed the session");
-                bridge.upstream_lost(Reason::UpstreamClosed, Some(frame)).await;
+                if upstream_open {
+                    // Only the write failed: what the upstream sent before it went (an answer, the
+                    // acknowledgement of an update) is already here and still the client's.
+                    upstream_open = bridge.take_in_what_arrived(&mut upstream_rx).await;
+                }
+                if bridge.closing.is_none() && !bridge.resume.in_gap() {
+                    let frame = close_frame(CloseCode::Error, "the realtime service closed the session");
+                    bridge.upstream_lost(Reason::UpstreamClosed, Some(frame)).await;
+                }
             }
             if bridge.closing.is_some() {
                 // Nothing more is forwarded: a stalled peer must not hold the close up.
@@ -345,6 +366,24 @@ impl Bridge {
         tokio::join!(to_client.close(client_close, within), to_upstream.close(upstream_close, within));
         crate::telemetry::record_session_outcome(&span, outcome.as_str(), started_at.elapsed());
         outcome
+    }
+
+    /// Handle the upstream frames that are already received, without waiting for more (and at
+    /// most [`TAKE_IN_AT_MOST`]: a broken connection sends nothing new); false once the upstream's
+    /// stream has ended.
+    async fn take_in_what_arrived(&mut self, upstream: &mut crate::upstream::UpstreamStream) -> bool {
+        for _ in 0..TAKE_IN_AT_MOST {
+            match upstream.next().now_or_never() {
+                None => return true,
+                Some(None) => return false,
+                Some(frame) => {
+                    if !self.handle_upstream_frame(frame).await {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
     }
 
     /// Send `response.create` if the gate says the model should now answer with our outputs.
@@ -485,13 +524,6 @@ async fn tick_opt(interval: &mut Option<tokio::time::Interval>) {
         Some(interval) => {
             interval.tick().await;
         }
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

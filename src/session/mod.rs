@@ -13,6 +13,7 @@
 //! - `tool_actions`: carrying out what the call table decided (audit, spawn, outputs).
 //! - [`resume`]: sessions that outlive their upstream (conversation log, restore, reconnect).
 
+mod alarm;
 mod bridge;
 pub mod calls;
 mod client_frames;
