@@ -14,10 +14,21 @@ use super::calls::Action;
 use super::runner::ToolJob;
 use crate::audit::{AuditError, AuditEvent};
 use crate::protocol::voxgate as events;
-use crate::tools::{CallContext, ToolError, ToolOutput};
+use crate::tools::{CallContext, Category, ToolError, ToolOutput};
 
 /// Progress events waiting for the session loop, per session; more are dropped (advisory).
 const PROGRESS_QUEUE: usize = 16;
+
+/// Tools tried in the session task before they get a task of their own: calculators compute and
+/// answer without awaiting anything, so a call is answered without a hop to another task (and,
+/// as both its audit records then reach the writer together, with one fsync and no wait for a
+/// group). Anything that does wait is moved to its own task as it is, under its timeout.
+const INLINE: [Category; 1] = [Category::Calculation];
+
+fn tool_panicked(span: &tracing::Span) -> ToolError {
+    tracing::error!(parent: span, "a tool panicked");
+    ToolError::Internal
+}
 
 impl Bridge {
     /// Perform what the call table decided, in order (what an action leads to comes first).
@@ -39,7 +50,12 @@ impl Bridge {
                     let next = self.calls.on_limit_checked(&call_id, limit, super::calls::unix_ms());
                     next.into_iter().rev().for_each(|a| queue.push_front(a));
                 }
-                Action::Spawn { call_id, tool, args } => self.spawn_tool(call_id, tool, args),
+                Action::Spawn { call_id, tool, args } => {
+                    if let Some(result) = self.spawn_tool(call_id.clone(), tool, args) {
+                        let next = self.calls.on_tool_finished(&call_id, result);
+                        next.into_iter().rev().for_each(|a| queue.push_front(a));
+                    }
+                }
                 Action::Expire { call_id, after } => {
                     self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
                 }
@@ -67,7 +83,15 @@ impl Bridge {
         }
     }
 
-    fn spawn_tool(&mut self, call_id: String, tool: std::sync::Arc<crate::tools::registry::RegisteredTool>, args: serde_json::Value) {
+    /// Run the call in its own task; a calculator is first tried right here, and its result is
+    /// returned when it needed nothing to wait for (see [`INLINE`]).
+    fn spawn_tool(
+        &mut self,
+        call_id: String,
+        tool: std::sync::Arc<crate::tools::registry::RegisteredTool>,
+        args: serde_json::Value,
+    ) -> Option<Result<ToolOutput, ToolError>> {
+        let inline = INLINE.contains(&tool.spec().category);
         let span = self
             .tool_spans
             .get(&call_id)
@@ -91,8 +115,22 @@ impl Bridge {
                 let _ = events.try_send(event);
             })
         });
-        let handle = self.tool_tasks.spawn(crate::tools::progress::scope(progress, job.run()));
+        let run = crate::tools::progress::scope(progress, job.run());
+        let handle = if inline {
+            // A panic fails only this call, as it would in a task of its own.
+            let mut run = Box::pin(std::panic::AssertUnwindSafe(run).catch_unwind());
+            match run.as_mut().now_or_never() {
+                Some(finished) => return Some(finished.unwrap_or_else(|_| Err(tool_panicked(&self.span)))),
+                None => {
+                    let span = self.span.clone();
+                    self.tool_tasks.spawn(run.map(move |finished| finished.unwrap_or_else(|_| Err(tool_panicked(&span)))))
+                }
+            }
+        } else {
+            self.tool_tasks.spawn(run)
+        };
         self.task_calls.insert(handle.id(), call_id);
+        None
     }
 
     pub(super) async fn handle_tool_finished(&mut self, joined: Result<(tokio::task::Id, Result<ToolOutput, ToolError>), tokio::task::JoinError>) {
