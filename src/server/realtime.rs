@@ -107,8 +107,8 @@ pub async fn realtime(
         };
         let config = client_ws_config(task_state.config.server.max_frame_bytes);
         let client = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-        // A session still running when the drain gives up is dropped here: its sockets, its
-        // writer tasks and its admission go with it, so the process can exit.
+        // A session still running when the drain gives up is dropped here: its sockets and
+        // its admission go with it, so the process can exit.
         tokio::select! {
             () = serve_session(task_state, info, client, model, cancel) => {}
             () = abort.cancelled() => tracing::warn!("session aborted: it outlived the drain"),

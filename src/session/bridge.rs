@@ -25,7 +25,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
-use super::alarm::Alarm;
+use super::deadlines::{Deadlines, Due};
 use super::calls::CallTable;
 use super::outbox::Outbox;
 use super::pace::FramePace;
@@ -164,13 +164,8 @@ impl Bridge {
             info,
             deps,
         };
-        // With pings off there is no periodic work at all: the idle timeout has its own deadline.
-        let mut pings = bridge.deps.settings.ping_interval.map(|every| tokio::time::interval_at(Instant::now() + every, every));
         let mut client_open = true;
         let mut upstream_open = true;
-        // Every deadline is an `Alarm` kept across turns (see alarm.rs), not a timer per turn.
-        let (mut idle_alarm, mut age_alarm, mut gate_alarm) = (Alarm::default(), Alarm::default(), Alarm::default());
-        let (mut closing_alarm, mut auth_alarm) = (Alarm::default(), Alarm::default());
         // A session ends with the token that admitted it (a fresh token opens a new one).
         let auth_expires = bridge.info.principal.expires_at.map(|exp| {
             let now_unix = std::time::SystemTime::now()
@@ -178,7 +173,9 @@ impl Bridge {
                 .map_or(0, |d| d.as_secs());
             Instant::now() + Duration::from_secs(exp.saturating_sub(now_unix))
         });
-        auth_alarm.set(auth_expires);
+        // Every deadline behind one timer kept across turns (deadlines.rs). With pings off there
+        // is no periodic work at all.
+        let mut deadlines = Deadlines::new(Instant::now(), bridge.deps.settings.ping_interval, auth_expires);
         // One cancellation waiter for the session's life, not one registered and dropped per turn.
         let cancelled = cancel.cancelled();
         tokio::pin!(cancelled);
@@ -212,19 +209,18 @@ impl Bridge {
             }
             // Armed only while firing it changes something: running calls are abandoned at the
             // deadline; after that, only the hard end of the grace is left to wait for.
-            closing_alarm.set(bridge.closing.as_ref().map(|c| {
+            deadlines.closing = bridge.closing.as_ref().map(|c| {
                 if bridge.calls.running() > 0 { c.deadline } else { c.deadline + CLOSE_GRACE }
-            }));
-            gate_alarm.set(bridge.gate.wake_at());
+            });
+            deadlines.gate = bridge.gate.wake_at();
             // Armed only until it passes: after that the quiet moment is checked on each turn.
-            age_alarm.set(bridge.resume.age_deadline().filter(|at| bridge.closing.is_none() && *at > Instant::now()));
+            deadlines.age = bridge.resume.age_deadline().filter(|at| *at > Instant::now());
             // Armed at the deadline the last activity gave when it was armed; activity since then
-            // only moves the deadline, which is looked at when the alarm fires (not every frame).
-            match (bridge.deps.settings.idle_timeout, &bridge.closing) {
-                (Some(idle), None) if idle_alarm.at().is_none() => idle_alarm.set(Some(bridge.last_activity + idle)),
-                (Some(_), None) => {}
-                _ => idle_alarm.set(None),
+            // only moves the deadline, which is looked at when this one passes (not every frame).
+            if let (Some(idle), None) = (bridge.deps.settings.idle_timeout, deadlines.idle) {
+                deadlines.idle = Some(bridge.last_activity + idle);
             }
+            deadlines.arm(bridge.closing.is_some());
             tokio::select! {
                 _ = &mut cancelled, if bridge.closing.is_none() => {
                     let outcome = if bridge.deps.drain.is_cancelled() { SessionOutcome::Drained } else { SessionOutcome::Killed };
@@ -244,7 +240,6 @@ impl Bridge {
                         upstream_open = true;
                     }
                 }
-                () = age_alarm.fired(), if age_alarm.at().is_some() => {}
                 Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
                     bridge.handle_tool_finished(joined).await;
                 }
@@ -259,21 +254,8 @@ impl Bridge {
                         bridge.handle_audited(gated, result).await;
                     }
                 }
-                () = gate_alarm.fired(), if gate_alarm.at().is_some() => bridge.gate.on_tick(Instant::now()),
-                () = closing_alarm.fired(), if closing_alarm.at().is_some() => {}
-                () = idle_alarm.fired(), if idle_alarm.at().is_some() => {
-                    // Activity may have moved the deadline since it was armed; the next turn re-arms it.
-                    if Instant::now() >= bridge.last_activity + bridge.deps.settings.idle_timeout.unwrap_or_default() {
-                        bridge.begin_close(SessionOutcome::IdleTimeout, true).await;
-                    }
-                }
-                _ = tick_opt(&mut pings), if pings.is_some() => {
-                    bridge.frames.flush();
-                    bridge.ping().await;
-                }
-                () = auth_alarm.fired(), if auth_alarm.at().is_some() && bridge.closing.is_none() => {
-                    bridge.begin_close(SessionOutcome::AuthExpired, true).await;
-                }
+                // The close deadline and the upstream's age are looked at on every turn.
+                due = deadlines.due(), if deadlines.armed() => bridge.on_due(due).await,
                 // A socket that had no room for everything queued is written as soon as it has
                 // (a failure is noticed below, as a closed outbox).
                 _ = bridge.to_client.drive(), if bridge.to_client.has_work() => {}
@@ -366,6 +348,26 @@ impl Bridge {
         tokio::join!(to_client.close(client_close, within), to_upstream.close(upstream_close, within));
         crate::telemetry::record_session_outcome(&span, outcome.as_str(), started_at.elapsed());
         outcome
+    }
+
+    /// Deadlines came due (the close deadline and the upstream's age are looked at every turn).
+    async fn on_due(&mut self, due: Due) {
+        let now = Instant::now();
+        if due.gate {
+            self.gate.on_tick(now);
+        }
+        // Activity may have moved the idle deadline since it was armed; the next turn re-arms it.
+        let idle = self.deps.settings.idle_timeout.is_some_and(|idle| now >= self.last_activity + idle);
+        if due.idle && idle && self.closing.is_none() {
+            self.begin_close(SessionOutcome::IdleTimeout, true).await;
+        }
+        if due.auth && self.closing.is_none() {
+            self.begin_close(SessionOutcome::AuthExpired, true).await;
+        }
+        if due.ping {
+            self.frames.flush();
+            self.ping().await;
+        }
     }
 
     /// Handle the upstream frames that are already received, without waiting for more (and at
@@ -515,15 +517,6 @@ async fn next_progress(progress: &mut Option<(mpsc::Sender<String>, mpsc::Receiv
     match progress {
         // The bridge holds a sender, so this never ends.
         Some((_, events)) => events.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn tick_opt(interval: &mut Option<tokio::time::Interval>) {
-    match interval {
-        Some(interval) => {
-            interval.tick().await;
-        }
         None => std::future::pending().await,
     }
 }

@@ -7,14 +7,15 @@
 //!
 //! - [`calls`]: the sans-I/O tool-call state machine.
 //! - [`turns`]: when voxgate may send `response.create`.
-//! - [`outbox`]: one writer task per socket behind a bounded channel.
+//! - [`outbox`]: a socket's send queue, bounded in bytes and written by the session task itself.
+//! - `deadlines`: every deadline of a session behind one timer kept across loop turns.
 //! - [`live`]: the registry of live sessions, for admission and the admin API.
 //! - [`pace`]: the per-session ceiling on client frames per second.
 //! - `tool_actions`: carrying out what the call table decided (audit, spawn, outputs).
 //! - [`resume`]: sessions that outlive their upstream (conversation log, restore, reconnect).
 
-mod alarm;
 mod bridge;
+mod deadlines;
 pub mod calls;
 mod client_frames;
 pub mod live;

@@ -1,5 +1,5 @@
-//! Running one tool call in its own task, under its timeout. A panic or a hang fails only this
-//! call. The policy phase (rate limit, outbound PHI screening) has run before the task exists
+//! Running one tool call under its timeout, in its own task (a calculator that awaits nothing is
+//! answered in the session task; see `tool_actions.rs`). A panic or a hang fails only this call. The policy phase (rate limit, outbound PHI screening) has run before the task exists
 //! (`calls.rs`).
 
 use std::sync::Arc;
