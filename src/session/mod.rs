@@ -11,6 +11,7 @@
 //! - `deadlines`: every deadline of a session behind one timer kept across loop turns.
 //! - [`live`]: the registry of live sessions, for admission and the admin API.
 //! - [`pace`]: the per-session ceiling on client frames per second.
+//! - `peers`: bounded sends to the client and the upstream, events, pings.
 //! - `tool_actions`: carrying out what the call table decided (audit, spawn, outputs).
 //! - [`resume`]: sessions that outlive their upstream (conversation log, restore, reconnect).
 
@@ -21,6 +22,7 @@ mod client_frames;
 pub mod live;
 pub mod outbox;
 mod pace;
+mod peers;
 mod tool_actions;
 pub mod resume;
 pub mod runner;
