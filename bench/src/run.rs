@@ -3,7 +3,8 @@
 //!
 //! Order: for each N, rounds of {direct, bare relay, voxgate} in a rotating order (so no path always
 //! runs first or last); then inline-tool dispatch (idle, and under N = 100 audio load in full mode);
-//! then memory per idle session; then the capacity search. The relay and voxgate are started fresh
+//! then memory per idle session; then the capacity search, and every path again at the bare
+//! relay's capacity (the latency goal is judged there too). The relay and voxgate are started fresh
 //! for every phase so each one's memory baseline is its own; the echo lives for the whole run.
 
 use std::path::PathBuf;
@@ -88,16 +89,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
 
     let sessions = ctx.opts.sessions.clone();
     for &n in &sessions {
-        for round in 0..ctx.opts.rounds {
-            let mut order = ctx.paths();
-            let len = order.len();
-            order.rotate_left(round % len);
-            for path in order {
-                if let Some(phase) = ctx.phase(path, n).await {
-                    ctx.report.add_phase(phase);
-                }
-            }
-        }
+        ctx.rounds_at(n).await;
     }
     for path in ctx.paths() {
         ctx.tool_dispatch(path).await;
@@ -114,6 +106,13 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     if ctx.opts.capacity {
         for path in [Path::Relay, Path::Voxgate] {
             ctx.capacity(path).await;
+        }
+        // Added latency is also judged at the relay's own capacity: every path there, in rounds
+        // like the main phases, so the round-trip and ratio tables get a row for that N.
+        let relay_capacity = ctx.report.capacity_found.iter().find(|(p, _)| *p == Path::Relay.name()).map(|&(_, n)| n);
+        if let Some(n) = relay_capacity.filter(|n| *n > 0 && !sessions.contains(n)) {
+            eprintln!("[{:>5.0}s] every path at the bare relay's capacity, N={n} …", ctx.report.clock());
+            ctx.rounds_at(n).await;
         }
     }
     ctx.report.elapsed_s = started.elapsed().as_secs_f64();
@@ -284,6 +283,20 @@ impl Ctx {
     /// Largest N that keeps real time: every session alive, ≥ 99 % of frames back, p99 under the
     /// limit. Starts from the main phases' verdicts (the largest N that held, the smallest that did
     /// not), doubles until a miss, then bisects to within 10 %.
+    /// Rounds of every path at `n` sessions, in a rotating order (no path always first or last).
+    async fn rounds_at(&mut self, n: usize) {
+        for round in 0..self.opts.rounds {
+            let mut order = self.paths();
+            let len = order.len();
+            order.rotate_left(round % len);
+            for path in order {
+                if let Some(phase) = self.phase(path, n).await {
+                    self.report.add_phase(phase);
+                }
+            }
+        }
+    }
+
     async fn capacity(&mut self, path: Path) {
         if self.skip(path) {
             return;
