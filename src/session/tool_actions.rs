@@ -45,6 +45,10 @@ impl Bridge {
                     self.audit_acks.push(async move { (gates, ack.await) }.boxed());
                 }
                 Action::CheckLimit { call_id, tool } => {
+                    // The only wait here that is not a send (a shared limiter is a network round
+                    // trip): what this turn queued goes out first rather than after it.
+                    self.to_client.drive_now();
+                    self.to_upstream.drive_now();
                     let policy = &tool.policy;
                     let limit = self.deps.limiter.check(&self.info.user, tool.name(), policy.rate_limit_per_minute).await;
                     let next = self.calls.on_limit_checked(&call_id, limit, super::calls::unix_ms());
