@@ -36,6 +36,9 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Frames per second one client may send; more are dropped with an `error` event (0 = no limit).
     pub max_client_frames_per_s: u32,
+    /// Threads that run client connections and their sessions, each connection pinned to one
+    /// (0 = one per CPU the process may use).
+    pub session_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +58,7 @@ impl Default for ServerConfig {
             instance_id: None,
             trusted_proxies: Vec::new(),
             max_client_frames_per_s: 500,
+            session_threads: 0,
         }
     }
 }

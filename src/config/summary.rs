@@ -50,6 +50,7 @@ pub fn summary(config: &Config) -> String {
         ("backends.files.password", secret(&config.backends.files.password).into()),
         ("backends.pubmed.api_key", secret(&config.backends.pubmed.api_key).into()),
         ("server.max_client_frames_per_s", s.max_client_frames_per_s.to_string()),
+        ("server.session_threads", s.session_threads.to_string()),
         ("upstream.send_timeout_ms", u.send_timeout_ms.to_string()),
         ("upstream.allowed_models", format!("{:?}", u.allowed_models)),
         ("upstream.allow_hosted_mcp", u.allow_hosted_mcp.to_string()),

@@ -2,6 +2,7 @@
 //! request head, so a client that opens a socket and says nothing would hold it forever; here
 //! every connection gets hyper's `header_read_timeout` (`server.handshake_timeout_ms`), keeps
 //! HTTP/1.1 upgrades (the realtime WebSocket), and is told to finish when the drain begins.
+//! Each accepted socket moves to a session thread ([`super::shards`]) and lives there.
 
 use std::time::Duration;
 
@@ -9,16 +10,25 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-/// Serve `app` on `listener` until `stop` is cancelled. Upgraded sockets are not this loop's:
-/// their sessions are tracked by the drain (see `crate::shutdown`).
-pub async fn serve(listener: TcpListener, app: Router, handshake_timeout: Duration, stop: CancellationToken) {
+use super::shards::Shards;
+
+/// Serve `app` on `listener` until `stop` is cancelled, each connection on one of `shards`; the
+/// shards are handed back then, still running the connections and sessions that remain (the
+/// drain tracks those, see `crate::shutdown`).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    handshake_timeout: Duration,
+    stop: CancellationToken,
+    shards: Shards,
+) -> Shards {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return shards,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -37,24 +47,45 @@ pub async fn serve(listener: TcpListener, app: Router, handshake_timeout: Durati
             request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
             hyper::service::Service::call(&inner, request)
         });
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(handshake_timeout)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            let mut connection = std::pin::pin!(connection);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                _ = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "client connection ended with an error");
+        // Deregistered from this runtime's reactor, registered with the shard's when it starts.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(err) => {
+                tracing::debug!(error = %err, "accepted socket could not be moved to a session thread");
+                continue;
             }
-        });
+        };
+        let stop = stop.clone();
+        let placed = shards.place(Box::new(move || {
+            Box::pin(async move {
+                let stream = match TcpStream::from_std(stream) {
+                    Ok(stream) => stream,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "accepted socket could not join the session thread");
+                        return;
+                    }
+                };
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(handshake_timeout)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                let mut connection = std::pin::pin!(connection);
+                let result = tokio::select! {
+                    result = connection.as_mut() => result,
+                    _ = stop.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        connection.await
+                    }
+                };
+                if let Err(err) = result {
+                    tracing::debug!(error = %err, "client connection ended with an error");
+                }
+            })
+        }));
+        if placed.is_err() {
+            // Its thread is gone (a panic outside any task); the socket closes with the job.
+            tracing::error!("a session thread has ended; connection dropped");
+        }
     }
 }

@@ -15,6 +15,7 @@ mod error;
 pub mod health;
 mod listener;
 pub mod realtime;
+mod shards;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -52,6 +53,8 @@ pub enum StartError {
     Audit(#[from] crate::audit::AuditError),
     #[error("auth: {0}")]
     Auth(String),
+    #[error(transparent)]
+    Shards(#[from] shards::ShardError),
     #[error("redis is not reachable at start ({0}); voxgate needs it for shared tickets and rate limits")]
     Redis(String),
 }
@@ -60,7 +63,8 @@ pub enum StartError {
 pub struct RunningServer {
     local_addr: SocketAddr,
     state: AppState,
-    serve: JoinHandle<()>,
+    /// The accept loop; it hands the session threads back when it ends.
+    serve: JoinHandle<shards::Shards>,
     audit_writer: AuditWriter,
 }
 
@@ -137,7 +141,8 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let app = router(state.clone());
     let drained = state.shutdown.token().clone();
     let handshake_timeout = Duration::from_millis(config.server.handshake_timeout_ms);
-    let serve = tokio::spawn(listener::serve(listener, app, handshake_timeout, drained));
+    let shards = shards::Shards::start(config.server.session_threads)?;
+    let serve = tokio::spawn(listener::serve(listener, app, handshake_timeout, drained, shards));
     Ok(RunningServer { local_addr, state, serve, audit_writer })
 }
 
@@ -163,8 +168,11 @@ impl RunningServer {
             state.shutdown.abort();
             let _ = tokio::time::timeout(Duration::from_secs(2), state.shutdown.tracker().wait()).await;
         }
-        if serve.await.is_err() {
-            tracing::warn!("the accept loop ended abnormally");
+        match serve.await {
+            // What still runs on them outlived the drain (sessions were aborted above): the
+            // threads drop it, so its audit handles go before the writer is joined below.
+            Ok(shards) => shards.stop().await,
+            Err(_) => tracing::warn!("the accept loop ended abnormally"),
         }
         // The sessions held the last audit handles; the writer ends once they are gone.
         drop(state);
