@@ -31,6 +31,7 @@ use crate::cluster::{Seat, SessionEntry};
 use crate::config::AuthMode;
 use crate::policy::auth::{self, AuthError};
 use crate::protocol::voxgate::{self as events, codes};
+use crate::session::gated::Gated;
 use crate::session::live::AdmitError;
 use crate::session::{self, SessionInfo};
 use crate::upstream;
@@ -108,10 +109,11 @@ pub async fn realtime(
         let config = client_ws_config(task_state.config.server.max_frame_bytes);
         let client = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
         // A session still running when the drain gives up is dropped here: its sockets and
-        // its admission go with it, so the process can exit.
+        // its admission go with it, so the process can exit. The waiter is polled only when the
+        // abort wakes it, not on every frame of the session.
         tokio::select! {
             () = serve_session(task_state, info, client, model, cancel) => {}
-            () = abort.cancelled() => tracing::warn!("session aborted: it outlived the drain"),
+            () = Gated::new(abort.cancelled_owned()) => tracing::warn!("session aborted: it outlived the drain"),
         }
     });
 

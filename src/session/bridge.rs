@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
 use super::deadlines::{Deadlines, Due};
+use super::gated::Gated;
 use super::calls::CallTable;
 use super::outbox::Outbox;
 use super::pace::FramePace;
@@ -173,8 +174,8 @@ impl Bridge {
         // is no periodic work at all.
         let mut deadlines = Deadlines::new(Instant::now(), bridge.deps.settings.ping_interval, auth_expires);
         // One cancellation waiter for the session's life, not one registered and dropped per turn.
-        let cancelled = cancel.cancelled();
-        tokio::pin!(cancelled);
+        // Polled only when the token wakes it, not on every frame (see `gated.rs`).
+        let mut cancelled = Gated::new(cancel.cancelled());
 
         loop {
             bridge.frames.loop_turn();

@@ -13,15 +13,16 @@
 //! session wakes once for nothing and sleeps again — the price of not touching the timer wheel on
 //! every frame.
 
-use std::pin::Pin;
-
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use super::gated::Gated;
+
 #[derive(Default)]
 pub(super) struct Alarm {
-    sleep: Option<Pin<Box<Sleep>>>,
+    /// Polled only when the timer fires or moves, not on every turn (see `gated.rs`).
+    sleep: Option<Gated<Sleep>>,
     /// The deadline, while armed.
     at: Option<Instant>,
 }
@@ -41,8 +42,8 @@ impl Alarm {
         self.at = at;
         if let Some(at) = at {
             match &mut self.sleep {
-                Some(sleep) => sleep.as_mut().reset(at),
-                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                Some(sleep) => sleep.rearm().reset(at),
+                None => self.sleep = Some(Gated::new(tokio::time::sleep_until(at))),
             }
         }
     }
@@ -52,7 +53,7 @@ impl Alarm {
     pub(super) async fn fired(&mut self) {
         match (self.at, &mut self.sleep) {
             (Some(_), Some(sleep)) => {
-                sleep.as_mut().await;
+                sleep.await;
                 self.at = None;
             }
             _ => std::future::pending().await,

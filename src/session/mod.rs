@@ -17,6 +17,7 @@
 
 mod bridge;
 mod deadlines;
+pub(crate) mod gated;
 pub mod calls;
 mod client_frames;
 pub mod live;

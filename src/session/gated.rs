@@ -1,0 +1,132 @@
+//! A future that is polled only after its own waker fired.
+//!
+//! `select!` polls every enabled arm on every turn of the session loop, whichever arm woke it: at
+//! 50 audio frames a second each way, a waiter that almost never completes — the session's
+//! cancellation, the drain's abort, the alarm behind every deadline — is polled a hundred times a
+//! second for nothing. Polling a `CancellationToken` waiter takes a mutex each time (it was 1.5 %
+//! of the session threads' samples in the profile of issue 17, docs/performance.md), and a timer
+//! re-registers its waker. [`Gated`] gives the inner future a waker of its own and polls it only
+//! when that waker has fired since the last poll (or on the first poll, or after [`Gated::rearm`]):
+//! other turns cost one atomic swap and a check that the task's waker is still the registered one.
+//! The same idea is how `FuturesUnordered` polls only the futures that were woken.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures::task::AtomicWaker;
+
+/// Set by the inner future's waker; forwards the wake to the task that polls the [`Gated`].
+struct Signal {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+/// `inner`, polled only when it asked to be (see the module docs).
+pub(crate) struct Gated<F> {
+    inner: Pin<Box<F>>,
+    signal: Arc<Signal>,
+    /// The inner future's waker: made once, so a real poll allocates nothing.
+    waker: Waker,
+}
+
+impl<F: Future> Gated<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        // Woken at the start: the first poll must reach the inner future so it registers.
+        let signal = Arc::new(Signal { woken: AtomicBool::new(true), task: AtomicWaker::new() });
+        let waker = Waker::from(signal.clone());
+        Self { inner: Box::pin(inner), signal, waker }
+    }
+
+    /// The inner future, to change it (e.g. move a timer's deadline). It is polled again on the
+    /// next poll, as it must be after such a change.
+    pub(crate) fn rearm(&mut self) -> Pin<&mut F> {
+        self.signal.woken.store(true, Ordering::Release);
+        self.inner.as_mut()
+    }
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // Registered before the flag is read: a wake between the two is not lost.
+        self.signal.task.register(cx.waker());
+        if !self.signal.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let this = &mut *self;
+        this.inner.as_mut().poll(&mut Context::from_waker(&this.waker))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+    use tokio_util::sync::CancellationToken;
+
+    /// Counts its polls and never completes.
+    struct Counting {
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Future for Counting {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn the_inner_future_is_polled_first_then_only_when_rearmed() {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let mut gated = Box::pin(Gated::new(Counting { polls: polls.clone() }));
+        let mut cx = Context::from_waker(Waker::noop());
+        for _ in 0..100 {
+            assert!(gated.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "polled on every turn");
+        let _ = gated.as_mut().get_mut().rearm();
+        assert!(gated.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_cancellation_still_ends_the_wait() {
+        let token = CancellationToken::new();
+        let gated = Gated::new(token.clone().cancelled_owned());
+        let cancel = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            token.cancel();
+        });
+        tokio::time::timeout(Duration::from_secs(5), gated).await.expect("woken by the cancellation");
+        cancel.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_moved_timer_fires_at_its_new_deadline() {
+        let start = tokio::time::Instant::now();
+        let mut gated = Box::pin(Gated::new(tokio::time::sleep_until(start + Duration::from_secs(60))));
+        // Registered at 60 s, then moved to 1 s: the gate must let the new deadline through.
+        assert!(futures::poll!(gated.as_mut()).is_pending());
+        gated.as_mut().get_mut().rearm().reset(start + Duration::from_secs(1));
+        gated.await;
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+}
