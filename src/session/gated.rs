@@ -102,7 +102,7 @@ mod tests {
             assert!(gated.as_mut().poll(&mut cx).is_pending());
         }
         assert_eq!(polls.load(Ordering::Relaxed), 1, "polled on every turn");
-        let _ = gated.as_mut().get_mut().rearm();
+        gated.as_mut().get_mut().rearm();
         assert!(gated.as_mut().poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::Relaxed), 2);
     }
