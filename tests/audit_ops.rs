@@ -164,6 +164,12 @@ async fn metrics_move_as_a_scripted_session_says() {
     assert_eq!(metric(&body, "voxgate_upstream_connect_seconds_count"), 1.0, "{body}");
     assert!(metric(&body, r#"voxgate_client_errors_total{code="voxgate_invalid_json"}"#) >= 1.0, "{body}");
     assert!(metric(&body, r#"voxgate_audit_records_total{event="call_finished"}"#) >= 3.0, "{body}");
+    // Every record above reached the disk in some group commit, each one timed.
+    let commits = metric(&body, "voxgate_audit_commit_seconds_count");
+    let records = metric(&body, r#"voxgate_audit_records_total{event="call_started"}"#)
+        + metric(&body, r#"voxgate_audit_records_total{event="call_finished"}"#);
+    assert!(commits >= 1.0 && commits <= records, "{body}");
+    assert_eq!(metric(&body, r#"voxgate_audit_commit_seconds_bucket{le="+Inf"}"#), commits, "{body}");
 
     drop(client);
     for _ in 0..50 {

@@ -28,6 +28,7 @@ use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
 use super::recovery::{self, Recovery};
 use crate::config::{AuditConfig, AuditOnError, Secret};
+use crate::telemetry::metrics::Metrics;
 
 /// Records written per fsync at most.
 const BATCH: usize = 512;
@@ -105,6 +106,8 @@ pub struct OpenOptions<'a> {
     pub instance: String,
     /// Asks the tools what became of approved calls a crash interrupted.
     pub recovery: Option<&'a dyn Recovery>,
+    /// Where commit times go (`voxgate_audit_commit_seconds`).
+    pub metrics: Option<Metrics>,
 }
 
 /// Open the log (recovering what a crash left), then start the writer and, with a Redis URL, the
@@ -144,6 +147,7 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
         since_checkpoint: 0,
         last_checkpoint: Instant::now(),
         flushed: flushed_tx,
+        metrics: options.metrics,
     };
     let task = tokio::task::spawn_blocking(move || writer.run(rx));
     Ok((AuditHandle { tx, healthy, on_error: config.on_error }, AuditWriter { task, mirror }))
@@ -212,6 +216,7 @@ struct Writer {
     since_checkpoint: u64,
     last_checkpoint: Instant,
     flushed: watch::Sender<u64>,
+    metrics: Option<Metrics>,
 }
 
 impl Writer {
@@ -321,10 +326,14 @@ impl Writer {
             push(&Line::checkpoint(seq, &self.instance, prev.clone()), &mut prev, &mut buffer)?;
             (since, checkpointed) = (0, true);
         }
-        self.file.write_all(&buffer).map_err(io)?;
+        let started = Instant::now();
         // After a failed fsync the kernel may have dropped the pages: nothing of this batch is
         // claimed durable, the caller cuts it off and writes it again.
-        self.file.sync_data().map_err(io)?;
+        let written = self.file.write_all(&buffer).and_then(|()| self.file.sync_data());
+        if let Some(metrics) = &self.metrics {
+            metrics.audit_commit(started.elapsed());
+        }
+        written.map_err(io)?;
         self.len += buffer.len() as u64;
         self.seq = seq;
         self.prev = prev;

@@ -98,6 +98,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         redis_url: config.redis.url.as_ref(),
         instance: config.server.instance_id(),
         recovery: Some(&recovery),
+        metrics: Some(metrics.clone()),
     };
     let (audit, audit_writer) = audit::open(&config.audit, audit_options).await?;
     let hasher = user_hasher(&config);

@@ -36,6 +36,11 @@ const TOOL_DURATION_BUCKETS: [f64; 14] = [
 /// Upstream WebSocket connect (DNS + TCP + TLS + upgrade): 10 ms to 10 s (the connect timeout).
 const CONNECT_BUCKETS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// One audit group commit (write + fdatasync): 0.1 ms (a fast SSD) to 2.5 s (a disk in trouble).
+const AUDIT_COMMIT_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
 /// Series created at zero on start so every CONTRACT name is in the first scrape and ratios and
 /// `rate()` have both sides from the beginning. Other label values appear on first use.
 const SESSION_OUTCOMES: [&str; 8] = [
@@ -88,6 +93,8 @@ struct Inner {
     client_errors_total: Family<Labels1, Counter>,
     audit_records_total: Family<Labels1, Counter>,
     audit_errors_total: Counter,
+    /// Every server tool answer waits for one of these (the record must be durable first).
+    audit_commit: Histogram,
     http_rejections_total: Family<Labels1, Counter>,
     /// 1 while Redis answers (cluster registry, caps), 0 when it is down or not configured.
     redis_up: Gauge,
@@ -274,6 +281,9 @@ impl Metrics {
                 "Audit records written and flushed, by event", Family::default()),
             audit_errors_total: register(&mut r, "voxgate_audit_errors",
                 "Audit writes that failed", Counter::default()),
+            audit_commit: register_seconds(&mut r, "voxgate_audit_commit",
+                "Time to write and fdatasync one group of audit records (tool answers wait for it)",
+                Histogram::new(AUDIT_COMMIT_BUCKETS)),
             http_rejections_total: register(&mut r, "voxgate_http_rejections",
                 "HTTP requests refused before a session started, by reason", Family::default()),
             redis_up: register(&mut r, "voxgate_redis_up",
@@ -439,6 +449,11 @@ impl Metrics {
 
     pub fn audit_error(&self) {
         self.inner.audit_errors_total.inc();
+    }
+
+    /// One group commit of the audit writer took `took` (write and fdatasync, failed or not).
+    pub fn audit_commit(&self, took: Duration) {
+        self.inner.audit_commit.observe(took.as_secs_f64());
     }
 
     /// `reason`: origin, unauthorized, too_many_sessions, too_many_sessions_per_user, draining, ...

@@ -22,6 +22,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("voxgate_client_errors_total", "counter"),
     ("voxgate_audit_records_total", "counter"),
     ("voxgate_audit_errors_total", "counter"),
+    ("voxgate_audit_commit_seconds", "histogram"),
     ("voxgate_http_rejections_total", "counter"),
 ];
 
@@ -117,6 +118,8 @@ fn increments_show_in_the_scrape() {
     metrics.client_error("voxgate_invalid_json");
     metrics.audit_record("call_started");
     metrics.audit_error();
+    metrics.audit_commit(Duration::from_micros(300));
+    metrics.audit_commit(Duration::from_millis(300));
     metrics.http_rejection("origin");
 
     let body = metrics.render();
@@ -200,6 +203,10 @@ fn increments_show_in_the_scrape() {
         ),
         (r#"voxgate_audit_records_total{event="call_started"}"#, 1.0),
         ("voxgate_audit_errors_total", 1.0),
+        ("voxgate_audit_commit_seconds_count", 2.0),
+        (r#"voxgate_audit_commit_seconds_bucket{le="0.0005"}"#, 1.0),
+        (r#"voxgate_audit_commit_seconds_bucket{le="0.25"}"#, 1.0),
+        (r#"voxgate_audit_commit_seconds_bucket{le="0.5"}"#, 2.0),
         (r#"voxgate_http_rejections_total{reason="origin"}"#, 1.0),
     ];
     for (series, want) in expect {
