@@ -3,6 +3,9 @@
 use super::{AuthMode, CalendarKind, Config, ConfigError, UpstreamKind};
 use crate::tools::KNOWN_TOOLS;
 
+/// More session threads than this is a typo, not a machine (each is an OS thread and a runtime).
+const MAX_SESSION_THREADS: usize = 256;
+
 /// Reject a configuration that cannot work, before anything starts serving.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
     let server = &config.server;
@@ -21,8 +24,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if server.max_sessions_per_user == 0 {
         return Err(ConfigError::new("server.max_sessions_per_user", "must be at least 1"));
     }
-    if server.client_send_timeout_ms == 0 {
-        return Err(ConfigError::new("server.client_send_timeout_ms", "must be at least 1"));
+    if server.session_threads > MAX_SESSION_THREADS {
+        return Err(ConfigError::new("server.session_threads", "must be at most 256 (0 = one per CPU)"));
     }
     if let Some(id) = &server.instance_id {
         let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));

@@ -84,8 +84,9 @@ pub(crate) async fn serve(
             })
         }));
         if placed.is_err() {
-            // Its thread is gone (a panic outside any task); the socket closes with the job.
-            tracing::error!("a session thread has ended; connection dropped");
+            // Every session thread is gone (a panic outside any task); the socket closes with
+            // the job.
+            tracing::error!("no session thread is running; connection dropped");
         }
     }
 }

@@ -83,9 +83,11 @@ impl Shards {
     }
 
     /// Run `job` on the least-loaded shard; its future counts as one connection there until it
-    /// ends. Returns the job when that shard's thread is gone (it panicked).
+    /// ends. Returns the job when no thread is left to take it.
     pub(crate) fn place(&self, job: Job) -> Result<(), Job> {
-        let Some(shard) = self.shards.iter().min_by_key(|s| s.load.load(Ordering::Relaxed)) else {
+        // A thread that is gone (it could only panic outside any task) is never chosen again.
+        let open = self.shards.iter().filter(|s| !s.queue.is_closed());
+        let Some(shard) = open.min_by_key(|s| s.load.load(Ordering::Relaxed)) else {
             return Err(job);
         };
         shard.load.fetch_add(1, Ordering::Relaxed);
@@ -176,6 +178,24 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(shards.loads(), vec![0, 0]);
+        shards.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_thread_that_is_gone_is_passed_over() {
+        let mut shards = Shards::start(1).unwrap();
+        // A shard whose thread has ended: its queue is closed, and its load is the lowest.
+        let (queue, jobs) = mpsc::unbounded_channel();
+        drop(jobs);
+        shards.shards.insert(0, Shard { queue, load: Arc::new(AtomicUsize::new(0)), thread: None });
+        shards.shards[1].load.store(5, Ordering::Relaxed);
+        let (ran_tx, ran_rx) = oneshot::channel();
+        shards
+            .place(job(async move {
+                let _ = ran_tx.send(());
+            }))
+            .unwrap_or_else(|_| panic!("placed on the live thread"));
+        ran_rx.await.unwrap();
         shards.stop().await;
     }
 
