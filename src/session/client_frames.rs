@@ -7,7 +7,6 @@
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use tokio::time::Instant;
 
 use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
@@ -41,7 +40,10 @@ impl Bridge {
         };
         self.frames.client_to_upstream();
         if matches!(message, Message::Text(_) | Message::Binary(_)) {
-            match self.pace.as_mut().map_or(Pace::Accept, |p| p.check(Instant::now())) {
+            // `last_activity` is this frame's arrival: the loop set it just before (text and
+            // binary frames are activity), so the clock is read once per frame, not twice.
+            let arrived = self.last_activity;
+            match self.pace.as_mut().map_or(Pace::Accept, |p| p.check(arrived)) {
                 Pace::Accept => {}
                 Pace::DropAndTell => {
                     let message = "Too many frames per second; frames over the limit were dropped.";
