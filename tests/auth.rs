@@ -247,6 +247,18 @@ async fn admin_api() {
     let (code, _) = client.closed().await;
     assert_eq!(code, 1000);
     let _ = up.closed().await;
+    // The session leaves the table when its task ends, just after both peers saw their close
+    // frames; nothing outside the process can await that moment, so it is polled, bounded.
+    let gone = async {
+        loop {
+            let list: Value = http.get(format!("{base}/admin/sessions")).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+            if list["sessions"].as_array().is_some_and(|s| s.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), gone).await.expect("the ended session is still listed");
     assert_eq!(http.delete(format!("{base}/admin/sessions/{id}")).bearer_auth(ADMIN).send().await.unwrap().status(), 404);
     let parked: Vec<Value> = proxy.audit_records().into_iter().filter(|r| r["call_id"] == "call_parked" && r["event"] == "call_finished").collect();
     assert_eq!(parked.len(), 1);

@@ -48,6 +48,13 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Frames still read from an upstream whose write side failed, at most.
 const TAKE_IN_AT_MOST: usize = 256;
 
+/// Frames already received from a peer that one turn handles after the one that woke it, at
+/// most. A bare relay (`StreamExt::forward`) reads until its socket has nothing more and then
+/// flushes once; so does the session, for up to this many frames, so that a burst (a peer
+/// catching up after a stall, many frames in one TCP segment) costs one write, not one per frame,
+/// and timers and tool completions still get a turn.
+const READY_BATCH: usize = 32;
+
 /// How the session is ending.
 pub(super) struct Closing {
     pub outcome: SessionOutcome,
@@ -226,10 +233,25 @@ impl Bridge {
                 frame = client_rx.next(), if client_open => {
                     bridge.note_activity(&frame);
                     client_open = bridge.handle_client_frame(frame).await;
+                    // Frames that arrived together go upstream together, with one flush.
+                    let mut more = READY_BATCH;
+                    while client_open && more > 0 && bridge.forwarding() {
+                        let Some(frame) = client_rx.next().now_or_never() else { break };
+                        more -= 1;
+                        bridge.note_activity(&frame);
+                        client_open = bridge.handle_client_frame(frame).await;
+                    }
                 }
                 frame = upstream_rx.next(), if upstream_open && !bridge.resume.in_gap() => {
                     bridge.note_activity(&frame);
                     upstream_open = bridge.handle_upstream_frame(frame).await;
+                    let mut more = READY_BATCH;
+                    while upstream_open && more > 0 && bridge.forwarding() {
+                        let Some(frame) = upstream_rx.next().now_or_never() else { break };
+                        more -= 1;
+                        bridge.note_activity(&frame);
+                        upstream_open = bridge.handle_upstream_frame(frame).await;
+                    }
                 }
                 connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
                     if let Some(stream) = bridge.on_connection(connected).await {
@@ -393,6 +415,12 @@ impl Bridge {
         if let Some(event_id) = self.gate.try_request(Instant::now(), events::event_id) {
             self.send_upstream(Message::text(events::response_create(&event_id))).await;
         }
+    }
+
+    /// Whether frames may still be forwarded in this turn: not once the session is closing, a
+    /// peer stalled, or the upstream is being replaced (the loop's next turn handles each).
+    fn forwarding(&self) -> bool {
+        self.closing.is_none() && !self.client_stalled && !self.upstream_stalled && !self.resume.in_gap()
     }
 
     /// A frame in either direction keeps the session from idling out; keep-alive traffic (our

@@ -11,7 +11,8 @@
 //! session time still pass in seconds.
 //!
 //! The tests: [`bounds`] (the loop never freezes, never spins, the response gate never blocks
-//! tool results) and [`guards`] (what a hostile peer cannot do).
+//! tool results), [`guards`] (what a hostile peer cannot do) and [`batching`] (a burst costs a
+//! few turns, not one per frame).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,7 @@ use crate::tools::registry::ToolRegistry;
 use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 use crate::upstream::UpstreamConn;
 
+mod batching;
 mod bounds;
 mod guards;
 
