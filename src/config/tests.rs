@@ -61,6 +61,7 @@ fn every_validation_error_names_its_key() {
         ("[server]\nlisen = \"127.0.0.1:1\"", &[], "server.lisen"),
         ("[server]\nmax_frame_bytes = 10", &[], "server.max_frame_bytes"),
         ("[server]\nmax_sessions = 0", &[], "server.max_sessions"),
+        ("[upstream]\nmax_frame_bytes = 1000", &[], "upstream.max_frame_bytes"),
         ("[server]\nsession_threads = 100000", &[], "server.session_threads"),
         ("[server]\nmax_sessions_per_user = 0", &[], "server.max_sessions_per_user"),
         ("[server]\nclient_send_timeout_ms = 0", &[], "server.client_send_timeout_ms"),

@@ -47,6 +47,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
 
     let upstream = &config.upstream;
+    if upstream.max_frame_bytes < 64 * 1024 || upstream.max_frame_bytes > 1024 * 1024 * 1024 {
+        // A realtime server's `session.updated` alone is ≈ 14 KB; below that no session starts.
+        return Err(ConfigError::new("upstream.max_frame_bytes", "must be between 64 KiB and 1 GiB"));
+    }
     if upstream.resume && upstream.resume_attempts == 0 {
         return Err(ConfigError::new("upstream.resume_attempts", "must be at least 1 while upstream.resume is on"));
     }

@@ -210,7 +210,7 @@ fn client_ws_config(max_frame_bytes: usize) -> WebSocketConfig {
     let hard_limit = max_frame_bytes.saturating_mul(2);
     WebSocketConfig::default()
         .read_buffer_size(4 * 1024)
-        .write_buffer_size(0)
+        .write_buffer_size(crate::session::outbox::SOCKET_WRITE_BUFFER)
         .max_write_buffer_size(64 * 1024 * 1024)
         .max_message_size(Some(hard_limit))
         .max_frame_size(Some(hard_limit))

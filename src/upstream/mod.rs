@@ -78,7 +78,7 @@ static TLS: LazyLock<Connector> = LazyLock::new(|| {
 pub fn ws_config(max_frame_bytes: usize) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(4 * 1024)
-        .write_buffer_size(0)
+        .write_buffer_size(crate::session::outbox::SOCKET_WRITE_BUFFER)
         .max_write_buffer_size(max_frame_bytes.saturating_mul(2))
         .max_message_size(Some(max_frame_bytes))
         .max_frame_size(Some(max_frame_bytes))

@@ -301,9 +301,10 @@ impl FrameCodec {
             }
             self.out_buffer.drain(0..len);
         }
-        // voxgate patch (vendor/README.md): a large frame grew the buffer; once it is written, do
-        // not keep that capacity for the life of the connection.
-        if self.out_buffer.capacity() > KEEP_BUFFER_BYTES.max(self.out_buffer_write_len.saturating_mul(2)) {
+        // voxgate patch (vendor/README.md): a large frame (or a burst gathered past the write
+        // buffer's target) grew the buffer; once it is written, do not keep that capacity for the
+        // life of the connection.
+        if self.out_buffer.capacity() > KEEP_BUFFER_BYTES.max(self.out_buffer_write_len) {
             self.out_buffer = Vec::new();
         }
 
