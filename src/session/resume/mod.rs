@@ -142,6 +142,11 @@ pub(super) struct Resume {
     /// The client's last `response.create` that no `response.created` has followed yet: if the
     /// upstream went away without starting it, it is sent again after the restore.
     client_request: Option<String>,
+    /// `session.update`s sent to the live upstream that no `session.updated` has answered yet. If
+    /// the upstream went away owing one, the new upstream's answer to the restore is the client's
+    /// answer and is forwarded, not kept back as an echo: a client waiting for its update to be
+    /// acknowledged must not wait forever.
+    unanswered_updates: u32,
 }
 
 impl Resume {
@@ -157,6 +162,7 @@ impl Resume {
             gap: None,
             echoes: Echoes::default(),
             client_request: None,
+            unanswered_updates: 0,
         }
     }
 
@@ -187,7 +193,13 @@ impl Resume {
     pub(super) fn on_upstream_event(&mut self, kind: &str, bytes: &[u8]) -> Seen {
         match kind {
             "session.created" => return swallow_once(&mut self.echoes.session_created),
-            "session.updated" => return swallow_once(&mut self.echoes.session_updated),
+            "session.updated" => {
+                if swallow_once(&mut self.echoes.session_updated) == Seen::Swallow {
+                    return Seen::Swallow;
+                }
+                self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
+                return Seen::Forward;
+            }
             "response.created" => {
                 self.client_request = None;
                 return Seen::Forward;
@@ -214,6 +226,10 @@ impl Resume {
     pub(super) fn note_session_update(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
         if self.enabled() {
             plan::merge_session_update(&mut self.session, frame, is_server_tool);
+            // One held in a gap goes to the new upstream after the restore and is answered there.
+            if !self.in_gap() {
+                self.unanswered_updates = self.unanswered_updates.saturating_add(1);
+            }
         }
     }
 
@@ -299,7 +315,9 @@ impl Resume {
     /// echoes of them are kept from the client.
     fn restore(&mut self, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
         let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
-        self.echoes = Echoes { session_created: true, session_updated: restore.updates_session, items: restore.item_ids.clone() };
+        // The restore's `session.updated` answers an update the old upstream never answered.
+        let owed = std::mem::take(&mut self.unanswered_updates) > 0;
+        self.echoes = Echoes { session_created: true, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
         self.upstream_since = Instant::now();
         restore
     }

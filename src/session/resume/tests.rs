@@ -162,6 +162,11 @@ async fn a_dropped_upstream_gets_the_session_and_items_in_order_then_the_held_fr
     let (mut h, offer, _) = resumable(|_| {}).await;
     h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
     h.model_expects("session.update").await;
+    // Both updates (voxgate's tool injection and the browser's) are answered before the drop.
+    for _ in 0..2 {
+        h.model_sends(json!({"type": "session.updated", "event_id": "e_su", "session": {"id": "sess_1"}})).await;
+        h.browser_expects("session.updated").await;
+    }
     h.model_sends(message("u1", "user", "input_text", "What is the dose?")).await;
     h.model_sends(message("a1", "assistant", "output_text", "Five milligrams.")).await;
     h.model_sends(function_call("c1")).await;
@@ -206,6 +211,28 @@ async fn a_dropped_upstream_gets_the_session_and_items_in_order_then_the_held_fr
     h.model_sends(json!({"type": "response.created", "event_id": "n3", "response": {"id": "r3"}})).await;
     assert_eq!(next_json(&mut h.browser).await["type"], "response.created");
     assert!(h.metrics.render().lines().any(|l| l.starts_with("voxgate_upstream_resumes_total") && l.contains("outcome=\"resumed\"") && l.ends_with(" 1")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_update_the_old_upstream_never_answered_is_answered_by_the_new_one() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "e_inj", "session": {"id": "sess_1"}})).await;
+    h.browser_expects("session.updated").await;
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
+    h.model_expects("session.update").await;
+    // Gone before answering the browser's update (a dropped connection loses what was in flight).
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    assert_eq!(next_json(&mut h.model).await["type"], "session.update");
+    h.browser_expects("voxgate.session.resumed").await;
+    h.model_sends(json!({"type": "session.created", "event_id": "n0", "session": {"id": "sess_2"}})).await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "n1", "session": {"id": "sess_2", "instructions": "Be brief."}})).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "n2", "response": {"id": "r3"}})).await;
+    // The client gets its answer once, and never the new upstream's `session.created`.
+    let updated = next_json(&mut h.browser).await;
+    assert_eq!((updated["type"].as_str(), updated["event_id"].as_str()), (Some("session.updated"), Some("n1")), "{updated}");
+    assert_eq!(next_json(&mut h.browser).await["type"], "response.created");
 }
 
 #[tokio::test(start_paused = true)]
