@@ -41,6 +41,16 @@ use crate::upstream::UpstreamConn;
 
 type AuditAck = BoxFuture<'static, (Option<String>, Result<(), AuditError>)>;
 
+/// What either socket yields.
+type FrameResult = Result<Message, tungstenite::Error>;
+
+/// Which peer a burst of frames came from.
+#[derive(Clone, Copy)]
+enum Peer {
+    Client,
+    Upstream,
+}
+
 /// After the close deadline, how long audit acknowledgements may still take before the session
 /// ends anyway (the records are already with the writer; only the wait is given up).
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -231,27 +241,10 @@ impl Bridge {
                     bridge.begin_close(outcome, true).await;
                 }
                 frame = client_rx.next(), if client_open => {
-                    bridge.note_activity(&frame);
-                    client_open = bridge.handle_client_frame(frame).await;
-                    // Frames that arrived together go upstream together, with one flush.
-                    let mut more = READY_BATCH;
-                    while client_open && more > 0 && bridge.forwarding() {
-                        let Some(frame) = client_rx.next().now_or_never() else { break };
-                        more -= 1;
-                        bridge.note_activity(&frame);
-                        client_open = bridge.handle_client_frame(frame).await;
-                    }
+                    client_open = bridge.handle_burst(Peer::Client, frame, &mut client_rx).await;
                 }
                 frame = upstream_rx.next(), if upstream_open && !bridge.resume.in_gap() => {
-                    bridge.note_activity(&frame);
-                    upstream_open = bridge.handle_upstream_frame(frame).await;
-                    let mut more = READY_BATCH;
-                    while upstream_open && more > 0 && bridge.forwarding() {
-                        let Some(frame) = upstream_rx.next().now_or_never() else { break };
-                        more -= 1;
-                        bridge.note_activity(&frame);
-                        upstream_open = bridge.handle_upstream_frame(frame).await;
-                    }
+                    upstream_open = bridge.handle_burst(Peer::Upstream, frame, &mut upstream_rx).await;
                 }
                 connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
                     if let Some(stream) = bridge.on_connection(connected).await {
@@ -417,15 +410,35 @@ impl Bridge {
         }
     }
 
-    /// Whether frames may still be forwarded in this turn: not once the session is closing, a
-    /// peer stalled, or the upstream is being replaced (the loop's next turn handles each).
-    fn forwarding(&self) -> bool {
-        self.closing.is_none() && !self.client_stalled && !self.upstream_stalled && !self.resume.in_gap()
+    /// Handle the frame that woke the turn and then the frames already received behind it (at
+    /// most [`READY_BATCH`]), so that what they queue goes out together at the turn's end. Stops
+    /// once the session is closing, a peer stalled or the upstream is being replaced: the loop's
+    /// next turn handles each. False when that peer's side has ended.
+    async fn handle_burst<S>(&mut self, from: Peer, first: Option<FrameResult>, rx: &mut S) -> bool
+    where
+        S: Stream<Item = FrameResult> + Unpin,
+    {
+        let mut frame = first;
+        let mut left = READY_BATCH;
+        loop {
+            self.note_activity(&frame);
+            let open = match from {
+                Peer::Client => self.handle_client_frame(frame).await,
+                Peer::Upstream => self.handle_upstream_frame(frame).await,
+            };
+            let forwarding = self.closing.is_none() && !self.client_stalled && !self.upstream_stalled && !self.resume.in_gap();
+            if !open || left == 0 || !forwarding {
+                return open;
+            }
+            let Some(next) = rx.next().now_or_never() else { return true };
+            left -= 1;
+            frame = next;
+        }
     }
 
     /// A frame in either direction keeps the session from idling out; keep-alive traffic (our
     /// pings' pongs) does not.
-    fn note_activity(&mut self, frame: &Option<Result<Message, tungstenite::Error>>) {
+    fn note_activity(&mut self, frame: &Option<FrameResult>) {
         if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
             self.last_activity = Instant::now();
         }
