@@ -182,3 +182,26 @@ async fn a_lone_call_started_is_still_made_durable_after_the_group_window() {
     let all = lines(&cfg);
     assert_eq!(all.iter().map(|l| l["event"].as_str().unwrap()).collect::<Vec<_>>(), ["call_started", "call_started", "call_finished"]);
 }
+
+/// A session turn that starts and finishes a call hands both records over as one job: both are
+/// acknowledged, in order, after a single commit (one fdatasync).
+#[tokio::test]
+async fn records_queued_together_are_committed_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let metrics = crate::telemetry::metrics::Metrics::new();
+    let (handle, writer) = open(&cfg, OpenOptions { metrics: Some(metrics.clone()), ..Default::default() }).await.unwrap();
+    let batch = vec![Box::new(record(AuditEvent::CallStarted, "c1")), Box::new(record(AuditEvent::CallFinished, "c1"))];
+    for ack in handle.record_all(batch) {
+        ack.await.unwrap();
+    }
+    assert!(handle.record_all(Vec::new()).is_empty());
+    drop(handle);
+    writer.join().await.unwrap();
+    let all = lines(&cfg);
+    let events: Vec<&str> = all.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["call_started", "call_finished"]);
+    let commits = metrics.render().lines().find_map(|l| l.strip_prefix("voxgate_audit_commit_seconds_count ").map(str::to_owned));
+    assert_eq!(commits.as_deref(), Some("1"), "one fdatasync for the pair");
+}
+

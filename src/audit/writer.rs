@@ -30,7 +30,7 @@ use super::recovery::{self, Recovery};
 use crate::config::{AuditConfig, AuditOnError, Secret};
 use crate::telemetry::metrics::Metrics;
 
-/// Records written per fsync at most.
+/// Jobs taken per fsync at most (a job is one record, or the few of one session turn).
 const BATCH: usize = 512;
 /// Records held for a retry while the disk refuses them; beyond this, new records are refused
 /// (and counted by the caller) rather than exhausting memory.
@@ -38,8 +38,12 @@ const MAX_BACKLOG: usize = 100_000;
 /// How often the writer retries held records and checks whether a checkpoint is due.
 const TICK: Duration = Duration::from_secs(1);
 
+type Ack = oneshot::Sender<Result<(), AuditError>>;
+
 enum Job {
-    Record(Box<AuditRecord>, oneshot::Sender<Result<(), AuditError>>),
+    Record(Box<AuditRecord>, Ack),
+    /// Records queued together (one session turn's): the writer wakes once for all of them.
+    Records(Vec<(Box<AuditRecord>, Ack)>),
     /// Retry held records; write a checkpoint when one is due by time.
     Tick,
 }
@@ -66,6 +70,29 @@ impl AuditHandle {
             queued?;
             ack_rx.await.map_err(|_| AuditError::Closed)?
         }
+    }
+
+    /// Queue several records as one job, in order. Each future resolves like [`Self::record`]'s.
+    /// A session turn that both starts and finishes a call hands the writer both records at
+    /// once: one wake-up of the writer thread instead of two, and never a group wait for the
+    /// second (see [`gather_awaited`]).
+    pub fn record_all(&self, records: Vec<Box<AuditRecord>>) -> Vec<impl Future<Output = Result<(), AuditError>> + Send + 'static> {
+        let (jobs, acks): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .map(|record| {
+                let (ack_tx, ack_rx) = oneshot::channel();
+                ((record, ack_tx), ack_rx)
+            })
+            .unzip();
+        let queued = jobs.is_empty() || self.tx.send(Job::Records(jobs)).is_ok();
+        acks.into_iter()
+            .map(|ack_rx| async move {
+                if !queued {
+                    return Err(AuditError::Closed);
+                }
+                ack_rx.await.map_err(|_| AuditError::Closed)?
+            })
+            .collect()
     }
 
     /// Are records being made durable? False from a failed write until a write succeeds again.
@@ -177,6 +204,7 @@ const GROUP_WINDOW: Duration = Duration::from_millis(2);
 fn releases_nothing(job: &Job) -> bool {
     match job {
         Job::Record(record, _) => record.event == AuditEvent::CallStarted,
+        Job::Records(records) => records.iter().all(|(record, _)| record.event == AuditEvent::CallStarted),
         Job::Tick => false,
     }
 }
@@ -229,9 +257,18 @@ impl Writer {
             let mut records = Vec::with_capacity(jobs.len());
             let mut acks = Vec::with_capacity(jobs.len());
             for job in jobs.drain(..) {
-                if let Job::Record(record, ack) = job {
-                    records.push(*record);
-                    acks.push(ack);
+                match job {
+                    Job::Record(record, ack) => {
+                        records.push(*record);
+                        acks.push(ack);
+                    }
+                    Job::Records(batch) => {
+                        for (record, ack) in batch {
+                            records.push(*record);
+                            acks.push(ack);
+                        }
+                    }
+                    Job::Tick => {}
                 }
             }
             let result = self.commit(records);

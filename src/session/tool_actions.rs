@@ -36,21 +36,31 @@ impl Bridge {
         // Tool work is rare next to frames: a good moment to publish this session's frame counts.
         self.frames.flush();
         let mut queue = std::collections::VecDeque::from(actions);
+        // Audit records go to the writer together, when these actions are done or before a wait:
+        // a calculator's `call_started` and `call_finished` then wake the writer once.
+        let mut audits = Vec::new();
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Client(event) => self.send_client_event(event).await,
                 Action::Audit { record, gates } => {
                     self.observe(&record);
-                    let ack = self.deps.audit.record(record);
-                    self.audit_acks.push(async move { (gates, ack.await) }.boxed());
+                    audits.push((record, gates));
                 }
                 Action::CheckLimit { call_id, tool } => {
-                    // The only wait here that is not a send (a shared limiter is a network round
-                    // trip): what this turn queued goes out first rather than after it.
-                    self.to_client.drive_now();
-                    self.to_upstream.drive_now();
-                    let policy = &tool.policy;
-                    let limit = self.deps.limiter.check(&self.info.user, tool.name(), policy.rate_limit_per_minute).await;
+                    let (limiter, user) = (self.deps.limiter.clone(), self.info.user.clone());
+                    let mut check = limiter.check(&user, tool.name(), tool.policy.rate_limit_per_minute);
+                    let limit = match (&mut check).now_or_never() {
+                        // The local limiter answers at once.
+                        Some(limit) => limit,
+                        None => {
+                            // The only wait here that is not a send (a shared limiter is a
+                            // network round trip): what this turn queued goes out first.
+                            self.queue_audits(std::mem::take(&mut audits));
+                            self.to_client.drive_now();
+                            self.to_upstream.drive_now();
+                            check.await
+                        }
+                    };
                     let next = self.calls.on_limit_checked(&call_id, limit, super::calls::unix_ms());
                     next.into_iter().rev().for_each(|a| queue.push_front(a));
                 }
@@ -71,6 +81,18 @@ impl Bridge {
                     }
                 }
             }
+        }
+        self.queue_audits(audits);
+    }
+
+    /// Hand records to the audit writer as one job; their acknowledgements come back to the loop.
+    fn queue_audits(&mut self, audits: Vec<(Box<crate::audit::AuditRecord>, Option<String>)>) {
+        if audits.is_empty() {
+            return;
+        }
+        let (records, gates): (Vec<_>, Vec<_>) = audits.into_iter().unzip();
+        for (ack, gates) in self.deps.audit.record_all(records).into_iter().zip(gates) {
+            self.audit_acks.push(async move { (gates, ack.await) }.boxed());
         }
     }
 
