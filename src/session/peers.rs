@@ -57,6 +57,15 @@ impl Bridge {
         }
     }
 
+    /// Queue a voxgate event for the client if that needs no wait; the frame comes back when the
+    /// client's queue is full (then [`Self::send_client`] waits for room, bounded).
+    pub(super) fn try_send_client_event(&mut self, event: String) -> Option<Message> {
+        if !self.info.wants_events || self.client_stalled {
+            return None;
+        }
+        self.to_client.try_send_or_return(Message::text(event)).ok().flatten()
+    }
+
     /// Send a frame to the client; a client that stops reading for too long is closed (1008).
     pub(super) async fn send_client(&mut self, message: Message) {
         if self.client_stalled {

@@ -36,12 +36,19 @@ impl Bridge {
         // Tool work is rare next to frames: a good moment to publish this session's frame counts.
         self.frames.flush();
         let mut queue = std::collections::VecDeque::from(actions);
-        // Audit records go to the writer together, when these actions are done or before a wait:
-        // a calculator's `call_started` and `call_finished` then wake the writer once.
+        // Audit records go to the writer together when these actions are done: a calculator's
+        // `call_started` and `call_finished` then wake the writer once. They are held only across
+        // code that does not wait: before anything that would (a full client queue, a shared
+        // limiter, a send upstream) or could let a tool task run, they are handed over.
         let mut audits = Vec::new();
         while let Some(action) = queue.pop_front() {
             match action {
-                Action::Client(event) => self.send_client_event(event).await,
+                Action::Client(event) => {
+                    if let Some(waits) = self.try_send_client_event(event) {
+                        self.queue_audits(std::mem::take(&mut audits));
+                        self.send_client(waits).await;
+                    }
+                }
                 Action::Audit { record, gates } => {
                     self.observe(&record);
                     audits.push((record, gates));
@@ -65,15 +72,20 @@ impl Bridge {
                     next.into_iter().rev().for_each(|a| queue.push_front(a));
                 }
                 Action::Spawn { call_id, tool, args } => {
-                    if let Some(result) = self.spawn_tool(call_id.clone(), tool, args) {
-                        let next = self.calls.on_tool_finished(&call_id, result);
-                        next.into_iter().rev().for_each(|a| queue.push_front(a));
+                    match self.spawn_tool(call_id.clone(), tool, args) {
+                        Some(result) => {
+                            let next = self.calls.on_tool_finished(&call_id, result);
+                            next.into_iter().rev().for_each(|a| queue.push_front(a));
+                        }
+                        // The task runs at the next wait: its `call_started` is with the writer first.
+                        None => self.queue_audits(std::mem::take(&mut audits)),
                     }
                 }
                 Action::Expire { call_id, after } => {
                     self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
                 }
                 Action::Output { call_id, output } => {
+                    self.queue_audits(std::mem::take(&mut audits));
                     let frame = events::function_call_output(&call_id, &output);
                     if self.send_upstream(Message::text(frame.clone())).await {
                         self.gate.on_output_sent();
