@@ -41,8 +41,7 @@ const TICK: Duration = Duration::from_secs(1);
 type Ack = oneshot::Sender<Result<(), AuditError>>;
 
 enum Job {
-    Record(Box<AuditRecord>, Ack),
-    /// Records queued together (one session turn's): the writer wakes once for all of them.
+    /// One record, or those of one session turn: the writer wakes once for all of them.
     Records(Vec<(Box<AuditRecord>, Ack)>),
     /// Retry held records; write a checkpoint when one is due by time.
     Tick,
@@ -65,11 +64,8 @@ impl AuditHandle {
     /// [`AuditError::Unavailable`] when that first attempt failed.
     pub fn record(&self, record: impl Into<Box<AuditRecord>>) -> impl Future<Output = Result<(), AuditError>> + Send + 'static {
         let (ack_tx, ack_rx) = oneshot::channel();
-        let queued = self.tx.send(Job::Record(record.into(), ack_tx)).map_err(|_| AuditError::Closed);
-        async move {
-            queued?;
-            ack_rx.await.map_err(|_| AuditError::Closed)?
-        }
+        self.queue(vec![(record.into(), ack_tx)]);
+        acknowledged(ack_rx)
     }
 
     /// Queue several records as one job, in order. Each future resolves like [`Self::record`]'s.
@@ -81,18 +77,19 @@ impl AuditHandle {
             .into_iter()
             .map(|record| {
                 let (ack_tx, ack_rx) = oneshot::channel();
-                ((record, ack_tx), ack_rx)
+                ((record, ack_tx), acknowledged(ack_rx))
             })
             .unzip();
-        let queued = jobs.is_empty() || self.tx.send(Job::Records(jobs)).is_ok();
-        acks.into_iter()
-            .map(|ack_rx| async move {
-                if !queued {
-                    return Err(AuditError::Closed);
-                }
-                ack_rx.await.map_err(|_| AuditError::Closed)?
-            })
-            .collect()
+        if !jobs.is_empty() {
+            self.queue(jobs);
+        }
+        acks
+    }
+
+    /// A writer that has stopped drops the job, and with it every acknowledgement sender: each
+    /// waiting future then resolves to [`AuditError::Closed`].
+    fn queue(&self, records: Vec<(Box<AuditRecord>, Ack)>) {
+        let _ = self.tx.send(Job::Records(records));
     }
 
     /// Are records being made durable? False from a failed write until a write succeeds again.
@@ -203,10 +200,14 @@ const GROUP_WINDOW: Duration = Duration::from_millis(2);
 
 fn releases_nothing(job: &Job) -> bool {
     match job {
-        Job::Record(record, _) => record.event == AuditEvent::CallStarted,
         Job::Records(records) => records.iter().all(|(record, _)| record.event == AuditEvent::CallStarted),
         Job::Tick => false,
     }
+}
+
+/// Resolves when the writer acknowledges a record (see [`AuditHandle::record`]).
+async fn acknowledged(ack: oneshot::Receiver<Result<(), AuditError>>) -> Result<(), AuditError> {
+    ack.await.map_err(|_| AuditError::Closed)?
 }
 
 /// Sends a [`Job::Tick`] every second for as long as the writer has handles (a weak sender does
@@ -257,18 +258,11 @@ impl Writer {
             let mut records = Vec::with_capacity(jobs.len());
             let mut acks = Vec::with_capacity(jobs.len());
             for job in jobs.drain(..) {
-                match job {
-                    Job::Record(record, ack) => {
+                if let Job::Records(batch) = job {
+                    for (record, ack) in batch {
                         records.push(*record);
                         acks.push(ack);
                     }
-                    Job::Records(batch) => {
-                        for (record, ack) in batch {
-                            records.push(*record);
-                            acks.push(ack);
-                        }
-                    }
-                    Job::Tick => {}
                 }
             }
             let result = self.commit(records);

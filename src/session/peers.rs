@@ -52,8 +52,8 @@ impl Bridge {
 
     /// Send a `voxgate.*` event, if this client asked for them.
     pub(super) async fn send_client_event(&mut self, event: String) {
-        if self.info.wants_events {
-            self.send_client(Message::text(event)).await;
+        if let Some(waits) = self.try_send_client_event(event) {
+            self.send_client(waits).await;
         }
     }
 

@@ -45,7 +45,7 @@ impl Bridge {
             match action {
                 Action::Client(event) => {
                     if let Some(waits) = self.try_send_client_event(event) {
-                        self.queue_audits(std::mem::take(&mut audits));
+                        self.queue_audits(&mut audits);
                         self.send_client(waits).await;
                     }
                 }
@@ -62,7 +62,7 @@ impl Bridge {
                         None => {
                             // The only wait here that is not a send (a shared limiter is a
                             // network round trip): what this turn queued goes out first.
-                            self.queue_audits(std::mem::take(&mut audits));
+                            self.queue_audits(&mut audits);
                             self.to_client.drive_now();
                             self.to_upstream.drive_now();
                             check.await
@@ -78,14 +78,14 @@ impl Bridge {
                             next.into_iter().rev().for_each(|a| queue.push_front(a));
                         }
                         // The task runs at the next wait: its `call_started` is with the writer first.
-                        None => self.queue_audits(std::mem::take(&mut audits)),
+                        None => self.queue_audits(&mut audits),
                     }
                 }
                 Action::Expire { call_id, after } => {
                     self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
                 }
                 Action::Output { call_id, output } => {
-                    self.queue_audits(std::mem::take(&mut audits));
+                    self.queue_audits(&mut audits);
                     let frame = events::function_call_output(&call_id, &output);
                     if self.send_upstream(Message::text(frame.clone())).await {
                         self.gate.on_output_sent();
@@ -94,15 +94,12 @@ impl Bridge {
                 }
             }
         }
-        self.queue_audits(audits);
+        self.queue_audits(&mut audits);
     }
 
     /// Hand records to the audit writer as one job; their acknowledgements come back to the loop.
-    fn queue_audits(&mut self, audits: Vec<(Box<crate::audit::AuditRecord>, Option<String>)>) {
-        if audits.is_empty() {
-            return;
-        }
-        let (records, gates): (Vec<_>, Vec<_>) = audits.into_iter().unzip();
+    fn queue_audits(&mut self, audits: &mut Vec<(Box<crate::audit::AuditRecord>, Option<String>)>) {
+        let (records, gates): (Vec<_>, Vec<_>) = audits.drain(..).unzip();
         for (ack, gates) in self.deps.audit.record_all(records).into_iter().zip(gates) {
             self.audit_acks.push(async move { (gates, ack.await) }.boxed());
         }
