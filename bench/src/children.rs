@@ -60,8 +60,8 @@ pub async fn python_relay(python: &Path, tmp: &Path, upstream: &str) -> anyhow::
 
 /// voxgate's release binary, configured only through the environment: the echo as an `openai`
 /// upstream, every session allowed, audit and calendar in the temp dir, warnings only (plus the
-/// line that says where it listens).
-pub async fn voxgate(binary: &Path, tmp: &Path, echo_url: &str) -> anyhow::Result<Running> {
+/// line that says where it listens); `session_threads` when given, else voxgate's default.
+pub async fn voxgate(binary: &Path, tmp: &Path, echo_url: &str, session_threads: Option<usize>) -> anyhow::Result<Running> {
     let mut command = Command::new(binary);
     command.env_clear().current_dir(tmp);
     for key in ["PATH", "HOME", "TMPDIR"] {
@@ -84,6 +84,9 @@ pub async fn voxgate(binary: &Path, tmp: &Path, echo_url: &str) -> anyhow::Resul
         ("NO_COLOR", "1"),
     ];
     command.envs(settings);
+    if let Some(threads) = session_threads {
+        command.env("VOXGATE_SERVER__SESSION_THREADS", threads.to_string());
+    }
     start("voxgate", command, tmp).await
 }
 

@@ -97,6 +97,10 @@ struct RunArgs {
     /// target/debug/voxgate for a debug bench).
     #[arg(long)]
     voxgate: Option<PathBuf>,
+    /// voxgate's `server.session_threads` (default: voxgate's own, one per CPU). 1 runs every
+    /// session on one thread, as the bare relay does and as a pod limited to one CPU does.
+    #[arg(long)]
+    session_threads: Option<usize>,
     /// Also measure the Python relay (websockets + `json.loads` per event, the VoiceRAG/LiteLLM
     /// pattern) with this interpreter, which needs the `websockets` package.
     #[arg(long)]
@@ -155,6 +159,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         capacity: !quick && !args.no_capacity,
         capacity_p99_ms: args.capacity_p99_ms,
         voxgate: args.voxgate,
+        session_threads: args.session_threads,
         python: args.python,
         setup_parallelism: 64,
     };

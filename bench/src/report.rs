@@ -173,8 +173,12 @@ pub struct Report {
 
 impl Report {
     pub fn new(opts: &Options, frame_bytes: usize) -> Self {
+        let threads = match opts.session_threads {
+            Some(n) => format!("voxgate on {n} session thread(s)"),
+            None => "voxgate on its default session threads (one per CPU)".to_string(),
+        };
         let options = format!(
-            "N = {:?}, {} round(s) × {:.0} s measured after {:.0} s warm-up, {} audio bytes per frame",
+            "N = {:?}, {} round(s) × {:.0} s measured after {:.0} s warm-up, {} audio bytes per frame, {threads}",
             opts.sessions,
             opts.rounds,
             opts.measure.as_secs_f64(),

@@ -59,6 +59,8 @@ pub struct Options {
     pub capacity: bool,
     pub capacity_p99_ms: f64,
     pub voxgate: Option<PathBuf>,
+    /// voxgate's `server.session_threads`, when set.
+    pub session_threads: Option<usize>,
     /// Python interpreter with `websockets`: adds the Python relay as a fourth path.
     pub python: Option<PathBuf>,
     pub setup_parallelism: usize,
@@ -142,7 +144,7 @@ impl Ctx {
             }
             Path::Voxgate => {
                 let binary = self.voxgate.as_ref().context("no voxgate binary")?;
-                let voxgate = children::voxgate(binary, &self.tmp, &self.echo.url()).await?;
+                let voxgate = children::voxgate(binary, &self.tmp, &self.echo.url(), self.opts.session_threads).await?;
                 let url = voxgate.url();
                 Ok((Some(voxgate), url))
             }

@@ -11,6 +11,7 @@
 //! run), so an idle session sleeps until a frame or a real deadline.
 
 use std::collections::{HashMap, HashSet};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -137,8 +138,12 @@ impl Bridge {
     where
         C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
     {
-        let (client_sink, mut client_rx) = client.split();
-        let UpstreamConn { sink: upstream_sink, stream: mut upstream_rx, .. } = upstream;
+        let (client_sink, client_rx) = client.split();
+        let UpstreamConn { sink: upstream_sink, stream: upstream_rx, .. } = upstream;
+        // Each socket is read only when it has something (or may have more): a frame from one
+        // peer does not poll the other's socket (see `gated.rs`).
+        let mut client_rx = Gated::new(client_rx);
+        let mut upstream_rx = Gated::new(upstream_rx);
         let calls = CallTable::new(
             info.id.clone(),
             info.principal.clone(),
@@ -193,6 +198,9 @@ impl Bridge {
         // One cancellation waiter for the session's life, not one registered and dropped per turn.
         // Polled only when the token wakes it, not on every frame (see `gated.rs`).
         let mut cancelled = Gated::new(cancel.cancelled());
+        // Read once after each turn's wait (see the end of the loop) for the checks that follow
+        // it; the next turn's deadlines are set from the same reading, as no wait comes between.
+        let mut now = Instant::now();
 
         loop {
             bridge.frames.loop_turn();
@@ -228,7 +236,7 @@ impl Bridge {
             });
             deadlines.gate = bridge.gate.wake_at();
             // Armed only until it passes: after that the quiet moment is checked on each turn.
-            deadlines.age = bridge.resume.age_deadline().filter(|at| *at > Instant::now());
+            deadlines.age = bridge.resume.age_deadline().filter(|at| *at > now);
             // Armed at the deadline the last activity gave when it was armed; activity since then
             // only moves the deadline, which is looked at when this one passes (not every frame).
             if let (Some(idle), None) = (bridge.deps.settings.idle_timeout, deadlines.idle) {
@@ -248,7 +256,7 @@ impl Bridge {
                 }
                 connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
                     if let Some(stream) = bridge.on_connection(connected).await {
-                        upstream_rx = stream;
+                        upstream_rx = Gated::new(stream);
                         upstream_open = true;
                     }
                 }
@@ -277,8 +285,9 @@ impl Bridge {
                     let _ = bridge.to_client.try_send(Message::text(event));
                 }
             }
-            bridge.request_response_if_due().await;
-            bridge.recycle_if_due().await;
+            now = Instant::now();
+            bridge.request_response_if_due(now).await;
+            bridge.recycle_if_due(now).await;
             // What this turn queued goes out now, like a bare relay writing what it just read.
             bridge.to_client.drive_now();
             bridge.to_upstream.drive_now();
@@ -385,7 +394,10 @@ impl Bridge {
     /// Handle the upstream frames that are already received, without waiting for more (and at
     /// most [`TAKE_IN_AT_MOST`]: a broken connection sends nothing new); false once the upstream's
     /// stream has ended.
-    async fn take_in_what_arrived(&mut self, upstream: &mut crate::upstream::UpstreamStream) -> bool {
+    async fn take_in_what_arrived<S>(&mut self, upstream: &mut S) -> bool
+    where
+        S: Stream<Item = FrameResult> + Unpin,
+    {
         for _ in 0..TAKE_IN_AT_MOST {
             match upstream.next().now_or_never() {
                 None => return true,
@@ -401,11 +413,11 @@ impl Bridge {
     }
 
     /// Send `response.create` if the gate says the model should now answer with our outputs.
-    async fn request_response_if_due(&mut self) {
+    async fn request_response_if_due(&mut self, now: Instant) {
         if self.closing.is_some() || self.resume.in_gap() {
             return;
         }
-        if let Some(event_id) = self.gate.try_request(Instant::now(), events::event_id) {
+        if let Some(event_id) = self.gate.try_request(now, events::event_id) {
             self.send_upstream(Message::text(events::response_create(&event_id))).await;
         }
     }
@@ -420,8 +432,10 @@ impl Bridge {
     {
         let mut frame = first;
         let mut left = READY_BATCH;
+        // Frames handled together arrived together: one clock reading for the burst.
+        let arrived = Instant::now();
         loop {
-            self.note_activity(&frame);
+            self.note_activity(&frame, arrived);
             let open = match from {
                 Peer::Client => self.handle_client_frame(frame).await,
                 Peer::Upstream => self.handle_upstream_frame(frame).await,
@@ -430,7 +444,11 @@ impl Bridge {
             if !open || left == 0 || !forwarding {
                 return open;
             }
-            let Some(next) = rx.next().now_or_never() else { return true };
+            // Polled with the task's own waker (not `now_or_never`'s no-op one), which the gated
+            // stream then keeps registered for the next wake-up.
+            let Poll::Ready(next) = std::future::poll_fn(|cx| Poll::Ready(rx.poll_next_unpin(cx))).await else {
+                return true;
+            };
             left -= 1;
             frame = next;
         }
@@ -438,9 +456,9 @@ impl Bridge {
 
     /// A frame in either direction keeps the session from idling out; keep-alive traffic (our
     /// pings' pongs) does not.
-    fn note_activity(&mut self, frame: &Option<FrameResult>) {
+    fn note_activity(&mut self, frame: &Option<FrameResult>, arrived: Instant) {
         if !matches!(frame, Some(Ok(Message::Ping(_) | Message::Pong(_)))) {
-            self.last_activity = Instant::now();
+            self.last_activity = arrived;
         }
     }
 }

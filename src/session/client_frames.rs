@@ -41,7 +41,7 @@ impl Bridge {
         self.frames.client_to_upstream();
         if matches!(message, Message::Text(_) | Message::Binary(_)) {
             // `last_activity` is this frame's arrival: the loop set it just before (text and
-            // binary frames are activity), so the clock is read once per frame, not twice.
+            // binary frames are activity), so the clock is not read again per frame.
             let arrived = self.last_activity;
             match self.pace.as_mut().map_or(Pace::Accept, |p| p.check(arrived)) {
                 Pace::Accept => {}

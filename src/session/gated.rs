@@ -1,4 +1,4 @@
-//! A future that is polled only after its own waker fired.
+//! A future or stream that is polled only after its own waker fired.
 //!
 //! `select!` polls every enabled arm on every turn of the session loop, whichever arm woke it: at
 //! 50 audio frames a second each way, a waiter that almost never completes — the session's
@@ -9,8 +9,16 @@
 //! when that waker has fired since the last poll (or on the first poll, or after [`Gated::rearm`]):
 //! other turns cost one atomic swap and a check that the task's waker is still the registered one.
 //! The same idea is how `FuturesUnordered` polls only the futures that were woken.
+//!
+//! The two sockets' read halves are gated too. A turn woken by a client frame used to poll the
+//! upstream's stream as well (a lock on the split socket, tungstenite's read path, two waker
+//! registrations), and the stream that had just said `Pending` again on the next turn: five stream
+//! polls per wake-up where a bare relay makes three. A gated stream is polled again at once after
+//! it yields a frame (more may be buffered) and after a `Pending` only once its socket woke it.
 
 use std::future::Future;
+
+use futures::Stream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +51,7 @@ pub(crate) struct Gated<F> {
     waker: Waker,
 }
 
-impl<F: Future> Gated<F> {
+impl<F> Gated<F> {
     pub(crate) fn new(inner: F) -> Self {
         // Woken at the start: the first poll must reach the inner future so it registers.
         let signal = Arc::new(Signal { woken: AtomicBool::new(true), task: AtomicWaker::new() });
@@ -73,9 +81,28 @@ impl<F: Future> Future for Gated<F> {
     }
 }
 
+impl<S: Stream> Stream for Gated<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        self.signal.task.register(cx.waker());
+        if !self.signal.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let this = &mut *self;
+        let next = this.inner.as_mut().poll_next(&mut Context::from_waker(&this.waker));
+        if next.is_ready() {
+            // More may be buffered behind this item, and no waker fires for those.
+            this.signal.woken.store(true, Ordering::Release);
+        }
+        next
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
     use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
     use tokio_util::sync::CancellationToken;
@@ -105,6 +132,68 @@ mod tests {
         gated.as_mut().get_mut().rearm();
         assert!(gated.as_mut().poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::Relaxed), 2);
+    }
+
+    /// Yields its items one per poll, counting polls, then says `Pending` for ever.
+    struct Items {
+        left: usize,
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Stream for Items {
+        type Item = usize;
+        fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<usize>> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            if self.left == 0 {
+                return Poll::Pending;
+            }
+            self.left -= 1;
+            Poll::Ready(Some(self.left))
+        }
+    }
+
+    #[test]
+    fn a_stream_is_drained_then_left_alone_until_woken() {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let mut gated = Gated::new(Items { left: 3, polls: polls.clone() });
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut items = Vec::new();
+        while let Poll::Ready(Some(item)) = Pin::new(&mut gated).poll_next(&mut cx) {
+            items.push(item);
+        }
+        // Every buffered item came out, in order, without a wake in between.
+        assert_eq!(items, [2, 1, 0]);
+        assert_eq!(polls.load(Ordering::Relaxed), 4);
+        for _ in 0..100 {
+            assert!(Pin::new(&mut gated).poll_next(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::Relaxed), 4, "a pending stream was polled without a wake");
+        gated.waker.wake_by_ref();
+        assert!(Pin::new(&mut gated).poll_next(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::Relaxed), 5);
+    }
+
+    #[tokio::test]
+    async fn a_gated_stream_gets_every_item_across_wake_ups() {
+        use futures::SinkExt;
+        // A small channel: the sender waits for room, so the receiver goes `Pending` and is woken
+        // again and again.
+        let (mut tx, rx) = futures::channel::mpsc::channel::<usize>(2);
+        let mut items = Gated::new(rx);
+        let sender = tokio::spawn(async move {
+            for i in 0..200 {
+                tx.send(i).await.unwrap();
+                if i % 7 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        for i in 0..200 {
+            let item = tokio::time::timeout(Duration::from_secs(5), items.next()).await.expect("woken");
+            assert_eq!(item, Some(i));
+        }
+        sender.await.unwrap();
+        assert_eq!(items.next().await, None, "the end of the stream comes through");
     }
 
     #[tokio::test]

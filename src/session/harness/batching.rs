@@ -1,6 +1,7 @@
 //! Frames that arrive together are forwarded together: one turn of the session loop (and so one
 //! flush, one write) for a burst, as a bare relay's `forward` does, not one per frame. Each frame
-//! still arrives as the same bytes and in order.
+//! still arrives as the same bytes and in order. And a peer that sends nothing costs nothing: the
+//! loop does not poll its socket on the turns that the other peer's frames wake it for.
 
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
@@ -53,4 +54,19 @@ async fn a_burst_is_forwarded_unchanged_in_a_few_turns_each_way() {
     receive_all(&mut h.browser, &down).await;
     let spent = h.turns() - before;
     assert!(spent < (BURST / 4) as u64, "{spent} turns for {BURST} upstream frames");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_upstream_is_not_polled_for_the_clients_frames() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let frames = 100;
+    let before = h.upstream_polls.load(std::sync::atomic::Ordering::Relaxed);
+    for i in 0..frames {
+        // One frame at a time, each forwarded before the next is sent: a wake-up per frame.
+        let frame = json!({"type": "input_audio_buffer.append", "audio": format!("AAAA{i:04}")}).to_string();
+        h.browser.send(Message::text(frame.clone())).await.unwrap();
+        receive_all(&mut h.model, &[frame]).await;
+    }
+    let polls = h.upstream_polls.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(polls < frames / 10, "the quiet upstream was polled {polls} times for {frames} client frames");
 }

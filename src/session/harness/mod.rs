@@ -15,6 +15,7 @@
 //! few turns, not one per frame).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -100,6 +101,8 @@ pub(super) struct Harness {
     pub(super) browser: WebSocketStream<DuplexStream>,
     pub(super) model: WebSocketStream<DuplexStream>,
     pub(super) metrics: Metrics,
+    /// How often the session polled its upstream's stream.
+    pub(super) upstream_polls: Arc<AtomicUsize>,
     cancel: CancellationToken,
     session: JoinHandle<SessionOutcome>,
     _audit: (tempfile::TempDir, AuditWriter),
@@ -137,7 +140,9 @@ pub(super) async fn start_with(
     let deps = session_deps(&config, audit, metrics.clone(), extra_tools);
     let (browser, proxy_client) = pair(1 << 20).await;
     let (proxy_upstream, model) = pair(upstream_buffer).await;
-    let upstream = upstream_conn(proxy_upstream);
+    let mut upstream = upstream_conn(proxy_upstream);
+    let upstream_polls = Arc::new(AtomicUsize::new(0));
+    upstream.stream = Box::pin(CountPolls { inner: upstream.stream, polls: upstream_polls.clone() });
     let info = SessionInfo {
         id: "vgs_harness".into(),
         principal: Principal::new("dr.test", vec!["clinician".into()]),
@@ -160,6 +165,7 @@ pub(super) async fn start_with(
         browser,
         model,
         metrics,
+        upstream_polls,
         cancel,
         session,
         _audit: (dir, writer),
@@ -194,6 +200,21 @@ pub(super) fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
         sink: Box::pin(sink),
         stream: Box::pin(stream),
         connect_time: Duration::ZERO,
+    }
+}
+
+/// A stream that counts how often it is polled.
+struct CountPolls<S> {
+    inner: S,
+    polls: Arc<AtomicUsize>,
+}
+
+impl<S: futures::Stream + Unpin> futures::Stream for CountPolls<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<S::Item>> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.inner.poll_next_unpin(cx)
     }
 }
 

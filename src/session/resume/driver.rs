@@ -60,8 +60,8 @@ impl Bridge {
 
     /// Recycle the upstream session once it is past its age and the conversation is quiet: no
     /// response, no user speech, no running call, no output on its way.
-    pub(crate) async fn recycle_if_due(&mut self) {
-        let due = self.resume.age_deadline().is_some_and(|at| tokio::time::Instant::now() >= at);
+    pub(crate) async fn recycle_if_due(&mut self, now: tokio::time::Instant) {
+        let due = self.resume.age_deadline().is_some_and(|at| now >= at);
         let quiet = self.gate.is_quiet() && self.calls.running() == 0 && self.unacknowledged_outputs.is_empty();
         if due && quiet && self.closing.is_none() {
             self.start_gap(Reason::MaxAge).await;
