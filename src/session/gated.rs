@@ -17,13 +17,12 @@
 //! it yields a frame (more may be buffered) and after a `Pending` only once its socket woke it.
 
 use std::future::Future;
-
-use futures::Stream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
+use futures::Stream;
 use futures::task::AtomicWaker;
 
 /// Set by the inner future's waker; forwards the wake to the task that polls the [`Gated`].
@@ -65,19 +64,24 @@ impl<F> Gated<F> {
         self.signal.woken.store(true, Ordering::Release);
         self.inner.as_mut()
     }
+
+    /// `poll` the inner future or stream with its own waker, if that waker fired since the last
+    /// time; `Pending` otherwise.
+    fn poll_gated<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(Pin<&mut F>, &mut Context<'_>) -> Poll<T>) -> Poll<T> {
+        // Registered before the flag is read: a wake between the two is not lost.
+        self.signal.task.register(cx.waker());
+        if !self.signal.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        poll(self.inner.as_mut(), &mut Context::from_waker(&self.waker))
+    }
 }
 
 impl<F: Future> Future for Gated<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // Registered before the flag is read: a wake between the two is not lost.
-        self.signal.task.register(cx.waker());
-        if !self.signal.woken.swap(false, Ordering::AcqRel) {
-            return Poll::Pending;
-        }
-        let this = &mut *self;
-        this.inner.as_mut().poll(&mut Context::from_waker(&this.waker))
+        self.poll_gated(cx, Future::poll)
     }
 }
 
@@ -85,15 +89,10 @@ impl<S: Stream> Stream for Gated<S> {
     type Item = S::Item;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.signal.task.register(cx.waker());
-        if !self.signal.woken.swap(false, Ordering::AcqRel) {
-            return Poll::Pending;
-        }
-        let this = &mut *self;
-        let next = this.inner.as_mut().poll_next(&mut Context::from_waker(&this.waker));
+        let next = self.poll_gated(cx, Stream::poll_next);
         if next.is_ready() {
             // More may be buffered behind this item, and no waker fires for those.
-            this.signal.woken.store(true, Ordering::Release);
+            self.signal.woken.store(true, Ordering::Release);
         }
         next
     }

@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry, Unit};
 
+pub use super::frame_counters::{FLUSH_EVERY, FrameCounters};
 use crate::tools::KNOWN_TOOLS;
 
 /// Content type of [`Metrics::render`]: the classic Prometheus text format (CONTRACT §2), read by
@@ -104,88 +105,6 @@ struct Inner {
     session_loop_turns_total: Counter,
     /// Upstream events dropped because they carried a `voxgate.` type (forged).
     upstream_forged_events_total: Counter,
-}
-
-/// Frame and loop-turn counts of one session, kept in plain fields and added to the shared
-/// counters (`voxgate_frames_total`, `voxgate_session_loop_turns_total`) every [`FLUSH_EVERY`]
-/// counts, whenever the session calls [`FrameCounters::flush`] (on its ping tick and other
-/// non-frame work) and when it is dropped. Counting a frame is then a local add: no atomic shared
-/// by every session on every frame, and no timer of its own. A scrape may miss at most
-/// `FLUSH_EVERY` counts per live session; nothing is lost.
-#[derive(Debug)]
-pub struct FrameCounters {
-    shared: SharedFrameCounters,
-    client_to_upstream: u32,
-    upstream_to_client: u32,
-    loop_turns: u32,
-    /// Counts since the last flush, all three together.
-    pending: u32,
-}
-
-/// The shared counters a session's [`FrameCounters`] flush into.
-#[derive(Clone, Debug)]
-struct SharedFrameCounters {
-    client_to_upstream: Counter,
-    upstream_to_client: Counter,
-    loop_turns: Counter,
-}
-
-/// Counts a session holds before adding them to the shared counters: ≈ 0.3 s of a real-time
-/// audio session (50 frames/s each way plus the loop turns).
-pub const FLUSH_EVERY: u32 = 64;
-
-impl FrameCounters {
-    /// A frame read from the client and sent (or meant) to the upstream.
-    #[inline]
-    pub fn client_to_upstream(&mut self) {
-        self.client_to_upstream += 1;
-        self.counted();
-    }
-
-    /// A frame read from the upstream and sent (or meant) to the client.
-    #[inline]
-    pub fn upstream_to_client(&mut self) {
-        self.upstream_to_client += 1;
-        self.counted();
-    }
-
-    /// One turn of a session loop.
-    #[inline]
-    pub fn loop_turn(&mut self) {
-        self.loop_turns += 1;
-        self.counted();
-    }
-
-    #[inline]
-    fn counted(&mut self) {
-        self.pending += 1;
-        if self.pending >= FLUSH_EVERY {
-            self.flush();
-        }
-    }
-
-    /// Add what was counted since the last flush to the shared counters.
-    pub fn flush(&mut self) {
-        if self.pending == 0 {
-            return;
-        }
-        let add = |counter: &Counter, n: &mut u32| {
-            if *n > 0 {
-                counter.inc_by(u64::from(std::mem::take(n)));
-            }
-        };
-        add(&self.shared.client_to_upstream, &mut self.client_to_upstream);
-        add(&self.shared.upstream_to_client, &mut self.upstream_to_client);
-        add(&self.shared.loop_turns, &mut self.loop_turns);
-        self.pending = 0;
-    }
-}
-
-impl Drop for FrameCounters {
-    /// A session's last counts are flushed however it ends (also on panic or cancellation).
-    fn drop(&mut self) {
-        self.flush();
-    }
 }
 
 /// Keeps `voxgate_sessions_active` raised while alive; dropping it lowers the gauge, so a session
@@ -320,17 +239,11 @@ impl Metrics {
 
     /// A session's frame and loop-turn counters (flushed into the shared ones, see [`FrameCounters`]).
     pub fn frame_counters(&self) -> FrameCounters {
-        FrameCounters {
-            shared: SharedFrameCounters {
-                client_to_upstream: self.inner.frames_client_to_upstream.clone(),
-                upstream_to_client: self.inner.frames_upstream_to_client.clone(),
-                loop_turns: self.inner.session_loop_turns_total.clone(),
-            },
-            client_to_upstream: 0,
-            upstream_to_client: 0,
-            loop_turns: 0,
-            pending: 0,
-        }
+        FrameCounters::new(
+            self.inner.frames_client_to_upstream.clone(),
+            self.inner.frames_upstream_to_client.clone(),
+            self.inner.session_loop_turns_total.clone(),
+        )
     }
 
     /// An upstream event claimed a `voxgate.` type and was dropped.

@@ -6,6 +6,7 @@
 //! a collector, i.e. those made by the helpers in [`spans`], none of which carries PHI.
 
 mod exposition;
+mod frame_counters;
 mod logs;
 pub mod metrics;
 pub mod spans;

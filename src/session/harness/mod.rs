@@ -142,7 +142,11 @@ pub(super) async fn start_with(
     let (proxy_upstream, model) = pair(upstream_buffer).await;
     let mut upstream = upstream_conn(proxy_upstream);
     let upstream_polls = Arc::new(AtomicUsize::new(0));
-    upstream.stream = Box::pin(CountPolls { inner: upstream.stream, polls: upstream_polls.clone() });
+    let (polls, mut stream) = (upstream_polls.clone(), upstream.stream);
+    upstream.stream = Box::pin(futures::stream::poll_fn(move |cx| {
+        polls.fetch_add(1, Ordering::Relaxed);
+        stream.poll_next_unpin(cx)
+    }));
     let info = SessionInfo {
         id: "vgs_harness".into(),
         principal: Principal::new("dr.test", vec!["clinician".into()]),
@@ -200,21 +204,6 @@ pub(super) fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
         sink: Box::pin(sink),
         stream: Box::pin(stream),
         connect_time: Duration::ZERO,
-    }
-}
-
-/// A stream that counts how often it is polled.
-struct CountPolls<S> {
-    inner: S,
-    polls: Arc<AtomicUsize>,
-}
-
-impl<S: futures::Stream + Unpin> futures::Stream for CountPolls<S> {
-    type Item = S::Item;
-
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<S::Item>> {
-        self.polls.fetch_add(1, Ordering::Relaxed);
-        self.inner.poll_next_unpin(cx)
     }
 }
 
