@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation, Origin};
+use crate::audit::{AuditEvent, AuditRecord, Confirmation, Origin};
 use crate::policy::Principal;
 use crate::policy::phi::{args_sha256, invented_tool_name};
 use crate::policy::rate_limit::Limited;
@@ -93,9 +93,6 @@ struct Call {
     /// One of them could not be made durable (`fail_closed`).
     gate_failed: bool,
 }
-
-/// The largest arguments (serialised) an audit line holds; larger ones are recorded by digest.
-const MAX_AUDIT_ARGUMENTS: usize = 4096;
 
 /// Why a confirmation from the client was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -425,17 +422,6 @@ impl CallTable {
         actions
     }
 
-    /// The arguments an audit record may hold: only for tools that handle no PHI, only what
-    /// passed validation and outbound screening (a query screening blocks may hold PHI), and only
-    /// up to [`MAX_AUDIT_ARGUMENTS`] bytes (a larger one is recorded by its digest alone).
-    fn audit_arguments(&self, tool: &RegisteredTool, args: &Value) -> Option<Value> {
-        if tool.spec().phi || self.screen(tool, args).is_err() {
-            return None;
-        }
-        let size = serde_json::to_vec(args).map(|bytes| bytes.len()).unwrap_or(usize::MAX);
-        (size <= MAX_AUDIT_ARGUMENTS).then(|| args.clone())
-    }
-
     /// Outbound PHI screening (TOOLS.md) of what a third-party tool would send.
     fn screen(&self, tool: &RegisteredTool, args: &Value) -> Result<(), ToolError> {
         if tool.spec().third_party { screen_call(tool.tool.as_ref(), args, &self.taint) } else { Ok(()) }
@@ -460,35 +446,6 @@ impl CallTable {
         let record = self.record(AuditEvent::CallFinished, call_id, call);
         vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }]
     }
-
-    fn record(&self, event: AuditEvent, call_id: &str, call: &Call) -> AuditRecord {
-        let finished = event == AuditEvent::CallFinished;
-        let approved = event == AuditEvent::CallApproved;
-        let (status, error_code) = match &call.outcome {
-            Some(Outcome::Completed { .. }) => (AuditStatus::Completed, None),
-            Some(Outcome::Failed(err)) => (AuditStatus::Failed, Some(err.code().to_string())),
-            Some(Outcome::Declined(DeclineReason::Expired)) => (AuditStatus::Expired, None),
-            Some(Outcome::Declined(_)) => (AuditStatus::Declined, None),
-            None => (AuditStatus::Failed, None),
-        };
-        AuditRecord {
-            event,
-            session_id: self.session_id.clone(),
-            call_id: call_id.to_string(),
-            tool: call.name.clone(),
-            user: self.user.clone(),
-            roles: self.principal.roles.clone(),
-            status: finished.then_some(status),
-            error_code: if finished { error_code } else { None },
-            confirmation: (finished || approved).then_some(call.confirmation),
-            duration_ms: finished.then(|| call.accepted_at.elapsed().as_millis() as u64),
-            phi: call.phi,
-            args_sha256: call.args_sha256.clone(),
-            arguments: if call.phi || !finished { None } else { call.audit_arguments.clone() },
-            origin: self.origin.clone(),
-            resource: call.resource.clone(),
-        }
-    }
 }
 
 /// Milliseconds since the Unix epoch (confirmation deadlines are told to the client in it).
@@ -496,6 +453,7 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
+mod audit_record;
 mod decline;
 pub mod observe;
 pub mod recover;

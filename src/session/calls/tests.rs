@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::*;
+use super::audit_record::MAX_AUDIT_ARGUMENTS;
+use crate::audit::AuditStatus;
 use crate::policy::rate_limit::Limited;
 use crate::config::{ToolOverride, ToolsConfig};
 use crate::tools::{CallContext, Category, Risk, Tool, ToolSpec};
