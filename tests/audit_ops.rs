@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Client, FakeUpstream, RedisServer, TestProxy, binary, model_calls, read_jsonl, spawn_voxgate};
+use support::redis::RedisServer;
+use support::{Client, FakeUpstream, TestProxy, binary, model_calls, read_jsonl, spawn_voxgate};
 
 const BMI: &str = r#"{"calculator_name":"bmi","parameters":{"weight_kg":70,"height_cm":175}}"#;
 

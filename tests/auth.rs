@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use support::{Client, FakeUpstream, RedisServer, TestProxy, model_calls};
+use support::redis::RedisServer;
+use support::{Client, FakeUpstream, TestProxy, model_calls};
 
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
 const ADMIN: &str = "admin-token-0123456789abcdef";

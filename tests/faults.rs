@@ -60,17 +60,8 @@ async fn stall(client: Client) -> tokio::task::JoinHandle<()> {
     task
 }
 
-async fn sessions(http: &reqwest::Client, addr: &str) -> Vec<Value> {
-    let list: Value = http
-        .get(format!("http://{addr}/admin/sessions"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    list["sessions"].as_array().unwrap().clone()
+async fn sessions(addr: &str) -> Vec<Value> {
+    support::admin_sessions(addr, ADMIN).await["sessions"].as_array().unwrap().clone()
 }
 
 #[tokio::test]
@@ -85,7 +76,7 @@ async fn an_admin_kill_ends_a_session_whose_upstream_stopped_reading() {
     let streaming = stall(client).await;
 
     let http = reqwest::Client::new();
-    let listed = sessions(&http, &addr).await;
+    let listed = sessions(&addr).await;
     assert_eq!(listed.len(), 1);
     let id = listed[0]["id"].as_str().unwrap();
     assert_eq!(
@@ -103,7 +94,7 @@ async fn an_admin_kill_ends_a_session_whose_upstream_stopped_reading() {
     assert_eq!(response.status(), 204);
     // The session really ends, and its slot is free again.
     loop {
-        if sessions(&http, &addr).await.is_empty() {
+        if sessions(&addr).await.is_empty() {
             break;
         }
         assert!(
@@ -140,8 +131,7 @@ async fn a_stalled_upstream_with_an_idle_client_ends_by_the_send_bound_and_frees
     // The client goes quiet: the session is both stalled and idle.
     streaming.abort();
     let started = Instant::now();
-    let http = reqwest::Client::new();
-    while !sessions(&http, &addr).await.is_empty() {
+    while !sessions(&addr).await.is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(15),
             "the stalled, idle session is still listed"
@@ -339,7 +329,7 @@ async fn calculate(up: &mut support::FakeConn, call_id: &str) -> Value {
 
 #[tokio::test]
 async fn redis_stopped_and_restarted_mid_session() {
-    let mut redis = support::RedisServer::start();
+    let mut redis = support::redis::RedisServer::start();
     let mut fake = FakeUpstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let config = format!(

@@ -1,10 +1,12 @@
 //! Integration-test harness: the real server on 127.0.0.1:0 ([`TestProxy`]), a scriptable fake
 //! realtime upstream ([`FakeUpstream`]) that also replays `proto-fixtures/` transcripts, and a
-//! WebSocket test client ([`Client`]).
+//! WebSocket test client ([`Client`]); a real Redis ([`redis`]), an OTLP receiver ([`otlp`])
+//! and Radicale ([`radicale`]).
 #![allow(dead_code)]
 
 pub mod otlp;
 pub mod radicale;
+pub mod redis;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -388,57 +390,17 @@ pub fn transcript(name: &str) -> Vec<TranscriptFrame> {
         .collect()
 }
 
-/// A real redis-server on a free loopback port, killed on drop.
-pub struct RedisServer {
-    pub port: u16,
-    child: Option<std::process::Child>,
-    dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    pub fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = tempfile::tempdir().unwrap();
-        let mut server = RedisServer { port, child: None, dir };
-        server.restart();
-        server
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Start (again) on the same port.
-    pub fn restart(&mut self) {
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server is not installed: run scripts/test, which installs it");
-        self.child = Some(child);
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server did not start");
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
+/// `GET /admin/sessions` on the instance at `addr`, with the admin token.
+pub async fn admin_sessions(addr: impl std::fmt::Display, admin_token: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("http://{addr}/admin/sessions"))
+        .bearer_auth(admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// The voxgate binary under test (`VOXGATE_BIN` overrides the one cargo built).

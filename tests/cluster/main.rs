@@ -3,8 +3,16 @@
 //! spread; tickets, session caps and rate limits hold across instances; the admin API lists and
 //! ends sessions wherever they run; a drained instance's clients are told to reconnect and carry on
 //! through nginx; a killed instance's registry entries expire; every audit file verifies.
+//!
+//! This file holds the shared helpers and the main scenario; the processes are in [`instance`]
+//! (one voxgate) and [`nginx`] (the load balancer), the Redis outage in [`outage`].
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod instance;
+mod nginx;
+mod outage;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -13,7 +21,8 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use support::{Client, FakeConn, FakeUpstream, RedisServer, spawn_voxgate};
+use support::redis::RedisServer;
+use support::{Client, FakeConn, FakeUpstream, spawn_voxgate};
 
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -38,220 +47,8 @@ fn jwt(sub: &str) -> String {
     .unwrap()
 }
 
-/// One voxgate process.
-struct Instance {
-    id: String,
-    addr: String,
-    child: tokio::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Instance {
-    async fn start(index: usize, fake: &FakeUpstream, redis: &RedisServer) -> Instance {
-        let dir = tempfile::tempdir().unwrap();
-        let id = format!("vg-{index}");
-        let config = format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-instance_id = "{id}"
-max_sessions_per_user = 2
-drain_timeout_ms = 3000
-[upstream]
-kind = "openai"
-url = "ws://{fake}/v1/realtime"
-api_key = "sk-test-upstream-key"
-[auth]
-mode = "ticket"
-jwt_secret = "{SECRET}"
-admin_token = "{ADMIN}"
-user_hash_key = "a-user-hash-key-every-instance-shares"
-[redis]
-url = "{redis}"
-session_ttl_ms = {SESSION_TTL_MS}
-[audit]
-path = "{audit}"
-[backends.calendar]
-path = "{calendar}"
-[tools.calculate_medical_score]
-rate_limit_per_minute = 3
-"#,
-            fake = fake.addr,
-            redis = redis.url(),
-            audit = dir.path().join("audit.jsonl").display(),
-            calendar = dir.path().join("calendar.ics").display(),
-        );
-        let (child, addr) = spawn_voxgate(&config, dir.path()).await;
-        Instance {
-            id,
-            addr,
-            child,
-            dir,
-        }
-    }
-
-    fn audit_path(&self) -> PathBuf {
-        self.dir.path().join("audit.jsonl")
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().unwrap().to_string()
-    }
-
-    async fn sessions(&self) -> Value {
-        let url = format!("http://{}/admin/sessions", self.addr);
-        reqwest::Client::new()
-            .get(url)
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    async fn delete_session(&self, id: &str) -> u16 {
-        let url = format!("http://{}/admin/sessions/{id}", self.addr);
-        reqwest::Client::new()
-            .delete(url)
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    }
-
-    async fn mint_ticket(&self, sub: &str) -> String {
-        let url = format!("http://{}/v1/sessions", self.addr);
-        let response = reqwest::Client::new()
-            .post(url)
-            .bearer_auth(ADMIN)
-            .json(&json!({"sub": sub}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201);
-        let body: Value = response.json().await.unwrap();
-        body["token"].as_str().unwrap().to_string()
-    }
-
-    async fn signal(&self, signal: &str) {
-        let status = tokio::process::Command::new("kill")
-            .args([signal, &self.pid()])
-            .status()
-            .await
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-/// A real nginx on a free port, load-balancing (round robin) WebSockets over `backends`; its
-/// config, logs, pid and temp files all live in its own temp dir, so it needs no system paths.
-struct Nginx {
-    port: u16,
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Nginx {
-    fn start(backends: &[&str]) -> Nginx {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let d = dir.path().display();
-        let servers: String = backends
-            .iter()
-            .map(|b| format!("    server {b} max_fails=1 fail_timeout=30s;\n"))
-            .collect();
-        // `user root`: when the test runs as root the workers may use the temp dir; otherwise
-        // nginx ignores the directive with a warning.
-        let config = format!(
-            r#"user root;
-worker_processes 1;
-error_log {d}/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/client_body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}
-  upstream voxgate {{
-{servers}  }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://voxgate;
-      proxy_http_version 1.1;
-      proxy_set_header Upgrade $http_upgrade;
-      proxy_set_header Connection $connection_upgrade;
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_read_timeout 3600s;
-      proxy_send_timeout 3600s;
-      # A draining instance answers 503 and a stopped one refuses: try the next.
-      proxy_next_upstream error timeout http_502 http_503;
-    }}
-  }}
-}}
-"#
-        );
-        std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
-        let binary = if Path::new("/usr/sbin/nginx").exists() {
-            "/usr/sbin/nginx"
-        } else {
-            "nginx"
-        };
-        let child = std::process::Command::new(binary)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(dir.path().join("nginx.conf"))
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-g")
-            .arg(format!("daemon off; pid {d}/nginx.pid;"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx is not installed: run scripts/test, which installs it");
-        let mut nginx = Nginx { port, child, dir };
-        let deadline = std::time::Instant::now() + WAIT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = nginx.child.try_wait() {
-                panic!("nginx exited ({status}): {}", nginx.error_log());
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "nginx did not start: {}",
-                nginx.error_log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        nginx
-    }
-
-    fn url(&self) -> String {
-        format!("ws://127.0.0.1:{}/v1/realtime", self.port)
-    }
-
-    fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use instance::Instance;
+use nginx::Nginx;
 
 /// A session opened through `url` with `token`, its upstream connection, and its id.
 async fn open(url: &str, token: &str, fake: &mut FakeUpstream) -> (Client, FakeConn, String) {
@@ -610,108 +407,5 @@ async fn scenario() {
         !nginx.error_log().contains("[emerg]"),
         "{}",
         nginx.error_log()
-    );
-}
-
-/// Redis down: sessions are still admitted on this instance's own caps, the listing says it covers
-/// this instance only, `/readyz` and `voxgate_redis_up` say so; Redis back (empty, as after a
-/// restart): every live session is registered again and the listing covers every instance.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_outage_degrades_to_local_caps_and_recovers() {
-    tokio::time::timeout(Duration::from_secs(60), outage())
-        .await
-        .expect("the outage scenario took too long");
-}
-
-async fn outage() {
-    let mut redis = RedisServer::start();
-    let mut fake = FakeUpstream::start().await;
-    let toml = |id: &str| {
-        format!(
-            "[server]\ninstance_id = \"{id}\"\nmax_sessions_per_user = 1\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-key\"\n[redis]\nurl = \"{}\"\nsession_ttl_ms = 600\n",
-            redis.url()
-        )
-    };
-    let a = support::TestProxy::with_upstream(&fake, &toml("vg-a")).await;
-    let b = support::TestProxy::with_upstream(&fake, &toml("vg-b")).await;
-    let admin = |proxy: &support::TestProxy| {
-        let url = format!("http://{}/admin/sessions", proxy.addr);
-        async move {
-            reqwest::Client::new()
-                .get(url)
-                .bearer_auth(ADMIN)
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
-    };
-    let (_on_a, _up_a, id_a) = open(&a.url(""), &jwt("dr.out"), &mut fake).await;
-    assert_eq!(
-        upgrade_status(&b.url(""), &jwt("dr.out")).await.0,
-        429,
-        "the cap is shared while Redis is up"
-    );
-
-    redis.stop();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !a.http_get("/readyz").await.1.contains("redis: down") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the outage is noticed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (status, body) = a.http_get("/readyz").await;
-    assert_eq!(
-        status, 200,
-        "an outage degrades, it does not take the instance out: {body}"
-    );
-    assert!(
-        a.http_get("/metrics")
-            .await
-            .1
-            .lines()
-            .any(|l| l == "voxgate_redis_up 0")
-    );
-    let (_on_b, _up_b, id_b) = open(&b.url(""), &jwt("dr.out"), &mut fake).await;
-    let (status, _) = upgrade_status(&b.url(""), &jwt("dr.out")).await;
-    assert_eq!(status, 429, "the local cap still holds");
-    let listed = admin(&a).await;
-    assert_eq!(listed["scope"], "instance", "{listed}");
-    assert_eq!(
-        owners(&listed),
-        HashMap::from([(id_a.clone(), "vg-a".to_string())])
-    );
-
-    redis.restart();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let listed = admin(&a).await;
-        if listed["scope"] == "cluster" && owners(&listed).len() == 2 {
-            assert_eq!(
-                owners(&listed),
-                HashMap::from([
-                    (id_a.clone(), "vg-a".to_string()),
-                    (id_b.clone(), "vg-b".to_string())
-                ])
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "both sessions are registered again: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(a.http_get("/readyz").await.1.contains("redis: up"));
-    assert!(
-        a.http_get("/metrics")
-            .await
-            .1
-            .lines()
-            .any(|l| l == "voxgate_redis_up 1")
     );
 }
