@@ -144,7 +144,8 @@ async fn canaries_never_leave() {
 
     let metrics = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
     drop(client);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The session's end (and whatever it logs) comes before the stop: it closes the upstream.
+    up.closed().await;
     let _ = std::process::Command::new("kill").arg("-TERM").arg(child.id().unwrap().to_string()).status();
     let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
 

@@ -45,7 +45,9 @@ async fn the_binary_exports_session_and_tool_spans_with_trace_context_on_tool_re
         up.until("conversation.item.create").await;
     }
     drop(client);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The session has ended as the client left (outcome `client_closed`) once it closes the
+    // upstream; only then is the process stopped.
+    up.closed().await;
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     assert!(tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap().success());

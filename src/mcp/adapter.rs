@@ -102,8 +102,8 @@ impl Tool for McpTool {
             .await
             .map_err(|_| unavailable())?;
         let mut cancel = CancelOnDrop { peer: peer.clone(), id: Some(handle.id.clone()) };
-        let _progress =
-            progress::current().map(|sink| ProgressRoute::new(&self.link, handle.progress_token.clone(), sink));
+        // Routed even when the client wants no progress, so what came early is claimed.
+        let _progress = self.link.progress.route(handle.progress_token.clone(), progress::current());
         let answer = handle.await_response().await;
         cancel.id = None;
         match answer {
@@ -136,24 +136,5 @@ impl Drop for CancelOnDrop {
                 let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), reason)).await;
             });
         }
-    }
-}
-
-/// Routes the server's progress notifications for one request to the call's sink while it runs.
-struct ProgressRoute {
-    link: Arc<ServerLink>,
-    token: rmcp::model::ProgressToken,
-}
-
-impl ProgressRoute {
-    fn new(link: &Arc<ServerLink>, token: rmcp::model::ProgressToken, sink: progress::ProgressSink) -> Self {
-        link.progress.insert(token.clone(), sink);
-        Self { link: link.clone(), token }
-    }
-}
-
-impl Drop for ProgressRoute {
-    fn drop(&mut self) {
-        self.link.progress.remove(&self.token);
     }
 }

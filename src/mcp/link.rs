@@ -4,14 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use dashmap::DashMap;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use std::sync::Arc;
+
+use rmcp::model::ProgressNotificationParam;
 use rmcp::service::{NotificationContext, Peer, RoleClient};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::mcp::McpServerConfig;
-use crate::tools::progress::ProgressSink;
+use super::progress::ProgressRoutes;
 
 /// Where a server's connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -50,8 +51,8 @@ pub(super) struct ServerLink {
     /// The connection, `None` while down; tools read it at call time.
     pub peer: watch::Sender<Option<Peer<RoleClient>>>,
     pub health: watch::Sender<Health>,
-    /// Running calls' progress sinks, by the progress token of their request.
-    pub progress: DashMap<ProgressToken, ProgressSink>,
+    /// Running calls' progress routes, by the progress token of their request.
+    pub progress: Arc<ProgressRoutes>,
 }
 
 impl ServerLink {
@@ -63,7 +64,7 @@ impl ServerLink {
             names,
             peer: watch::channel(None).0,
             health: watch::channel(health).0,
-            progress: DashMap::new(),
+            progress: Arc::default(),
         }
     }
 
@@ -106,7 +107,7 @@ impl ServerLink {
 
 /// Receives the server's notifications for one connection.
 pub(super) struct LinkHandler {
-    pub link: std::sync::Arc<ServerLink>,
+    pub link: Arc<ServerLink>,
     /// Wakes the supervisor to list the tools again; a full channel already holds a wake-up.
     pub list_changed: mpsc::Sender<()>,
 }
@@ -117,8 +118,6 @@ impl rmcp::ClientHandler for LinkHandler {
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        if let Some(sink) = self.link.progress.get(&params.progress_token) {
-            sink.report(params.progress, params.total, params.message.as_deref());
-        }
+        self.link.progress.deliver(params);
     }
 }

@@ -6,6 +6,8 @@
 //!   tools, follows `notifications/tools/list_changed` and reconnects with back-off.
 //! - [`link`]: what the supervisor shares with the tools of its server (the live peer, health,
 //!   progress routes) and the rmcp client handler.
+//! - [`progress`]: where a server's progress notifications go, including those that come before
+//!   their call has routed the token.
 //! - [`adapter`]: an MCP tool as a [`Tool`](crate::tools::Tool), and its effective policy.
 //! - [`content`]: an MCP `CallToolResult` turned into a bounded result for the model.
 //!
@@ -21,6 +23,7 @@
 mod adapter;
 mod content;
 mod link;
+mod progress;
 mod supervisor;
 
 use std::collections::BTreeMap;
