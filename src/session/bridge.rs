@@ -399,10 +399,11 @@ impl Bridge {
         S: Stream<Item = FrameResult> + Unpin,
     {
         for _ in 0..TAKE_IN_AT_MOST {
-            match upstream.next().now_or_never() {
-                None => return true,
-                Some(None) => return false,
-                Some(frame) => {
+            // With the task's waker, as in `handle_burst`: the gated stream keeps it registered.
+            match futures::poll!(upstream.next()) {
+                Poll::Pending => return true,
+                Poll::Ready(None) => return false,
+                Poll::Ready(frame) => {
                     if !self.handle_upstream_frame(frame).await {
                         return false;
                     }
@@ -446,9 +447,7 @@ impl Bridge {
             }
             // Polled with the task's own waker (not `now_or_never`'s no-op one), which the gated
             // stream then keeps registered for the next wake-up.
-            let Poll::Ready(next) = std::future::poll_fn(|cx| Poll::Ready(rx.poll_next_unpin(cx))).await else {
-                return true;
-            };
+            let Poll::Ready(next) = futures::poll!(rx.next()) else { return true };
             left -= 1;
             frame = next;
         }

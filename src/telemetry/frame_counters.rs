@@ -15,8 +15,6 @@ pub struct FrameCounters {
     client_to_upstream: u32,
     upstream_to_client: u32,
     loop_turns: u32,
-    /// Counts since the last flush, all three together.
-    pending: u32,
 }
 
 /// The shared counters a session's [`FrameCounters`] flush into.
@@ -38,7 +36,6 @@ impl FrameCounters {
             client_to_upstream: 0,
             upstream_to_client: 0,
             loop_turns: 0,
-            pending: 0,
         }
     }
 
@@ -63,17 +60,22 @@ impl FrameCounters {
         self.counted();
     }
 
+    /// Counts since the last flush, all three together.
+    #[inline]
+    fn pending(&self) -> u32 {
+        self.client_to_upstream + self.upstream_to_client + self.loop_turns
+    }
+
     #[inline]
     fn counted(&mut self) {
-        self.pending += 1;
-        if self.pending >= FLUSH_EVERY {
+        if self.pending() >= FLUSH_EVERY {
             self.flush();
         }
     }
 
     /// Add what was counted since the last flush to the shared counters.
     pub fn flush(&mut self) {
-        if self.pending == 0 {
+        if self.pending() == 0 {
             return;
         }
         let add = |counter: &Counter, n: &mut u32| {
@@ -84,7 +86,6 @@ impl FrameCounters {
         add(&self.shared.client_to_upstream, &mut self.client_to_upstream);
         add(&self.shared.upstream_to_client, &mut self.upstream_to_client);
         add(&self.shared.loop_turns, &mut self.loop_turns);
-        self.pending = 0;
     }
 }
 

@@ -209,24 +209,10 @@ async fn scenario() {
     let rate_token = jwt("dr.rate");
     let (_rate_a, mut rate_up_a, _) = open(&on_a, &rate_token, &mut fake).await;
     let (_rate_b, mut rate_up_b, _) = open(&on_b, &rate_token, &mut fake).await;
-    assert!(
-        call_calculator(&mut rate_up_a, "call_rate_1")
-            .await
-            .get("error")
-            .is_none()
-    );
-    assert!(
-        call_calculator(&mut rate_up_b, "call_rate_2")
-            .await
-            .get("error")
-            .is_none()
-    );
-    assert!(
-        call_calculator(&mut rate_up_a, "call_rate_3")
-            .await
-            .get("error")
-            .is_none()
-    );
+    for (on_a, call_id) in [(true, "call_rate_1"), (false, "call_rate_2"), (true, "call_rate_3")] {
+        let up = if on_a { &mut rate_up_a } else { &mut rate_up_b };
+        assert!(call_calculator(up, call_id).await.get("error").is_none(), "{call_id}");
+    }
     assert_eq!(
         call_calculator(&mut rate_up_b, "call_rate_4").await["error"]["code"],
         "rate_limited"
