@@ -144,8 +144,8 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
     rest[..end].parse().ok()
 }
 
-/// The voxgate binary next to this one (`target/release/voxgate` for a release bench,
-/// `target/debug/voxgate` for the CI smoke), or the one given.
+/// The voxgate binary next to this one (`target/production/voxgate` for a bench built with the
+/// profile the image ships, `target/debug/voxgate` for the CI smoke), or the one given.
 pub fn voxgate_binary(given: Option<PathBuf>) -> Option<PathBuf> {
     if let Some(path) = given {
         return path.exists().then_some(path);

@@ -93,8 +93,8 @@ struct RunArgs {
     /// p99 limit (ms) for "real time held".
     #[arg(long, default_value_t = 50.0)]
     capacity_p99_ms: f64,
-    /// voxgate binary (default: `voxgate` next to this binary: target/release/voxgate, or
-    /// target/debug/voxgate for a debug bench).
+    /// voxgate binary (default: `voxgate` next to this binary: target/production/voxgate, or
+    /// target/release/ or target/debug/ for a bench built with that profile).
     #[arg(long)]
     voxgate: Option<PathBuf>,
     /// voxgate's `server.session_threads` (default: voxgate's own, one per CPU). 1 runs every
