@@ -220,6 +220,23 @@ impl Report {
         self.phases.iter().find(|p| p.path == path.name() && p.sessions == n)
     }
 
+    /// RSS each session beyond the first adds, in bytes: the growth at `n` less the growth at
+    /// N = 1, over n − 1 (needs an N = 1 phase of the same path in the run). What the first
+    /// session brings is the process's, not a session's: mostly the pages of the executable that
+    /// serve a session, read in when first run (`RssFile`, ≈ 1 MiB for voxgate), plus one-time
+    /// set-up such as the upstream TLS configuration. In the plain growth ÷ N it weighs 1/N on
+    /// every session, ≈ 10 KiB per session at N = 100 (docs/performance.md, ninth pass).
+    fn rss_beyond_first(&self, path: &str, n: usize) -> Option<f64> {
+        if n <= 1 {
+            return None;
+        }
+        let growth = |n: usize| {
+            let p = self.phases.iter().find(|p| p.path == path && p.sessions == n)?;
+            p.rss_per_active.map(|per| per * n as f64)
+        };
+        Some((growth(n)? - growth(1)?) / (n - 1) as f64)
+    }
+
     fn sessions(&self) -> Vec<usize> {
         let mut ns: Vec<usize> = self.phases.iter().map(|p| p.sessions).collect();
         ns.sort_unstable();
@@ -258,8 +275,8 @@ impl Report {
             let _ = writeln!(s, "| {n} | {} | {} | {} |", ratio(|x| x.p50), ratio(|x| x.p99), ratio(|x| x.p999));
         }
         let _ = writeln!(s, "\nCPU seconds per 10k relayed frames (both directions counted) and machine load:\n");
-        let _ = writeln!(s, "| N | bare relay | voxgate | voxgate ÷ relay | echo | load generator | machine busy (cores) relay / voxgate run | RSS per active session relay / voxgate |");
-        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "| N | bare relay | voxgate | voxgate ÷ relay | echo | load generator | machine busy (cores) relay / voxgate run | RSS growth ÷ N relay / voxgate | RSS per session beyond the first relay / voxgate |");
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for n in self.sessions() {
             let r = self.find(Path::Relay, n);
             let v = self.find(Path::Voxgate, n);
@@ -267,7 +284,7 @@ impl Report {
             let any = v.or(r);
             let _ = writeln!(
                 s,
-                "| {n} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
+                "| {n} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} |",
                 fmt3(cpu(r)),
                 fmt3(cpu(v)),
                 match (cpu(v), cpu(r)) { (Some(a), Some(b)) => ratio(a, b), _ => "—".into() },
@@ -277,6 +294,8 @@ impl Report {
                 fmt2(v.map(|p| p.machine_busy_cores)),
                 kib(r.and_then(|p| p.rss_per_active)),
                 kib(v.and_then(|p| p.rss_per_active)),
+                kib(self.rss_beyond_first(Path::Relay.name(), n)),
+                kib(self.rss_beyond_first(Path::Voxgate.name(), n)),
             );
         }
         if self.phases.iter().any(|p| p.path == Path::Python.name()) {
@@ -382,6 +401,7 @@ impl Report {
                 "window_s": p.window_s, "target_cpu_s": p.target_cpu_s, "echo_cpu_s": p.echo_cpu_s,
                 "generator_cpu_s": p.generator_cpu_s, "machine_busy_cores": p.machine_busy_cores,
                 "rss_per_active_bytes": p.rss_per_active,
+                "rss_beyond_first_bytes": self.rss_beyond_first(p.path, p.sessions),
             })).collect::<Vec<_>>(),
             "tools": self.tools.iter().map(|t| json!({"path": t.path, "condition": t.condition, "times": summary(&t.times), "error_outputs": t.not_ok})).collect::<Vec<_>>(),
             "idle": self.idle.iter().map(|m| json!({"path": m.path, "sessions": m.sessions, "rss_before": m.before, "rss_after": m.after, "per_session_bytes": m.per_session()})).collect::<Vec<_>>(),
@@ -412,4 +432,70 @@ fn kib(v: Option<f64>) -> String {
 
 fn mib(v: u64) -> f64 {
     v as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A voxgate phase whose process grew by `growth` bytes over its fresh start.
+    fn voxgate_phase(sessions: usize, growth: f64) -> PathPhase {
+        PathPhase {
+            path: Path::Voxgate.name(),
+            sessions,
+            rtt: Summary::default(),
+            lag: Summary::default(),
+            sent: 1,
+            received: 1,
+            late: 0,
+            expected: 1,
+            failed_sessions: 0,
+            window_s: 1.0,
+            target_cpu_s: Some(0.1),
+            echo_cpu_s: 0.1,
+            generator_cpu_s: 0.1,
+            machine_busy_cores: 0.1,
+            rss_per_active: Some(growth / sessions as f64),
+            tools_under_load: None,
+            rtt_samples: Vec::new(),
+            lag_samples: Vec::new(),
+        }
+    }
+
+    fn report(phases: Vec<PathPhase>) -> Report {
+        Report {
+            started: Instant::now(),
+            machine: String::new(),
+            frame_bytes: 0,
+            options: String::new(),
+            phases,
+            tools: Vec::new(),
+            idle: Vec::new(),
+            capacity: Vec::new(),
+            capacity_limit_ms: 50.0,
+            capacity_found: Vec::new(),
+            fsync: None,
+            fsync_spaced: None,
+            errors: Vec::new(),
+            elapsed_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_first_sessions_one_time_growth_is_not_spread_over_the_others() {
+        // 1 MiB of one-time set-up with the first session, then 40 KiB per session.
+        let once = 1024.0 * 1024.0;
+        let per = 40.0 * 1024.0;
+        let run = report(vec![voxgate_phase(1, once + per), voxgate_phase(100, once + 100.0 * per)]);
+        let beyond = run.rss_beyond_first(Path::Voxgate.name(), 100).expect("an N = 1 phase is there");
+        assert!((beyond - per).abs() < 1.0, "{beyond}");
+        // Growth ÷ N carries a hundredth of the set-up on every session.
+        assert!(run.phases[1].rss_per_active.is_some_and(|p| (p - (per + once / 100.0)).abs() < 1.0));
+        let table = run.markdown();
+        // No relay phase in this run: its cells are dashes.
+        assert!(table.contains("| — / 50.2 KiB | — / 40.0 KiB |"), "{table}");
+        // Without an N = 1 phase there is nothing to subtract.
+        assert_eq!(report(vec![voxgate_phase(100, once)]).rss_beyond_first(Path::Voxgate.name(), 100), None);
+        assert_eq!(run.rss_beyond_first(Path::Voxgate.name(), 1), None);
+    }
 }
