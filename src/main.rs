@@ -92,7 +92,10 @@ fn main() -> ExitCode {
 ///   own thread, and small blocks come from glibc's per-thread cache without the arena's lock.
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    for (env, param, value) in [("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 1024 * 1024), ("MALLOC_ARENA_MAX", libc::M_ARENA_MAX, 1)] {
+    for (env, param, value) in [
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 1024 * 1024),
+        ("MALLOC_ARENA_MAX", libc::M_ARENA_MAX, 1),
+    ] {
         if std::env::var_os(env).is_none() {
             // SAFETY: mallopt only changes allocator parameters; it is called before any other
             // thread exists.

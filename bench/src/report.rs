@@ -217,7 +217,11 @@ impl Report {
     }
 
     fn find(&self, path: Path, n: usize) -> Option<&PathPhase> {
-        self.phases.iter().find(|p| p.path == path.name() && p.sessions == n)
+        self.find_named(path.name(), n)
+    }
+
+    fn find_named(&self, path: &str, n: usize) -> Option<&PathPhase> {
+        self.phases.iter().find(|p| p.path == path && p.sessions == n)
     }
 
     /// RSS each session beyond the first adds, in bytes: the growth at `n` less the growth at
@@ -230,10 +234,7 @@ impl Report {
         if n <= 1 {
             return None;
         }
-        let growth = |n: usize| {
-            let p = self.phases.iter().find(|p| p.path == path && p.sessions == n)?;
-            p.rss_per_active.map(|per| per * n as f64)
-        };
+        let growth = |n: usize| self.find_named(path, n)?.rss_per_active.map(|per| per * n as f64);
         Some((growth(n)? - growth(1)?) / (n - 1) as f64)
     }
 
