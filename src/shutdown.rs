@@ -3,7 +3,9 @@
 //! tasks its own graceful shutdown does not wait for), and the "draining" flag `/readyz` reports.
 //!
 //! A drain is bounded: sessions that outlive it (a peer that never answers, a tool that never
-//! returns) are aborted through a second token, so SIGTERM always ends the process.
+//! returns) are dropped with the session threads that run them (`server::shards`), so SIGTERM
+//! always ends the process. No session waits on an abort signal of its own: such a waiter would
+//! sit in the path of every wake-up of every session task.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +16,6 @@ use tokio_util::task::TaskTracker;
 #[derive(Clone, Default)]
 pub struct Shutdown {
     token: CancellationToken,
-    /// Cancelled when the drain gives up: every session task still running is dropped.
-    abort: CancellationToken,
     tracker: TaskTracker,
     draining: Arc<AtomicBool>,
 }
@@ -33,16 +33,6 @@ impl Shutdown {
     /// Sessions are spawned here so the drain can wait for them.
     pub fn tracker(&self) -> &TaskTracker {
         &self.tracker
-    }
-
-    /// Session tasks end at once when this is cancelled (see [`Shutdown::abort`]).
-    pub fn abort_token(&self) -> &CancellationToken {
-        &self.abort
-    }
-
-    /// The drain timed out: drop every session still running.
-    pub fn abort(&self) {
-        self.abort.cancel();
     }
 
     pub fn is_draining(&self) -> bool {

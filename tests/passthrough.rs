@@ -248,6 +248,39 @@ async fn subprotocol_selection_never_echoes_a_token() {
     assert_eq!(client.protocol.as_deref(), Some("voxgate.v1"));
 }
 
+/// A client may send its first frame in the same TCP segment as its upgrade request, before the
+/// 101 comes back: the bytes hyper read past the request must reach the session, first.
+#[tokio::test]
+async fn a_frame_sent_with_the_upgrade_request_is_not_lost() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, "").await;
+    let append = r#"{"type":"input_audio_buffer.append","audio":"AAECAwQF"}"#;
+    let mut bytes = format!(
+        "GET /v1/realtime HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: realtime\r\n\r\n",
+        proxy.addr
+    )
+    .into_bytes();
+    // One masked text frame (RFC 6455 §5.2), short enough for the 7-bit length.
+    let mask = [0x37, 0xfa, 0x21, 0x3d];
+    bytes.extend([0x81, 0x80 | u8::try_from(append.len()).unwrap()]);
+    bytes.extend(mask);
+    bytes.extend(append.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let mut socket = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    socket.write_all(&bytes).await.unwrap();
+
+    let mut head = [0u8; 12];
+    socket.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101", "{}", String::from_utf8_lossy(&head));
+    // The frame is forwarded as soon as the session runs, before the upstream's `session.created`
+    // (which `open_session` would answer by reading up to voxgate's `session.update`).
+    let mut upstream = fake.accept().await;
+    let got = tokio::time::timeout(Duration::from_secs(5), upstream.next_json()).await.expect("the frame never came");
+    assert_eq!(got["type"], "input_audio_buffer.append");
+    assert_eq!(got["audio"], "AAECAwQF");
+}
+
 #[tokio::test]
 async fn origin_allow_list_and_health() {
     let fake = FakeUpstream::start().await;

@@ -165,13 +165,12 @@ impl RunningServer {
         state.shutdown.begin();
         let limit = Duration::from_millis(state.config.server.drain_timeout_ms) + Duration::from_secs(5);
         if tokio::time::timeout(limit, state.shutdown.tracker().wait()).await.is_err() {
-            tracing::warn!(sessions = state.live.len(), "drain timed out; aborting the remaining sessions");
-            state.shutdown.abort();
-            let _ = tokio::time::timeout(Duration::from_secs(2), state.shutdown.tracker().wait()).await;
+            tracing::warn!(sessions = state.live.len(), "drain timed out; dropping the remaining sessions");
         }
         match serve.await {
-            // What still runs on them outlived the drain (sessions were aborted above): the
-            // threads drop it, so its audit handles go before the writer is joined below.
+            // What still runs on them outlived the drain: the threads drop it (sockets, admissions
+            // and audit handles with it), so its audit handles go before the writer is joined
+            // below.
             Ok(shards) => shards.stop().await,
             Err(_) => tracing::warn!("the accept loop ended abnormally"),
         }

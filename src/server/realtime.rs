@@ -7,8 +7,8 @@
 //! offered it (RFC 6455: a client fails a handshake that selects one it did not offer).
 //!
 //! The upgrade is done here rather than with axum's `WebSocketUpgrade` so the client socket is a
-//! plain tokio-tungstenite stream: the same frame type as the upstream's, so frames pass from one
-//! to the other without conversion or copy.
+//! plain tokio-tungstenite stream over the TCP socket itself: the same frame type as the
+//! upstream's, so frames pass from one to the other without conversion or copy.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -17,6 +17,7 @@ use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -31,7 +32,6 @@ use crate::cluster::{Seat, SessionEntry};
 use crate::config::AuthMode;
 use crate::policy::auth::{self, AuthError};
 use crate::protocol::voxgate::{self as events, codes};
-use crate::session::gated::Gated;
 use crate::session::live::AdmitError;
 use crate::session::{self, SessionInfo};
 use crate::upstream;
@@ -95,7 +95,6 @@ pub async fn realtime(
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, request.extensions(), &headers, false);
     let info = SessionInfo { id, principal, user, wants_events, model: model_name, origin };
     let task_state = state.clone();
-    let abort = state.shutdown.abort_token().clone();
     state.shutdown.tracker().spawn(async move {
         let _admission = admission;
         let _seat = seat;
@@ -106,15 +105,20 @@ pub async fn realtime(
                 return;
             }
         };
+        // The session reads and writes the TCP socket itself, as a bare relay does, not through
+        // hyper's upgraded connection (a boxed socket behind a buffer of what hyper read ahead):
+        // that layer cost an indirect call and a copy between buffer types on every read and
+        // write. Bytes hyper already read past the request go first.
+        let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+            tracing::error!("the upgraded connection is not a TCP socket; session dropped");
+            return;
+        };
         let config = client_ws_config(task_state.config.server.max_frame_bytes);
-        let client = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-        // A session still running when the drain gives up is dropped here: its sockets and
-        // its admission go with it, so the process can exit. The waiter is polled only when the
-        // abort wakes it, not on every frame of the session.
-        tokio::select! {
-            () = serve_session(task_state, info, client, model, cancel) => {}
-            () = Gated::new(abort.cancelled_owned()) => tracing::warn!("session aborted: it outlived the drain"),
-        }
+        let (stream, read_ahead) = (parts.io.into_inner(), parts.read_buf.to_vec());
+        let client = WebSocketStream::from_partially_read(stream, read_ahead, Role::Server, Some(config)).await;
+        // A session still running when the drain gives up is dropped with its session thread
+        // (`Shards::stop`): its sockets and its admission go with it, so the process can exit.
+        serve_session(task_state, info, client, model, cancel).await;
     });
 
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();

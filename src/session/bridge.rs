@@ -195,9 +195,11 @@ impl Bridge {
         // Every deadline behind one timer kept across turns (deadlines.rs). With pings off there
         // is no periodic work at all.
         let mut deadlines = Deadlines::new(Instant::now(), bridge.deps.settings.ping_interval, auth_expires);
+        // Read here, not behind the shared settings on every turn (a pointer chase to a cold line).
+        let idle_timeout = bridge.deps.settings.idle_timeout;
         // One cancellation waiter for the session's life, not one registered and dropped per turn.
         // Polled only when the token wakes it, not on every frame (see `gated.rs`).
-        let mut cancelled = Gated::new(cancel.cancelled());
+        let mut cancelled = Gated::new(Box::pin(cancel.cancelled()));
         // Read once after each turn's wait (see the end of the loop) for the checks that follow
         // it; the next turn's deadlines are set from the same reading, as no wait comes between.
         let mut now = Instant::now();
@@ -239,7 +241,7 @@ impl Bridge {
             deadlines.age = bridge.resume.age_deadline().filter(|at| *at > now);
             // Armed at the deadline the last activity gave when it was armed; activity since then
             // only moves the deadline, which is looked at when this one passes (not every frame).
-            if let (Some(idle), None) = (bridge.deps.settings.idle_timeout, deadlines.idle) {
+            if let (Some(idle), None) = (idle_timeout, deadlines.idle) {
                 deadlines.idle = Some(bridge.last_activity + idle);
             }
             deadlines.arm(bridge.closing.is_some());

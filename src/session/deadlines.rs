@@ -13,6 +13,7 @@
 //! session wakes once for nothing and sleeps again — the price of not touching the timer wheel on
 //! every frame.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
@@ -22,7 +23,7 @@ use super::gated::Gated;
 #[derive(Default)]
 pub(super) struct Alarm {
     /// Polled only when the timer fires or moves, not on every turn (see `gated.rs`).
-    sleep: Option<Gated<Sleep>>,
+    sleep: Option<Gated<Pin<Box<Sleep>>>>,
     /// The deadline, while armed.
     at: Option<Instant>,
 }
@@ -42,8 +43,8 @@ impl Alarm {
         self.at = at;
         if let Some(at) = at {
             match &mut self.sleep {
-                Some(sleep) => sleep.rearm().reset(at),
-                None => self.sleep = Some(Gated::new(tokio::time::sleep_until(at))),
+                Some(sleep) => sleep.rearm().as_mut().reset(at),
+                None => self.sleep = Some(Gated::new(Box::pin(tokio::time::sleep_until(at)))),
             }
         }
     }

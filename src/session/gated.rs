@@ -15,6 +15,10 @@
 //! registrations), and the stream that had just said `Pending` again on the next turn: five stream
 //! polls per wake-up where a bare relay makes three. A gated stream is polled again at once after
 //! it yields a frame (more may be buffered) and after a `Pending` only once its socket woke it.
+//!
+//! The inner future is held in place, not boxed: a turn looks at every gate, and between two turns
+//! of one session the other sessions' frames have pushed its memory out of the cache, so a pointer
+//! to follow is one more miss. A future that must be pinned is boxed by its owner.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -44,7 +48,7 @@ impl Wake for Signal {
 
 /// `inner`, polled only when it asked to be (see the module docs).
 pub(crate) struct Gated<F> {
-    inner: Pin<Box<F>>,
+    inner: F,
     signal: Arc<Signal>,
     /// The inner future's waker: made once, so a real poll allocates nothing.
     waker: Waker,
@@ -55,29 +59,32 @@ impl<F> Gated<F> {
         // Woken at the start: the first poll must reach the inner future so it registers.
         let signal = Arc::new(Signal { woken: AtomicBool::new(true), task: AtomicWaker::new() });
         let waker = Waker::from(signal.clone());
-        Self { inner: Box::pin(inner), signal, waker }
+        Self { inner, signal, waker }
     }
 
     /// The inner future, to change it (e.g. move a timer's deadline). It is polled again on the
     /// next poll, as it must be after such a change.
-    pub(crate) fn rearm(&mut self) -> Pin<&mut F> {
+    pub(crate) fn rearm(&mut self) -> &mut F {
         self.signal.woken.store(true, Ordering::Release);
-        self.inner.as_mut()
+        &mut self.inner
     }
 
     /// `poll` the inner future or stream with its own waker, if that waker fired since the last
     /// time; `Pending` otherwise.
-    fn poll_gated<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(Pin<&mut F>, &mut Context<'_>) -> Poll<T>) -> Poll<T> {
+    fn poll_gated<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(Pin<&mut F>, &mut Context<'_>) -> Poll<T>) -> Poll<T>
+    where
+        F: Unpin,
+    {
         // Registered before the flag is read: a wake between the two is not lost.
         self.signal.task.register(cx.waker());
         if !self.signal.woken.swap(false, Ordering::AcqRel) {
             return Poll::Pending;
         }
-        poll(self.inner.as_mut(), &mut Context::from_waker(&self.waker))
+        poll(Pin::new(&mut self.inner), &mut Context::from_waker(&self.waker))
     }
 }
 
-impl<F: Future> Future for Gated<F> {
+impl<F: Future + Unpin> Future for Gated<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -85,7 +92,7 @@ impl<F: Future> Future for Gated<F> {
     }
 }
 
-impl<S: Stream> Stream for Gated<S> {
+impl<S: Stream + Unpin> Stream for Gated<S> {
     type Item = S::Item;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
@@ -198,7 +205,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancellation_still_ends_the_wait() {
         let token = CancellationToken::new();
-        let gated = Gated::new(token.clone().cancelled_owned());
+        let gated = Gated::new(Box::pin(token.clone().cancelled_owned()));
         let cancel = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
             token.cancel();
@@ -210,10 +217,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_moved_timer_fires_at_its_new_deadline() {
         let start = tokio::time::Instant::now();
-        let mut gated = Box::pin(Gated::new(tokio::time::sleep_until(start + Duration::from_secs(60))));
+        let mut gated = Gated::new(Box::pin(tokio::time::sleep_until(start + Duration::from_secs(60))));
         // Registered at 60 s, then moved to 1 s: the gate must let the new deadline through.
-        assert!(futures::poll!(gated.as_mut()).is_pending());
-        gated.as_mut().get_mut().rearm().reset(start + Duration::from_secs(1));
+        assert!(futures::poll!(&mut gated).is_pending());
+        gated.rearm().as_mut().reset(start + Duration::from_secs(1));
         gated.await;
         assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
