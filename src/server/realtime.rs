@@ -105,16 +105,11 @@ pub async fn realtime(
                 return;
             }
         };
-        // The session reads and writes the TCP socket itself, as a bare relay does, not through
-        // hyper's upgraded connection (a boxed socket behind a buffer of what hyper read ahead):
-        // that layer cost an indirect call and a copy between buffer types on every read and
-        // write. Bytes hyper already read past the request go first.
-        let Ok(parts) = upgraded.downcast::<TokioIo<TcpStream>>() else {
+        let Some((stream, read_ahead)) = take_socket(upgraded) else {
             tracing::error!("the upgraded connection is not a TCP socket; session dropped");
             return;
         };
         let config = client_ws_config(task_state.config.server.max_frame_bytes);
-        let (stream, read_ahead) = (parts.io.into_inner(), parts.read_buf.to_vec());
         let client = WebSocketStream::from_partially_read(stream, read_ahead, Role::Server, Some(config)).await;
         // A session still running when the drain gives up is dropped with its session thread
         // (`Shards::stop`): its sockets and its admission go with it, so the process can exit.
@@ -133,6 +128,18 @@ pub async fn realtime(
         out.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
     }
     Ok(response)
+}
+
+/// The TCP socket under hyper's upgraded connection, and the bytes hyper read past the request
+/// (they go to the WebSocket first). The session reads and writes the socket itself, as a bare
+/// relay does: through `Upgraded` (a boxed socket behind a buffer of what hyper read ahead, adapted
+/// once more to tokio's I/O traits) every read and write cost an indirect call and two buffer
+/// conversions. The read-ahead bytes are copied out here so that hyper's whole read buffer, which
+/// they point into, is freed now and not kept for the session's life.
+fn take_socket(upgraded: hyper::upgrade::Upgraded) -> Option<(TcpStream, Vec<u8>)> {
+    let parts = upgraded.downcast::<TokioIo<TcpStream>>().ok()?;
+    let read_ahead = parts.read_buf.to_vec();
+    Some((parts.io.into_inner(), read_ahead))
 }
 
 /// Register the session with the cluster: the per-user cap across instances (not in `none`
