@@ -253,6 +253,8 @@ async fn subprotocol_selection_never_echoes_a_token() {
 #[tokio::test]
 async fn a_frame_sent_with_the_upgrade_request_is_not_lost() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "").await;
     let append = r#"{"type":"input_audio_buffer.append","audio":"AAECAwQF"}"#;
@@ -262,11 +264,10 @@ async fn a_frame_sent_with_the_upgrade_request_is_not_lost() {
         proxy.addr
     )
     .into_bytes();
-    // One masked text frame (RFC 6455 §5.2), short enough for the 7-bit length.
-    let mask = [0x37, 0xfa, 0x21, 0x3d];
-    bytes.extend([0x81, 0x80 | u8::try_from(append.len()).unwrap()]);
-    bytes.extend(mask);
-    bytes.extend(append.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    // One text frame, masked as a client's must be (RFC 6455 §5.3).
+    let mut frame = Frame::message(append, OpCode::Data(Data::Text), true);
+    frame.header_mut().mask = Some([0x37, 0xfa, 0x21, 0x3d]);
+    frame.format(&mut bytes).unwrap();
     let mut socket = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     socket.write_all(&bytes).await.unwrap();
 

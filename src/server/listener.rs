@@ -15,6 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::shards::Shards;
 
+/// What hyper serves each connection over. `realtime` takes the TCP socket back out of an
+/// upgraded connection by this type (`Upgraded::downcast`), so both sides name it here.
+pub(crate) type ClientIo = TokioIo<TcpStream>;
+
 /// Serve `app` on `listener` until `stop` is cancelled, each connection on one of `shards`; the
 /// shards are handed back then, still running the connections and sessions that remain (the
 /// drain tracks those, see `crate::shutdown`).
@@ -68,7 +72,7 @@ pub(crate) async fn serve(
                 let connection = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(handshake_timeout)
-                    .serve_connection(TokioIo::new(stream), service)
+                    .serve_connection(ClientIo::new(stream), service)
                     .with_upgrades();
                 let mut connection = std::pin::pin!(connection);
                 let result = tokio::select! {

@@ -168,9 +168,8 @@ impl RunningServer {
             tracing::warn!(sessions = state.live.len(), "drain timed out; dropping the remaining sessions");
         }
         match serve.await {
-            // What still runs on them outlived the drain: the threads drop it (sockets, admissions
-            // and audit handles with it), so its audit handles go before the writer is joined
-            // below.
+            // What still runs on them outlived the drain: the threads drop it, with its sockets,
+            // admissions and audit handles, before the writer is joined below.
             Ok(shards) => shards.stop().await,
             Err(_) => tracing::warn!("the accept loop ended abnormally"),
         }

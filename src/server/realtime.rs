@@ -16,7 +16,6 @@ use std::time::Instant;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -137,7 +136,7 @@ pub async fn realtime(
 /// conversions. The read-ahead bytes are copied out here so that hyper's whole read buffer, which
 /// they point into, is freed now and not kept for the session's life.
 fn take_socket(upgraded: hyper::upgrade::Upgraded) -> Option<(TcpStream, Vec<u8>)> {
-    let parts = upgraded.downcast::<TokioIo<TcpStream>>().ok()?;
+    let parts = upgraded.downcast::<super::listener::ClientIo>().ok()?;
     let read_ahead = parts.read_buf.to_vec();
     Some((parts.io.into_inner(), read_ahead))
 }

@@ -54,7 +54,7 @@ pub(crate) struct Gated<F> {
     waker: Waker,
 }
 
-impl<F> Gated<F> {
+impl<F: Unpin> Gated<F> {
     pub(crate) fn new(inner: F) -> Self {
         // Woken at the start: the first poll must reach the inner future so it registers.
         let signal = Arc::new(Signal { woken: AtomicBool::new(true), task: AtomicWaker::new() });
@@ -71,10 +71,7 @@ impl<F> Gated<F> {
 
     /// `poll` the inner future or stream with its own waker, if that waker fired since the last
     /// time; `Pending` otherwise.
-    fn poll_gated<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(Pin<&mut F>, &mut Context<'_>) -> Poll<T>) -> Poll<T>
-    where
-        F: Unpin,
-    {
+    fn poll_gated<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(Pin<&mut F>, &mut Context<'_>) -> Poll<T>) -> Poll<T> {
         // Registered before the flag is read: a wake between the two is not lost.
         self.signal.task.register(cx.waker());
         if !self.signal.woken.swap(false, Ordering::AcqRel) {
