@@ -136,7 +136,7 @@ impl Bridge {
         reconnect: Option<Connect>,
     ) -> SessionOutcome
     where
-        C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
+        C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message, Error = tungstenite::Error> + Send + Unpin + 'static,
     {
         let (client_sink, client_rx) = client.split();
         let UpstreamConn { sink: upstream_sink, stream: upstream_rx, .. } = upstream;
@@ -155,7 +155,7 @@ impl Bridge {
         .with_origin(info.origin.clone());
         let mut bridge = Bridge {
             frames: deps.metrics.frame_counters(),
-            to_client: Outbox::new(client_sink),
+            to_client: Outbox::new(Box::pin(client_sink)),
             to_upstream: Outbox::new(upstream_sink),
             calls,
             gate: ResponseGate::default(),

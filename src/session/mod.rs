@@ -156,7 +156,7 @@ pub async fn run<C>(
     reconnect: Option<resume::Connect>,
 ) -> SessionOutcome
 where
-    C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message> + Send + Unpin + 'static,
+    C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message, Error = tungstenite::Error> + Send + Unpin + 'static,
 {
     bridge::Bridge::run(info, span, client, upstream, deps, cancel, reconnect).await
 }

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{Sink, SinkExt};
-use tokio_tungstenite::tungstenite::{Message, protocol::CloseFrame};
+use tokio_tungstenite::tungstenite::{self, Message, protocol::CloseFrame};
 
 /// Bytes queued per socket before the session loop waits: ~25 s of 24 kHz PCM16 audio as base64
 /// deltas, and far more than an honest peer ever lets pile up. (The socket library holds at most
@@ -36,7 +36,9 @@ const FRAME_OVERHEAD: usize = 64;
 /// the write (the vendored tungstenite patch), so an idle session keeps none of it.
 pub const SOCKET_WRITE_BUFFER: usize = 8 * 1024;
 
-type BoxSink = Pin<Box<dyn Sink<Message, Error = Closed> + Send>>;
+/// A socket's sending half. The upstream's comes boxed already (`UpstreamSink`) and is kept as it
+/// is: each layer around it (a second box, an error mapper) was one more call on every write.
+pub type BoxSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
 
 /// The sending half of a socket, owned by the session task.
 pub struct Outbox {
@@ -56,12 +58,9 @@ pub struct Outbox {
 pub struct Closed;
 
 impl Outbox {
-    pub fn new<S>(sink: S) -> Self
-    where
-        S: Sink<Message> + Send + 'static,
-    {
+    pub fn new(sink: BoxSink) -> Self {
         Self {
-            sink: Box::pin(sink.sink_map_err(|_| Closed)),
+            sink,
             queue: VecDeque::new(),
             queued_bytes: 0,
             unflushed: false,
@@ -91,7 +90,7 @@ impl Outbox {
         while !self.queue.is_empty() {
             match self.sink.as_mut().poll_ready(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(Closed)) => return self.fail(),
+                Poll::Ready(Err(_)) => return self.fail(),
                 Poll::Ready(Ok(())) => {}
             }
             let Some(message) = self.queue.pop_front() else { break };
@@ -104,7 +103,7 @@ impl Outbox {
         if self.unflushed {
             match self.sink.as_mut().poll_flush(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(Closed)) => return self.fail(),
+                Poll::Ready(Err(_)) => return self.fail(),
                 Poll::Ready(Ok(())) => self.unflushed = false,
             }
         }
@@ -192,7 +191,7 @@ impl Outbox {
         let closing = async {
             self.send(Message::Close(frame)).await?;
             self.drive().await?;
-            self.sink.close().await
+            self.sink.close().await.map_err(|_| Closed)
         };
         let _ = tokio::time::timeout(within, closing).await;
     }
@@ -207,24 +206,29 @@ mod tests {
     struct Stalled;
 
     impl Sink<Message> for Stalled {
-        type Error = ();
-        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        type Error = tungstenite::Error;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             Poll::Pending
         }
-        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), ()> {
+        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), Self::Error> {
             Ok(())
         }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             Poll::Pending
         }
-        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             Poll::Pending
         }
     }
 
+    /// A channel's sending half as a socket's: its end is a closed connection.
+    fn channel_sink(tx: futures::channel::mpsc::Sender<Message>) -> BoxSink {
+        Box::pin(tx.sink_map_err(|_| tungstenite::Error::ConnectionClosed))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_stalled_peer_holds_at_most_the_byte_budget() {
-        let mut outbox = Outbox::new(Stalled);
+        let mut outbox = Outbox::new(Box::pin(Stalled));
         let frame = || Message::text("x".repeat(256 * 1024));
         let mut queued = 0;
         while outbox.try_send(frame()).unwrap() {
@@ -243,7 +247,7 @@ mod tests {
     #[tokio::test]
     async fn frames_reach_the_peer_in_order_and_a_frame_larger_than_the_budget_goes_alone() {
         let (tx, mut rx) = futures::channel::mpsc::channel::<Message>(1);
-        let mut outbox = Outbox::new(tx);
+        let mut outbox = Outbox::new(channel_sink(tx));
         let huge = Message::text("h".repeat(2 * OUTBOX_BYTES));
         outbox.try_send(Message::text("1")).unwrap();
         // The queue is not empty, so the huge frame must wait for it to drain.
@@ -267,7 +271,7 @@ mod tests {
     async fn a_failed_socket_is_reported_closed() {
         let (tx, rx) = futures::channel::mpsc::channel::<Message>(1);
         drop(rx);
-        let mut outbox = Outbox::new(tx);
+        let mut outbox = Outbox::new(channel_sink(tx));
         outbox.try_send(Message::text("lost")).unwrap();
         outbox.drive_now();
         assert!(outbox.is_closed());
