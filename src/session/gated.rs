@@ -215,8 +215,8 @@ mod tests {
                 }
             }
         });
-        // One bound for the whole run: a wake the gate lost is then noticed only when some other
-        // timer polls the task, so a bound per item would let the run crawl on.
+        // One bound for the whole run, not one per item: a per-item timer polls the gate when it
+        // fires, which hides a lost wake (the run only slows to one item per bound).
         let received = async {
             for i in 0..200 {
                 assert_eq!(items.next().await, Some(i));
