@@ -109,10 +109,24 @@ pub async fn realtime(
             return;
         };
         let config = client_ws_config(task_state.config.server.max_frame_bytes);
-        let client = WebSocketStream::from_partially_read(stream, read_ahead, Role::Server, Some(config)).await;
+        let mut client = WebSocketStream::from_partially_read(stream, read_ahead, Role::Server, Some(config)).await;
+        let started = Instant::now();
+        let session_span = crate::telemetry::session_span(&info.id, &info.model);
+        let Some(upstream) = connect_upstream(&task_state, &info, &mut client, model.as_deref(), &session_span, started).await else {
+            return;
+        };
+        // The session is awaited here, not inside a helper `async fn`: each such layer keeps a
+        // second copy of every argument it passed on beside the session's state, for the
+        // session's life (docs/performance.md, twelfth pass).
+        let metrics = task_state.deps.metrics.clone();
+        let _active = metrics.session_started();
+        let reconnect = reconnector(&task_state, model);
+        let deps = task_state.session_deps();
+        drop(task_state);
         // A session still running when the drain gives up is dropped with its session thread
         // (`Shards::stop`): its sockets and its admission go with it, so the process can exit.
-        serve_session(task_state, info, client, model, cancel).await;
+        let outcome = session::run(info, session_span, client, upstream, deps, cancel, Some(reconnect)).await;
+        metrics.session_ended(outcome.as_str());
     });
 
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
@@ -162,28 +176,29 @@ async fn admit_in_cluster(state: &AppState, id: &str, user: &str, model: &str) -
     })
 }
 
-/// Connect the upstream, then run the session; an upstream that refuses is reported to the client.
-async fn serve_session<S>(
-    state: AppState,
-    info: SessionInfo,
-    mut client: WebSocketStream<S>,
-    model: Option<String>,
-    cancel: tokio_util::sync::CancellationToken,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+/// Connect the session's upstream. One that cannot be reached is reported to the client (an
+/// `error` event, close 1013), to the metrics and to the session's span, and `None` comes back.
+async fn connect_upstream<S>(
+    state: &AppState,
+    info: &SessionInfo,
+    client: &mut WebSocketStream<S>,
+    model: Option<&str>,
+    session_span: &tracing::Span,
+    started: Instant,
+) -> Option<upstream::UpstreamConn>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let metrics = state.deps.metrics.clone();
-    let started = Instant::now();
-    let session_span = crate::telemetry::session_span(&info.id, &info.model);
+    let metrics = &state.deps.metrics;
     let span = session_span.in_scope(|| crate::telemetry::upstream_connect_span(state.upstream_kind_name()));
     // Boxed: the TLS connect state machine is larger than the session loop's, and inline it would
     // size the task's allocation for the whole life of the session.
-    let connect = Box::pin(upstream::connect(&state.config.upstream, model.as_deref()).instrument(span.clone()));
-    let upstream = match connect.await {
+    let connect = Box::pin(upstream::connect(&state.config.upstream, model).instrument(span.clone()));
+    match connect.await {
         Ok(upstream) => {
             crate::telemetry::record_upstream_connect(&span, "connected");
             metrics.upstream_connected(started.elapsed());
-            upstream
+            Some(upstream)
         }
         Err(err) => {
             crate::telemetry::record_upstream_connect(&span, err.reason());
@@ -194,14 +209,10 @@ async fn serve_session<S>(
             let frame = CloseFrame { code: CloseCode::Again, reason: "realtime service unavailable".into() };
             let _ = client.close(Some(frame)).await;
             metrics.session_ended("upstream_error");
-            crate::telemetry::record_session_outcome(&session_span, "upstream_error", started.elapsed());
-            return;
+            crate::telemetry::record_session_outcome(session_span, "upstream_error", started.elapsed());
+            None
         }
-    };
-    let _active = metrics.session_started();
-    let reconnect = reconnector(&state, model);
-    let outcome = session::run(info, session_span, client, upstream, state.session_deps(), cancel, Some(reconnect)).await;
-    metrics.session_ended(outcome.as_str());
+    }
 }
 
 /// How a session opens a new upstream for a resume: as its first one, same URL, auth and model.

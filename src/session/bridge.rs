@@ -315,7 +315,10 @@ impl Bridge {
                 upstream_open = false;
             }
         }
-        bridge.finish().await
+        // Boxed: closing both sockets is the largest state the session ever awaits (it holds the
+        // bridge itself and two bounded closes), and inline it would size the task's allocation,
+        // and so every session's memory, for the whole session (docs/performance.md, twelfth pass).
+        Box::pin(bridge.finish()).await
     }
 
     /// Start closing: decline parked calls, tell the client, let running calls finish.

@@ -146,7 +146,10 @@ impl SessionOutcome {
 /// Run a session to its end inside `span` (see `telemetry::session_span`). `cancel` is this
 /// session's token: cancelled by the process drain or by an administrator. `reconnect` opens a new
 /// upstream like `upstream` for a resume (`None`: the session ends with its upstream).
-pub async fn run<C>(
+///
+/// Not an `async fn` of its own: it hands back the bridge's future as it is, as another layer
+/// would keep a second copy of every argument beside it for the session's life.
+pub fn run<C>(
     info: SessionInfo,
     span: tracing::Span,
     client: C,
@@ -154,9 +157,9 @@ pub async fn run<C>(
     deps: SessionDeps,
     cancel: CancellationToken,
     reconnect: Option<resume::Connect>,
-) -> SessionOutcome
+) -> impl Future<Output = SessionOutcome> + Send
 where
     C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message, Error = tungstenite::Error> + Send + Unpin + 'static,
 {
-    bridge::Bridge::run(info, span, client, upstream, deps, cancel, reconnect).await
+    bridge::Bridge::run(info, span, client, upstream, deps, cancel, reconnect)
 }
