@@ -122,7 +122,6 @@ pub async fn realtime(
         let _active = metrics.session_started();
         let reconnect = reconnector(&task_state, model);
         let deps = task_state.session_deps();
-        drop(task_state);
         // A session still running when the drain gives up is dropped with its session thread
         // (`Shards::stop`): its sockets and its admission go with it, so the process can exit.
         let outcome = session::run(info, session_span, client, upstream, deps, cancel, Some(reconnect)).await;
@@ -208,8 +207,9 @@ where
             let _ = client.send(Message::text(events::error_event(codes::UPSTREAM_UNAVAILABLE, &message, None))).await;
             let frame = CloseFrame { code: CloseCode::Again, reason: "realtime service unavailable".into() };
             let _ = client.close(Some(frame)).await;
-            metrics.session_ended("upstream_error");
-            crate::telemetry::record_session_outcome(session_span, "upstream_error", started.elapsed());
+            let outcome = session::SessionOutcome::UpstreamError.as_str();
+            metrics.session_ended(outcome);
+            crate::telemetry::record_session_outcome(session_span, outcome, started.elapsed());
             None
         }
     }

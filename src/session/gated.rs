@@ -23,7 +23,7 @@
 //! The task's waker is handed to a gate's signal only when it changed (in a session: once), and
 //! the signal keeps it across wakes. `futures`' `AtomicWaker` gives its waker away on every wake,
 //! so it had to be registered again on every poll: two atomic read-modify-writes per gate per turn
-//! on a line the turn would otherwise only read. A quiet gate now costs one flag read.
+//! on a line the turn would otherwise only read.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -36,8 +36,8 @@ const FRAME_OVERHEAD: usize = 64;
 /// the write (the vendored tungstenite patch), so an idle session keeps none of it.
 pub const SOCKET_WRITE_BUFFER: usize = 8 * 1024;
 
-/// A socket's sending half. The upstream's comes boxed already (`UpstreamSink`) and is kept as it
-/// is: each layer around it (a second box, an error mapper) was one more call on every write.
+/// A socket's sending half, for either peer (`upstream::UpstreamSink` is this type). Taken as it
+/// is: each layer around it (a second box, an error mapper) would be one more call on every write.
 pub type BoxSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
 
 /// The sending half of a socket, owned by the session task.

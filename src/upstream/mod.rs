@@ -11,13 +11,14 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use futures::{Sink, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use tokio_tungstenite::Connector;
 use tokio_tungstenite::tungstenite::{self, Message, protocol::WebSocketConfig};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
 
-pub type UpstreamSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
+/// The same boxed sink the session's outbox writes through, so it is taken as it is.
+pub type UpstreamSink = crate::session::outbox::BoxSink;
 pub type UpstreamStream = Pin<Box<dyn Stream<Item = Result<Message, tungstenite::Error>> + Send>>;
 
 /// An open upstream WebSocket, split.
