@@ -118,14 +118,13 @@ pub async fn realtime(
         // The session is awaited here, not inside a helper `async fn`: each such layer keeps a
         // second copy of every argument it passed on beside the session's state, for the
         // session's life (docs/performance.md, twelfth pass).
-        let metrics = task_state.deps.metrics.clone();
-        let _active = metrics.session_started();
+        let _active = task_state.deps.metrics.session_started();
         let reconnect = reconnector(&task_state, model);
         let deps = task_state.session_deps();
         // A session still running when the drain gives up is dropped with its session thread
         // (`Shards::stop`): its sockets and its admission go with it, so the process can exit.
         let outcome = session::run(info, session_span, client, upstream, deps, cancel, Some(reconnect)).await;
-        metrics.session_ended(outcome.as_str());
+        task_state.deps.metrics.session_ended(outcome.as_str());
     });
 
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
