@@ -6,19 +6,22 @@
 //! warm-up lets buffers and allocators settle; only frames *sent* inside the measure window count,
 //! and the process probes (CPU, RSS) are read exactly at the window's edges.
 //!
-//! The send clock is a real-time source: a late tick is sent at once (burst), like a microphone
-//! whose audio piled up. How late the load generator itself was is recorded as "send lag", so a
-//! saturated generator shows up as such instead of as relay latency.
+//! The send clock (`clock.rs`: tokio's millisecond wheel or a sub-millisecond metronome) is a
+//! real-time source: a late tick is sent at once (burst), like a microphone whose audio piled up.
+//! How late the load generator itself was is recorded as "send lag", so a saturated generator shows
+//! up as such instead of as relay latency.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::time::{Instant, MissedTickBehavior};
+use anyhow::Context;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::client::Ws;
+use crate::clock::{self, Clock, Ticks};
 use crate::frames::{AppendTemplate, delta_stamp, fast_type};
 use crate::procfs;
 
@@ -68,19 +71,21 @@ pub struct PhasePlan {
     pub template: Arc<AppendTemplate>,
     /// The run's clock zero: stamps are microseconds since it.
     pub epoch: std::time::Instant,
+    pub clock: Clock,
 }
 
 /// Drive already-open sessions through one phase; the sessions are consumed and closed.
-pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> PhaseResult {
+pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> anyhow::Result<PhaseResult> {
     let n = sessions.len().max(1);
     let start = Instant::now() + Duration::from_millis(200);
     let window_start = start + plan.warmup;
     let window_end = window_start + plan.measure;
+    let firsts: Vec<Instant> = (0..sessions.len()).map(|i| start + FRAME_INTERVAL.mul_f64(i as f64 / n as f64)).collect();
+    let mut schedule = clock::schedule(plan.clock, &firsts, FRAME_INTERVAL, window_end).context("starting the send clock")?;
     let mut tasks = Vec::with_capacity(sessions.len());
-    for (i, ws) in sessions.into_iter().enumerate() {
-        let first = start + FRAME_INTERVAL.mul_f64(i as f64 / n as f64);
-        let schedule = Schedule { first, window_start, window_end, epoch: plan.epoch };
-        tasks.push(tokio::spawn(drive(ws, schedule, plan.template.clone())));
+    for ((ws, ticks), first) in sessions.into_iter().zip(schedule.ticks.drain(..)).zip(firsts) {
+        let window = Window { first, window_start, window_end, epoch: plan.epoch };
+        tasks.push(tokio::spawn(drive(ws, window, ticks, plan.template.clone())));
     }
 
     tokio::time::sleep_until(window_start).await;
@@ -126,11 +131,15 @@ pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> Phase
         }
     }
     crate::client::close_all(open).await;
-    result
+    if let Some(metronome) = schedule.metronome {
+        // It has sent every tick due before the window's end, so it has ended or is about to.
+        tokio::task::spawn_blocking(move || metronome.join()).await.ok();
+    }
+    Ok(result)
 }
 
 #[derive(Clone, Copy)]
-struct Schedule {
+struct Window {
     first: Instant,
     window_start: Instant,
     window_end: Instant,
@@ -147,7 +156,7 @@ struct SessionOutcome {
     ws: Option<Ws>,
 }
 
-async fn drive(ws: Ws, s: Schedule, template: Arc<AppendTemplate>) -> anyhow::Result<SessionOutcome> {
+async fn drive(ws: Ws, s: Window, mut ticks: Ticks, template: Arc<AppendTemplate>) -> anyhow::Result<SessionOutcome> {
     let (mut sink, mut stream) = ws.split();
     let epoch_us = |t: Instant| t.into_std().saturating_duration_since(s.epoch).as_micros() as u64;
     let window = (epoch_us(s.window_start), epoch_us(s.window_end));
@@ -157,10 +166,8 @@ async fn drive(ws: Ws, s: Schedule, template: Arc<AppendTemplate>) -> anyhow::Re
 
     let writer = async {
         let mut lag_us = Vec::new();
-        let mut ticks = tokio::time::interval_at(s.first, FRAME_INTERVAL);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
-        for seq in 0..total {
-            let scheduled = ticks.tick().await;
+        let mut seq = 0u64;
+        while let Some(scheduled) = ticks.next().await {
             let now = Instant::now();
             let t_us = epoch_us(now);
             let frame = template.stamped(seq as u32, t_us);
@@ -171,6 +178,7 @@ async fn drive(ws: Ws, s: Schedule, template: Arc<AppendTemplate>) -> anyhow::Re
                 sent_in_window.fetch_add(1, Ordering::Relaxed);
                 lag_us.push(now.saturating_duration_since(scheduled).as_micros() as u32);
             }
+            seq += 1;
         }
         (lag_us, false)
     };

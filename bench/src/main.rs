@@ -12,6 +12,7 @@
 
 mod children;
 mod client;
+mod clock;
 mod echo;
 mod frames;
 mod load;
@@ -101,6 +102,11 @@ struct RunArgs {
     /// session on one thread, as the bare relay does and as a pod limited to one CPU does.
     #[arg(long)]
     session_threads: Option<usize>,
+    /// How the generator times its sends: `wheel` (each session's tokio interval; its 1 ms
+    /// resolution sends the frames of one millisecond together) or `spread` (one thread sleeping
+    /// to each frame's own instant, as independent clients send). See docs/performance.md.
+    #[arg(long, value_enum, default_value_t = clock::Clock::Wheel)]
+    clock: clock::Clock,
     /// Also measure the Python relay (websockets + `json.loads` per event, the VoiceRAG/LiteLLM
     /// pattern) with this interpreter, which needs the `websockets` package.
     #[arg(long)]
@@ -160,6 +166,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         capacity_p99_ms: args.capacity_p99_ms,
         voxgate: args.voxgate,
         session_threads: args.session_threads,
+        clock: args.clock,
         python: args.python,
         setup_parallelism: 64,
     };

@@ -180,12 +180,13 @@ impl Report {
             None => "voxgate on its default session threads (one per CPU)".to_string(),
         };
         let options = format!(
-            "N = {:?}, {} round(s) × {:.0} s measured after {:.0} s warm-up, {} audio bytes per frame, {threads}",
+            "N = {:?}, {} round(s) × {:.0} s measured after {:.0} s warm-up, {} audio bytes per frame, send clock `{}`, {threads}",
             opts.sessions,
             opts.rounds,
             opts.measure.as_secs_f64(),
             opts.warmup.as_secs_f64(),
-            opts.audio_bytes
+            opts.audio_bytes,
+            opts.clock.name()
         );
         Self {
             started: Instant::now(),

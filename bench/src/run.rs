@@ -15,6 +15,7 @@ use anyhow::Context;
 
 use crate::children::{self, Running};
 use crate::client;
+use crate::clock::Clock;
 use crate::frames::AppendTemplate;
 use crate::load::{self, PhasePlan, PhaseResult, Probe};
 use crate::procfs;
@@ -67,6 +68,8 @@ pub struct Options {
     pub voxgate: Option<PathBuf>,
     /// voxgate's `server.session_threads`, when set.
     pub session_threads: Option<usize>,
+    /// How the generator times its sends.
+    pub clock: Clock,
     /// Python interpreter with `websockets`: adds the Python relay as a fourth path.
     pub python: Option<PathBuf>,
     pub setup_parallelism: usize,
@@ -92,7 +95,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     if voxgate.is_none() {
         report.errors.push("voxgate binary not found next to bench (cargo build --release --bin voxgate, or --voxgate PATH); voxgate path skipped".into());
     }
-    let plan = PhasePlan { warmup: opts.warmup, measure: opts.measure, template, epoch: std::time::Instant::now() };
+    let plan = PhasePlan { warmup: opts.warmup, measure: opts.measure, template, epoch: std::time::Instant::now(), clock: opts.clock };
     let mut ctx = Ctx { opts, tmp, echo, voxgate, plan, report };
 
     let sessions = ctx.opts.sessions.clone();
@@ -213,7 +216,7 @@ impl Ctx {
         } else {
             None
         };
-        let result: PhaseResult = load::run(sessions, &self.plan, &probes).await;
+        let result: PhaseResult = load::run(sessions, &self.plan, &probes).await?;
         let tools = match tool_task {
             Some(task) => Some(task.await.context("tool task panicked")??),
             None => None,

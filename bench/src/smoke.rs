@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::clock::Clock;
 use crate::frames::AppendTemplate;
 use crate::load::{self, PhasePlan, Probe};
 use crate::{client, echo, relay, tools};
@@ -29,10 +30,11 @@ async fn frames_come_back_through_the_relay_and_tool_calls_are_timed() {
         measure: Duration::from_millis(400),
         template: Arc::new(AppendTemplate::new(1920)),
         epoch: std::time::Instant::now(),
+        clock: Clock::Spread,
     };
     let sessions = client::open_many(&relay_url, 3, 3).await.unwrap();
     let probe = Probe { name: "load generator".into(), pid: std::process::id() };
-    let result = load::run(sessions, &plan, &[probe]).await;
+    let result = load::run(sessions, &plan, &[probe]).await.unwrap();
     assert_eq!(result.failed_sessions, 0);
     // 3 sessions × 400 ms / 20 ms = 60 frames in the window, give or take the window's edges.
     assert!((57..=63).contains(&result.sent), "sent {}", result.sent);
