@@ -68,10 +68,16 @@ pub struct Schedule {
     pub metronome: Option<JoinHandle<()>>,
 }
 
+/// How many frames a session whose first frame is due at `first` sends, one every `period`, before
+/// `end`.
+pub fn frames_due(first: Instant, period: Duration, end: Instant) -> u64 {
+    end.saturating_duration_since(first).as_nanos().div_ceil(period.as_nanos()) as u64
+}
+
 /// Ticks for sessions whose first frames are due at `firsts`, every `period`, for every frame due
 /// before `end`.
 pub fn schedule(clock: Clock, firsts: &[Instant], period: Duration, end: Instant) -> std::io::Result<Schedule> {
-    let count = |first: Instant| end.saturating_duration_since(first).as_nanos().div_ceil(period.as_nanos()) as u64;
+    let count = |first: Instant| frames_due(first, period, end);
     match clock {
         Clock::Wheel => {
             let ticks = firsts

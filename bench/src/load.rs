@@ -161,7 +161,7 @@ async fn drive(ws: Ws, s: Window, mut ticks: Ticks, template: Arc<AppendTemplate
     let epoch_us = |t: Instant| t.into_std().saturating_duration_since(s.epoch).as_micros() as u64;
     let window = (epoch_us(s.window_start), epoch_us(s.window_end));
     // The last sequence number is known up front: ticks are on a fixed grid that stops at the window's end.
-    let total = (s.window_end.saturating_duration_since(s.first).as_nanos()).div_ceil(FRAME_INTERVAL.as_nanos()) as u64;
+    let total = clock::frames_due(s.first, FRAME_INTERVAL, s.window_end);
     let sent_in_window = AtomicU64::new(0);
 
     let writer = async {
