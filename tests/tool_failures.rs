@@ -101,8 +101,7 @@ async fn panicking_and_hanging_tools_fail_only_their_call() {
     };
     let (mut browser, proxy_client_side) = socket_pair().await;
     let (proxy_upstream_side, mut model) = socket_pair().await;
-    let (sink, stream) = proxy_upstream_side.split();
-    let upstream = UpstreamConn { sink: Box::pin(sink), stream: Box::pin(stream), connect_time: Duration::ZERO };
+    let upstream = UpstreamConn::new(proxy_upstream_side, Duration::ZERO);
     let info = SessionInfo {
         id: "vgs_test".into(),
         principal: Principal::new("dr.test", vec!["clinician".into()]),

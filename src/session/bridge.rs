@@ -29,7 +29,7 @@ use tokio_util::time::DelayQueue;
 use super::deadlines::{Deadlines, Due};
 use super::gated::Gated;
 use super::calls::CallTable;
-use super::outbox::Outbox;
+use super::outbox::{FrameResult, Outbox, PeerIo};
 use super::pace::FramePace;
 use super::resume::{Connect, Reason, Resume};
 use super::turns::ResponseGate;
@@ -41,9 +41,6 @@ use crate::tools::{ToolError, ToolOutput};
 use crate::upstream::UpstreamConn;
 
 type AuditAck = BoxFuture<'static, (Option<String>, Result<(), AuditError>)>;
-
-/// What either socket yields.
-type FrameResult = Result<Message, tungstenite::Error>;
 
 /// Which peer a burst of frames came from.
 #[derive(Clone, Copy)]
@@ -138,12 +135,6 @@ impl Bridge {
     where
         C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message, Error = tungstenite::Error> + Send + Unpin + 'static,
     {
-        let (client_sink, client_rx) = client.split();
-        let UpstreamConn { sink: upstream_sink, stream: upstream_rx, .. } = upstream;
-        // Each socket is read only when it has something (or may have more): a frame from one
-        // peer does not poll the other's socket (see `gated.rs`).
-        let mut client_rx = Gated::new(client_rx);
-        let mut upstream_rx = Gated::new(upstream_rx);
         let calls = CallTable::new(
             info.id.clone(),
             info.principal.clone(),
@@ -155,8 +146,10 @@ impl Bridge {
         .with_origin(info.origin.clone());
         let mut bridge = Bridge {
             frames: deps.metrics.frame_counters(),
-            to_client: Outbox::new(Box::pin(client_sink)),
-            to_upstream: Outbox::new(upstream_sink),
+            // Each socket is read only when it has something (or may have more): a frame from one
+            // peer does not poll the other's socket (see `gated.rs`, `outbox.rs`).
+            to_client: Outbox::new(Box::pin(client)),
+            to_upstream: Outbox::new(upstream.socket),
             calls,
             gate: ResponseGate::default(),
             span,
@@ -245,20 +238,27 @@ impl Bridge {
                 deadlines.idle = Some(bridge.last_activity + idle);
             }
             deadlines.arm(bridge.closing.is_some());
+            let reading_upstream = upstream_open && !bridge.resume.in_gap();
             tokio::select! {
                 _ = &mut cancelled, if bridge.closing.is_none() => {
                     let outcome = if bridge.deps.drain.is_cancelled() { SessionOutcome::Drained } else { SessionOutcome::Killed };
                     bridge.begin_close(outcome, true).await;
                 }
-                frame = client_rx.next(), if client_open => {
-                    client_open = bridge.handle_burst(Peer::Client, frame, &mut client_rx).await;
+                // One arm per peer, reading and writing its socket: a socket that had no room for
+                // everything queued is written as soon as it has (a failure is noticed below, as a
+                // closed outbox).
+                io = bridge.to_client.next_io(client_open), if client_open || bridge.to_client.has_work() => {
+                    if let PeerIo::Frame(frame) = io {
+                        client_open = bridge.handle_burst(Peer::Client, frame).await;
+                    }
                 }
-                frame = upstream_rx.next(), if upstream_open && !bridge.resume.in_gap() => {
-                    upstream_open = bridge.handle_burst(Peer::Upstream, frame, &mut upstream_rx).await;
+                io = bridge.to_upstream.next_io(reading_upstream), if reading_upstream || bridge.to_upstream.has_work() => {
+                    if let PeerIo::Frame(frame) = io {
+                        upstream_open = bridge.handle_burst(Peer::Upstream, frame).await;
+                    }
                 }
                 connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
-                    if let Some(stream) = bridge.on_connection(connected).await {
-                        upstream_rx = Gated::new(stream);
+                    if bridge.on_connection(connected).await {
                         upstream_open = true;
                     }
                 }
@@ -278,10 +278,6 @@ impl Bridge {
                 }
                 // The close deadline and the upstream's age are looked at on every turn.
                 due = deadlines.due(), if deadlines.armed() => bridge.on_due(due).await,
-                // A socket that had no room for everything queued is written as soon as it has
-                // (a failure is noticed below, as a closed outbox).
-                _ = bridge.to_client.drive(), if bridge.to_client.has_work() => {}
-                _ = bridge.to_upstream.drive(), if bridge.to_upstream.has_work() => {}
                 Some(event) = next_progress(&mut bridge.progress), if bridge.progress.is_some() => {
                     // Progress is advisory: dropped when the client's queue is full.
                     let _ = bridge.to_client.try_send(Message::text(event));
@@ -302,7 +298,7 @@ impl Bridge {
                 if upstream_open {
                     // Only the write failed: what the upstream sent before it went (an answer, the
                     // acknowledgement of an update) is already here and still the client's.
-                    upstream_open = bridge.take_in_what_arrived(&mut upstream_rx).await;
+                    upstream_open = bridge.take_in_what_arrived().await;
                 }
                 if bridge.closing.is_none() && !bridge.resume.in_gap() {
                     let frame = close_frame(CloseCode::Error, "the realtime service closed the session");
@@ -399,13 +395,10 @@ impl Bridge {
     /// Handle the upstream frames that are already received, without waiting for more (and at
     /// most [`TAKE_IN_AT_MOST`]: a broken connection sends nothing new); false once the upstream's
     /// stream has ended.
-    async fn take_in_what_arrived<S>(&mut self, upstream: &mut S) -> bool
-    where
-        S: Stream<Item = FrameResult> + Unpin,
-    {
+    async fn take_in_what_arrived(&mut self) -> bool {
         for _ in 0..TAKE_IN_AT_MOST {
             // With the task's waker, as in `handle_burst`: the gated stream keeps it registered.
-            match futures::poll!(upstream.next()) {
+            match futures::poll!(self.to_upstream.next_frame()) {
                 Poll::Pending => return true,
                 Poll::Ready(None) => return false,
                 Poll::Ready(frame) => {
@@ -432,10 +425,7 @@ impl Bridge {
     /// most [`READY_BATCH`]), so that what they queue goes out together at the turn's end. Stops
     /// once the session is closing, a peer stalled or the upstream is being replaced: the loop's
     /// next turn handles each. False when that peer's side has ended.
-    async fn handle_burst<S>(&mut self, from: Peer, first: Option<FrameResult>, rx: &mut S) -> bool
-    where
-        S: Stream<Item = FrameResult> + Unpin,
-    {
+    async fn handle_burst(&mut self, from: Peer, first: Option<FrameResult>) -> bool {
         let mut frame = first;
         let mut left = READY_BATCH;
         // Frames handled together arrived together: one clock reading for the burst.
@@ -452,7 +442,11 @@ impl Bridge {
             }
             // Polled with the task's own waker (not `now_or_never`'s no-op one), which the gated
             // stream then keeps registered for the next wake-up.
-            let Poll::Ready(next) = futures::poll!(rx.next()) else { return true };
+            let source = match from {
+                Peer::Client => &mut self.to_client,
+                Peer::Upstream => &mut self.to_upstream,
+            };
+            let Poll::Ready(next) = futures::poll!(source.next_frame()) else { return true };
             left -= 1;
             frame = next;
         }

@@ -89,6 +89,12 @@ impl<F: Unpin> Gated<F> {
         &mut self.inner
     }
 
+    /// The inner future or stream, to use past the gate without polling it for the gate: a
+    /// socket whose reads are gated is written through this, with the writer's own waker.
+    pub(crate) fn inner_mut(&mut self) -> &mut F {
+        &mut self.inner
+    }
+
     /// `poll` the inner future or stream with its own waker, if that waker fired since the last
     /// time; `Pending` otherwise.
     fn poll_gated<T>(&mut self, cx: &mut Context<'_>, poll: impl FnOnce(Pin<&mut F>, &mut Context<'_>) -> Poll<T>) -> Poll<T> {

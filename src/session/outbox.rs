@@ -1,9 +1,20 @@
-//! The sending half of a socket, written from the session task itself: no writer task, no
-//! channel. A bare relay reads a frame and writes it in the same task; so does voxgate. Frames
-//! are queued here (bounded by bytes), the session loop writes what is queued at the end of each
-//! turn without waiting (`drive_now`), and whatever the socket did not take is written by the
-//! loop's `drive` arm when the socket has room again. Several frames queued in one turn go out
-//! with one flush.
+//! A peer's socket, owned whole by the session task: no writer task, no channel, and no split
+//! into halves. A bare relay reads a frame and writes it in the same task; so does voxgate.
+//!
+//! Writing: a frame is handed to the socket library at once when nothing waits before it and the
+//! socket takes frames; otherwise it is queued here (bounded by bytes). The session loop flushes
+//! and writes what is queued at the end of each turn without waiting (`drive_now`), and whatever
+//! the socket did not take is written by the loop's arm for this peer when the socket has room
+//! again. Several frames handed over in one turn go out with one flush.
+//!
+//! Reading: through a [`Gated`] stream, so a turn woken by the other peer does not poll this
+//! socket (see `gated.rs`). Writes go to the same socket past the gate, with the loop's waker;
+//! the socket library keeps a reader's and a writer's waker apart, as it does for split halves.
+//!
+//! Not split: `StreamExt::split` puts the socket behind a `BiLock`, taken and released on every
+//! read, every `poll_ready`, every `start_send` and every flush (two atomic swaps each). Only the
+//! session task touches the socket, so the lock guarded nothing; it was ≈ 3 % of the session
+//! threads' samples (docs/performance.md, fourteenth and fifteenth passes).
 //!
 //! The queue is the backpressure we want: a peer that does not read fills it, the session then
 //! waits for room (a slow reader slows the peer that feeds it), and every such wait is bounded by
@@ -13,11 +24,13 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures::{Sink, SinkExt};
+use futures::{Sink, SinkExt, Stream, StreamExt};
 use tokio_tungstenite::tungstenite::{self, Message, protocol::CloseFrame};
+
+use super::gated::Gated;
 
 /// Bytes queued per socket before the session loop waits: ~25 s of 24 kHz PCM16 audio as base64
 /// deltas, and far more than an honest peer ever lets pile up. (The socket library holds at most
@@ -36,13 +49,31 @@ const FRAME_OVERHEAD: usize = 64;
 /// the write (the vendored tungstenite patch), so an idle session keeps none of it.
 pub const SOCKET_WRITE_BUFFER: usize = 8 * 1024;
 
-/// A socket's sending half, for either peer (`upstream::UpstreamSink` is this type). Taken as it
-/// is: each layer around it (a second box, an error mapper) would be one more call on every write.
-pub type BoxSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
+/// What a socket yields: a frame, or why it could not read one.
+pub type FrameResult = Result<Message, tungstenite::Error>;
 
-/// The sending half of a socket, owned by the session task.
+/// A WebSocket to either peer, read and written: a `tokio_tungstenite::WebSocketStream` over TCP,
+/// TLS or an in-process pipe.
+pub trait Socket: Stream<Item = FrameResult> + Sink<Message, Error = tungstenite::Error> + Send {}
+
+impl<T> Socket for T where T: Stream<Item = FrameResult> + Sink<Message, Error = tungstenite::Error> + Send {}
+
+/// A peer's socket as the session holds it (`upstream::UpstreamConn` carries one). Taken as it
+/// is: each layer around it (a second box, an error mapper) would be one more call on every frame.
+pub type BoxSocket = Pin<Box<dyn Socket>>;
+
+/// What the loop's arm for a peer saw.
+pub enum PeerIo {
+    /// The next frame read (`None`: the peer's stream ended).
+    Frame(Option<FrameResult>),
+    /// Writing failed: the outbox is closed, which the loop notices after the turn.
+    WriteFailed,
+}
+
+/// A peer's socket and the frames waiting to be written to it, owned by the session task.
 pub struct Outbox {
-    sink: BoxSink,
+    /// Read through the gate; written past it (`Gated::inner_mut`).
+    socket: Gated<BoxSocket>,
     /// Frames the socket has not taken yet, oldest first.
     queue: VecDeque<Message>,
     queued_bytes: usize,
@@ -58,9 +89,9 @@ pub struct Outbox {
 pub struct Closed;
 
 impl Outbox {
-    pub fn new(sink: BoxSink) -> Self {
+    pub fn new(socket: BoxSocket) -> Self {
         Self {
-            sink,
+            socket: Gated::new(socket),
             queue: VecDeque::new(),
             queued_bytes: 0,
             unflushed: false,
@@ -88,20 +119,21 @@ impl Outbox {
             return Poll::Ready(Err(Closed));
         }
         while !self.queue.is_empty() {
-            match self.sink.as_mut().poll_ready(cx) {
+            let sink = self.socket.inner_mut().as_mut();
+            match sink.poll_ready(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(_)) => return self.fail(),
                 Poll::Ready(Ok(())) => {}
             }
             let Some(message) = self.queue.pop_front() else { break };
             self.queued_bytes = self.queued_bytes.saturating_sub(Self::cost(&message));
-            if self.sink.as_mut().start_send(message).is_err() {
+            if self.socket.inner_mut().as_mut().start_send(message).is_err() {
                 return self.fail();
             }
             self.unflushed = true;
         }
         if self.unflushed {
-            match self.sink.as_mut().poll_flush(cx) {
+            match self.socket.inner_mut().as_mut().poll_flush(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(_)) => return self.fail(),
                 Poll::Ready(Ok(())) => self.unflushed = false,
@@ -117,26 +149,70 @@ impl Outbox {
         Poll::Ready(Err(Closed))
     }
 
-    /// Write until everything queued is with the peer's kernel. The loop awaits this (only while
-    /// [`Outbox::has_work`]) so a socket that had no room is written as soon as it has.
-    pub async fn drive(&mut self) -> Result<(), Closed> {
+    /// Write until everything queued is with the peer's kernel.
+    async fn drive(&mut self) -> Result<(), Closed> {
         std::future::poll_fn(|cx| self.poll_drive(cx)).await
     }
 
-    /// Write what the socket takes right now, without waiting; the rest is left to `drive`.
+    /// Write what the socket takes right now, without waiting; the rest is left to the loop's arm
+    /// ([`Outbox::next_io`]).
     pub fn drive_now(&mut self) {
         if self.has_work() {
             // A waker that does nothing is fine here: whatever stays pending is polled again by
-            // the loop's `drive` arm, with the loop's waker, before the loop sleeps.
+            // the loop's arm for this peer, with the loop's waker, before the loop sleeps.
             let _ = self.poll_drive(&mut Context::from_waker(futures::task::noop_waker_ref()));
         }
+    }
+
+    /// The next frame from the peer, if one is there now or once the socket wakes the gate.
+    pub fn next_frame(&mut self) -> impl Future<Output = Option<FrameResult>> + Unpin + '_ {
+        self.socket.next()
+    }
+
+    /// The loop's one arm for this peer: writes what waits for room (while [`Outbox::has_work`])
+    /// and reads the next frame (while `reading`). Ready with the frame, or when writing failed;
+    /// a write that merely finished is no news, and the wait goes on. One arm, not two, as both
+    /// use the one socket.
+    pub async fn next_io(&mut self, reading: bool) -> PeerIo {
+        std::future::poll_fn(|cx| {
+            if self.has_work() && self.poll_drive(cx).is_ready() && self.closed {
+                return Poll::Ready(PeerIo::WriteFailed);
+            }
+            if !reading {
+                return Poll::Pending;
+            }
+            self.socket.poll_next_unpin(cx).map(PeerIo::Frame)
+        })
+        .await
     }
 
     fn has_room(&self, cost: usize) -> bool {
         self.queue.is_empty() || self.queued_bytes.saturating_add(cost) <= OUTBOX_BYTES
     }
 
+    /// Hand a frame to the socket library at once when nothing waits before it and the socket
+    /// takes frames (as a relay's `forward` does); queue it otherwise. The turn's end flushes it.
     fn push(&mut self, message: Message, cost: usize) {
+        if self.queue.is_empty() {
+            // A waker that does nothing, as in `drive_now`: a socket with no room leaves the frame
+            // queued, and the loop's arm polls the socket with the loop's waker before it sleeps.
+            let mut cx = Context::from_waker(Waker::noop());
+            match self.socket.inner_mut().as_mut().poll_ready(&mut cx) {
+                Poll::Ready(Ok(())) => {
+                    if self.socket.inner_mut().as_mut().start_send(message).is_err() {
+                        let _ = self.fail();
+                    } else {
+                        self.unflushed = true;
+                    }
+                    return;
+                }
+                Poll::Ready(Err(_)) => {
+                    let _ = self.fail();
+                    return;
+                }
+                Poll::Pending => {}
+            }
+        }
         self.queued_bytes = self.queued_bytes.saturating_add(cost);
         self.queue.push_back(message);
     }
@@ -191,7 +267,7 @@ impl Outbox {
         let closing = async {
             self.send(Message::Close(frame)).await?;
             self.drive().await?;
-            self.sink.close().await.map_err(|_| Closed)
+            self.socket.inner_mut().close().await.map_err(|_| Closed)
         };
         let _ = tokio::time::timeout(within, closing).await;
     }
@@ -200,41 +276,20 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
-
-    /// A sink that never accepts a frame: a peer that stopped reading.
-    struct Stalled;
-
-    impl Sink<Message> for Stalled {
-        type Error = tungstenite::Error;
-        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Pending
-        }
-        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), Self::Error> {
-            Ok(())
-        }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Pending
-        }
-        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            Poll::Pending
-        }
-    }
-
-    /// A channel's sending half as a socket's: its end is a closed connection.
-    fn channel_sink(tx: futures::channel::mpsc::Sender<Message>) -> BoxSink {
-        Box::pin(tx.sink_map_err(|_| tungstenite::Error::ConnectionClosed))
-    }
+    use crate::session::harness::pair;
 
     #[tokio::test(start_paused = true)]
     async fn a_stalled_peer_holds_at_most_the_byte_budget() {
-        let mut outbox = Outbox::new(Box::pin(Stalled));
+        // A peer that never reads: the pipe between the two fills after 4 KiB.
+        let (ours, _stalled_peer) = pair(4096).await;
+        let mut outbox = Outbox::new(Box::pin(ours));
         let frame = || Message::text("x".repeat(256 * 1024));
         let mut queued = 0;
         while outbox.try_send(frame()).unwrap() {
             outbox.drive_now();
             queued += 1;
         }
+        // One frame went to the socket library's buffer; the rest of the budget is the queue's.
         assert!(queued <= OUTBOX_BYTES / (256 * 1024), "queued {queued} frames");
         assert!(tokio::time::timeout(Duration::from_secs(5), outbox.send(frame())).await.is_err());
         // A frame larger than the whole budget is not refused forever, only queued alone.
@@ -246,15 +301,19 @@ mod tests {
 
     #[tokio::test]
     async fn frames_reach_the_peer_in_order_and_a_frame_larger_than_the_budget_goes_alone() {
-        let (tx, mut rx) = futures::channel::mpsc::channel::<Message>(1);
-        let mut outbox = Outbox::new(channel_sink(tx));
+        let (ours, mut peer) = pair(4096).await;
+        let mut outbox = Outbox::new(Box::pin(ours));
         let huge = Message::text("h".repeat(2 * OUTBOX_BYTES));
+        // The first frame goes straight to the socket, which then has no room (nobody reads yet):
+        // the next one waits in the queue.
+        let blocking = 256 * 1024;
+        outbox.try_send(Message::text("b".repeat(blocking))).unwrap();
         outbox.try_send(Message::text("1")).unwrap();
         // The queue is not empty, so the huge frame must wait for it to drain.
         assert!(!outbox.try_send(huge.clone()).unwrap());
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
-            while let Some(message) = rx.next().await {
+            while let Some(Ok(message)) = peer.next().await {
                 got.push(message.len());
             }
             got
@@ -264,16 +323,35 @@ mod tests {
         outbox.drive().await.unwrap();
         outbox.close(None, Duration::from_secs(2)).await;
         let got = reader.await.unwrap();
-        assert_eq!(got[..3], [1, 2 * OUTBOX_BYTES, 2]);
+        assert_eq!(got[..4], [blocking, 1, 2 * OUTBOX_BYTES, 2]);
+    }
+
+    #[tokio::test]
+    async fn one_arm_writes_what_waits_and_reads_the_next_frame_from_the_same_socket() {
+        let (ours, mut peer) = pair(64 * 1024).await;
+        let mut outbox = Outbox::new(Box::pin(ours));
+        outbox.try_send(Message::text("to the peer")).unwrap();
+        assert!(outbox.has_work());
+        peer.send(Message::text("from the peer")).await.unwrap();
+        let io = tokio::time::timeout(Duration::from_secs(5), outbox.next_io(true)).await.unwrap();
+        let PeerIo::Frame(Some(Ok(frame))) = io else { panic!("no frame read") };
+        assert_eq!(frame, Message::text("from the peer"));
+        // The queued frame was written on the way, with no other call.
+        assert!(!outbox.has_work());
+        let got = tokio::time::timeout(Duration::from_secs(5), peer.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(got, Message::text("to the peer"));
+        // Not reading and nothing to write: nothing to wait for.
+        assert!(tokio::time::timeout(Duration::from_millis(50), outbox.next_io(false)).await.is_err());
     }
 
     #[tokio::test]
     async fn a_failed_socket_is_reported_closed() {
-        let (tx, rx) = futures::channel::mpsc::channel::<Message>(1);
-        drop(rx);
-        let mut outbox = Outbox::new(channel_sink(tx));
+        let (ours, peer) = pair(4096).await;
+        drop(peer);
+        let mut outbox = Outbox::new(Box::pin(ours));
         outbox.try_send(Message::text("lost")).unwrap();
-        outbox.drive_now();
+        let io = tokio::time::timeout(Duration::from_secs(5), outbox.next_io(false)).await.unwrap();
+        assert!(matches!(io, PeerIo::WriteFailed));
         assert!(outbox.is_closed());
         assert!(outbox.try_send(Message::text("more")).is_err());
     }

@@ -7,26 +7,27 @@
 pub mod openai;
 pub mod simulated;
 
-use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
 use tokio_tungstenite::Connector;
-use tokio_tungstenite::tungstenite::{self, Message, protocol::WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
 
 use crate::config::{UpstreamConfig, UpstreamKind};
+use crate::session::outbox::{BoxSocket, Socket};
 
-/// The same boxed sink the session's outbox writes through, so it is taken as it is.
-pub type UpstreamSink = crate::session::outbox::BoxSink;
-pub type UpstreamStream = Pin<Box<dyn Stream<Item = Result<Message, tungstenite::Error>> + Send>>;
-
-/// An open upstream WebSocket, split.
+/// An open upstream WebSocket, whole: the session reads and writes it from its one task.
 pub struct UpstreamConn {
-    pub sink: UpstreamSink,
-    pub stream: UpstreamStream,
+    /// The same boxed socket the session's outbox holds, so it is taken as it is.
+    pub socket: BoxSocket,
     /// How long the connection took.
     pub connect_time: Duration,
+}
+
+impl UpstreamConn {
+    pub fn new(socket: impl Socket + 'static, connect_time: Duration) -> Self {
+        Self { socket: Box::pin(socket), connect_time }
+    }
 }
 
 /// Why the upstream could not be reached. `Display` is public text: it never holds the key, the
@@ -97,8 +98,7 @@ pub async fn connect(config: &UpstreamConfig, model: Option<&str>) -> Result<Ups
                 .await
                 .map_err(|_| UpstreamError::Timeout)?
                 .map_err(UpstreamError::Unreachable)?;
-            let (sink, stream) = socket.split();
-            Ok(UpstreamConn { sink: Box::pin(sink), stream: Box::pin(stream), connect_time: started.elapsed() })
+            Ok(UpstreamConn::new(socket, started.elapsed()))
         }
         UpstreamKind::Openai | UpstreamKind::Azure => {
             let request = openai::build_request(config, model)?;
@@ -116,8 +116,7 @@ pub async fn connect(config: &UpstreamConfig, model: Option<&str>) -> Result<Ups
                 Ok(Err(err)) => return Err(UpstreamError::Unreachable(err)),
                 Ok(Ok(ok)) => ok,
             };
-            let (sink, stream) = socket.split();
-            Ok(UpstreamConn { sink: Box::pin(sink), stream: Box::pin(stream), connect_time: started.elapsed() })
+            Ok(UpstreamConn::new(socket, started.elapsed()))
         }
     }
 }

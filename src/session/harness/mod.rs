@@ -14,8 +14,10 @@
 //! tool results), [`guards`] (what a hostile peer cannot do) and [`batching`] (a burst costs a
 //! few turns, not one per frame).
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -23,8 +25,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -140,13 +142,8 @@ pub(super) async fn start_with(
     let deps = session_deps(&config, audit, metrics.clone(), extra_tools);
     let (browser, proxy_client) = pair(1 << 20).await;
     let (proxy_upstream, model) = pair(upstream_buffer).await;
-    let mut upstream = upstream_conn(proxy_upstream);
     let upstream_polls = Arc::new(AtomicUsize::new(0));
-    let (polls, mut stream) = (upstream_polls.clone(), upstream.stream);
-    upstream.stream = Box::pin(futures::stream::poll_fn(move |cx| {
-        polls.fetch_add(1, Ordering::Relaxed);
-        stream.poll_next_unpin(cx)
-    }));
+    let upstream = UpstreamConn::new(CountingReads { socket: proxy_upstream, reads: upstream_polls.clone() }, Duration::ZERO);
     let info = SessionInfo {
         id: "vgs_harness".into(),
         principal: Principal::new("dr.test", vec!["clinician".into()]),
@@ -199,11 +196,36 @@ fn session_deps(
 }
 
 pub(super) fn upstream_conn(ws: WebSocketStream<DuplexStream>) -> UpstreamConn {
-    let (sink, stream) = ws.split();
-    UpstreamConn {
-        sink: Box::pin(sink),
-        stream: Box::pin(stream),
-        connect_time: Duration::ZERO,
+    UpstreamConn::new(ws, Duration::ZERO)
+}
+
+/// A socket that counts the polls of its reading side (`Harness::upstream_polls`).
+struct CountingReads {
+    socket: WebSocketStream<DuplexStream>,
+    reads: Arc<AtomicUsize>,
+}
+
+impl futures::Stream for CountingReads {
+    type Item = Result<Message, tungstenite::Error>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.socket.poll_next_unpin(cx)
+    }
+}
+
+impl futures::Sink<Message> for CountingReads {
+    type Error = tungstenite::Error;
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.socket.poll_ready_unpin(cx)
+    }
+    fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+        self.socket.start_send_unpin(item)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.socket.poll_flush_unpin(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.socket.poll_close_unpin(cx)
     }
 }
 

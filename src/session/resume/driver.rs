@@ -20,7 +20,7 @@ use crate::protocol::voxgate as events;
 use crate::session::SessionOutcome;
 use crate::session::bridge::{Bridge, close_frame};
 use crate::session::outbox::Outbox;
-use crate::upstream::{UpstreamConn, UpstreamError, UpstreamStream};
+use crate::upstream::{UpstreamConn, UpstreamError};
 
 /// How long the old upstream gets to take its close frame.
 const OLD_UPSTREAM_CLOSE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -68,29 +68,31 @@ impl Bridge {
         }
     }
 
-    /// A connection attempt ended. On success the new upstream's stream is returned, for the loop
-    /// to read from.
-    pub(crate) async fn on_connection(&mut self, result: Result<UpstreamConn, UpstreamError>) -> Option<UpstreamStream> {
+    /// A connection attempt ended. True on success: the new upstream is the session's, for the
+    /// loop to read from.
+    pub(crate) async fn on_connection(&mut self, result: Result<UpstreamConn, UpstreamError>) -> bool {
         match result {
-            Ok(conn) => Some(self.restore_on(conn).await),
+            Ok(conn) => {
+                self.restore_on(conn).await;
+                true
+            }
             Err(err) => {
                 self.deps.metrics.upstream_connect_failed(err.reason());
                 tracing::warn!(parent: &self.span, reason = err.reason(), "resume: connection attempt failed");
                 if !self.resume.retry() {
                     self.give_up_resume().await;
                 }
-                None
+                false
             }
         }
     }
 
-    async fn restore_on(&mut self, conn: UpstreamConn) -> UpstreamStream {
+    async fn restore_on(&mut self, conn: UpstreamConn) {
         self.deps.metrics.upstream_connected(conn.connect_time);
-        let UpstreamConn { sink, stream, .. } = conn;
-        let old = std::mem::replace(&mut self.to_upstream, Outbox::new(sink));
+        let old = std::mem::replace(&mut self.to_upstream, Outbox::new(conn.socket));
         // The old upstream (still open when recycled for age) is told goodbye, off the loop.
         tokio::spawn(old.close(Some(close_frame(CloseCode::Normal, "session recycled")), OLD_UPSTREAM_CLOSE));
-        let Some(gap) = self.resume.end_gap() else { return stream };
+        let Some(gap) = self.resume.end_gap() else { return };
         let server_tools = self.allowed_tool_definitions();
         let restore = self.resume.restore(self.deps.settings.protocol, &server_tools);
         for frame in restore.frames {
@@ -113,7 +115,6 @@ impl Bridge {
         self.deps.metrics.upstream_resume(gap.reason.as_str(), Outcome::Resumed.as_str());
         tracing::info!(parent: &self.span, reason = gap.reason.as_str(), items, items_dropped, audio_dropped_ms, "session resumed on a new upstream");
         self.send_client_event(events::session_resumed(gap.reason.as_str(), items, audio_dropped_ms)).await;
-        stream
     }
 
     /// The resume failed: the session closes as it would have without one (1011 for the client).
