@@ -10,8 +10,8 @@
 //! other turns cost a flag read and a check that the task's waker is still the one the gate holds.
 //! The same idea is how `FuturesUnordered` polls only the futures that were woken.
 //!
-//! The two sockets' read halves are gated too. A turn woken by a client frame used to poll the
-//! upstream's stream as well (a lock on the split socket, tungstenite's read path, two waker
+//! The two sockets' reads are gated too (`outbox.rs`). A turn woken by a client frame used to poll
+//! the upstream's stream as well (then a lock on the split socket, tungstenite's read path, two waker
 //! registrations), and the stream that had just said `Pending` again on the next turn: five stream
 //! polls per wake-up where a bare relay makes three. A gated stream is polled again at once after
 //! it yields a frame (more may be buffered) and after a `Pending` only once its socket woke it.
