@@ -103,7 +103,7 @@ impl Outbox {
         message.len().saturating_add(FRAME_OVERHEAD).min(OUTBOX_BYTES)
     }
 
-    /// Whether there is anything to write or flush: the loop's `drive` arm is armed only then.
+    /// Whether there is anything to write or flush: the loop's arm for this peer writes only then.
     pub fn has_work(&self) -> bool {
         !self.closed && (!self.queue.is_empty() || self.unflushed)
     }
@@ -119,18 +119,14 @@ impl Outbox {
             return Poll::Ready(Err(Closed));
         }
         while !self.queue.is_empty() {
-            let sink = self.socket.inner_mut().as_mut();
-            match sink.poll_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(_)) => return self.fail(),
-                Poll::Ready(Ok(())) => {}
+            if let Err(closed) = std::task::ready!(self.poll_socket_ready(cx)) {
+                return Poll::Ready(Err(closed));
             }
             let Some(message) = self.queue.pop_front() else { break };
             self.queued_bytes = self.queued_bytes.saturating_sub(Self::cost(&message));
-            if self.socket.inner_mut().as_mut().start_send(message).is_err() {
-                return self.fail();
+            if let Err(closed) = self.hand_over(message) {
+                return Poll::Ready(Err(closed));
             }
-            self.unflushed = true;
         }
         if self.unflushed {
             match self.socket.inner_mut().as_mut().poll_flush(cx) {
@@ -140,6 +136,25 @@ impl Outbox {
             }
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Whether the socket takes a frame now; a failed socket closes the outbox.
+    fn poll_socket_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        match self.socket.inner_mut().as_mut().poll_ready(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(_)) => self.fail(),
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Give the socket a frame after it said it takes one; a failed socket closes the outbox.
+    fn hand_over(&mut self, message: Message) -> Result<(), Closed> {
+        if self.socket.inner_mut().as_mut().start_send(message).is_err() {
+            let _ = self.fail();
+            return Err(Closed);
+        }
+        self.unflushed = true;
+        Ok(())
     }
 
     fn fail(&mut self) -> Poll<Result<(), Closed>> {
@@ -160,7 +175,7 @@ impl Outbox {
         if self.has_work() {
             // A waker that does nothing is fine here: whatever stays pending is polled again by
             // the loop's arm for this peer, with the loop's waker, before the loop sleeps.
-            let _ = self.poll_drive(&mut Context::from_waker(futures::task::noop_waker_ref()));
+            let _ = self.poll_drive(&mut Context::from_waker(Waker::noop()));
         }
     }
 
@@ -175,7 +190,7 @@ impl Outbox {
     /// use the one socket.
     pub async fn next_io(&mut self, reading: bool) -> PeerIo {
         std::future::poll_fn(|cx| {
-            if self.has_work() && self.poll_drive(cx).is_ready() && self.closed {
+            if self.has_work() && matches!(self.poll_drive(cx), Poll::Ready(Err(Closed))) {
                 return Poll::Ready(PeerIo::WriteFailed);
             }
             if !reading {
@@ -196,20 +211,13 @@ impl Outbox {
         if self.queue.is_empty() {
             // A waker that does nothing, as in `drive_now`: a socket with no room leaves the frame
             // queued, and the loop's arm polls the socket with the loop's waker before it sleeps.
-            let mut cx = Context::from_waker(Waker::noop());
-            match self.socket.inner_mut().as_mut().poll_ready(&mut cx) {
+            match self.poll_socket_ready(&mut Context::from_waker(Waker::noop())) {
+                // A failure closes the outbox, which the loop notices after the turn.
                 Poll::Ready(Ok(())) => {
-                    if self.socket.inner_mut().as_mut().start_send(message).is_err() {
-                        let _ = self.fail();
-                    } else {
-                        self.unflushed = true;
-                    }
+                    let _ = self.hand_over(message);
                     return;
                 }
-                Poll::Ready(Err(_)) => {
-                    let _ = self.fail();
-                    return;
-                }
+                Poll::Ready(Err(Closed)) => return,
                 Poll::Pending => {}
             }
         }
