@@ -35,6 +35,10 @@ pub struct PathPhase {
     /// Target RSS growth per session at the window's end over the freshly started process, bytes.
     pub rss_per_active: Option<f64>,
     pub tools_under_load: Option<ToolRun>,
+    /// The target's CPU seconds per 10k relayed frames in each round, in round order: the pooled
+    /// figure hides how far rounds run apart, and the relay's and voxgate's phases of one round
+    /// ran back to back, so their ratio is the least disturbed by the machine's drift.
+    rounds_cpu_per_10k: Vec<f64>,
     rtt_samples: Vec<u32>,
     lag_samples: Vec<u32>,
 }
@@ -45,6 +49,8 @@ impl PathPhase {
         // The process serving the path (none for direct): every probe but the two always there.
         let target = r.probes.iter().find(|p| p.name != "echo" && p.name != "load generator");
         let rss_per_active = target.map(|t| (t.rss_end.saturating_sub(fresh_rss)) as f64 / n.max(1) as f64);
+        let relayed = (r.sent + r.received) as f64;
+        let rounds_cpu_per_10k = target.map(|t| t.cpu_s / relayed.max(1.0) * 10_000.0).into_iter().collect();
         Self {
             path: path.name(),
             sessions: n,
@@ -62,6 +68,7 @@ impl PathPhase {
             machine_busy_cores: r.machine_busy_cores,
             rss_per_active,
             tools_under_load: tools.map(|t| ToolRun::new(path, "under N=100 audio load", t)),
+            rounds_cpu_per_10k,
             rtt_samples: r.rtt_us,
             lag_samples: r.lag_us,
         }
@@ -69,6 +76,7 @@ impl PathPhase {
 
     /// Pool another round of the same cell into this one.
     fn merge(&mut self, mut other: PathPhase) {
+        self.rounds_cpu_per_10k.append(&mut other.rounds_cpu_per_10k);
         self.rtt_samples.append(&mut other.rtt_samples);
         self.lag_samples.append(&mut other.lag_samples);
         self.rtt = Summary::of(&mut self.rtt_samples);
@@ -225,6 +233,37 @@ impl Report {
         self.phases.iter().find(|p| p.path == path && p.sessions == n)
     }
 
+    /// voxgate's CPU per frame over the relay's, round by round (round i of each path ran in the
+    /// same rotation, back to back): one ratio per round, for runs of two rounds or more.
+    fn cpu_round_ratios(&self, n: usize) -> Vec<f64> {
+        let (Some(r), Some(v)) = (self.find(Path::Relay, n), self.find(Path::Voxgate, n)) else { return Vec::new() };
+        if r.rounds_cpu_per_10k.len() < 2 {
+            return Vec::new();
+        }
+        r.rounds_cpu_per_10k.iter().zip(&v.rounds_cpu_per_10k).filter(|(r, _)| **r > 0.0).map(|(r, v)| v / r).collect()
+    }
+
+    /// The per-round ratios under the CPU table: their spread says whether a pooled ratio near a
+    /// goal is above or below it beyond the machine's drift.
+    fn cpu_rounds_markdown(&self, s: &mut String) {
+        let rows: Vec<(usize, Vec<f64>)> =
+            self.sessions().into_iter().map(|n| (n, self.cpu_round_ratios(n))).filter(|(_, r)| !r.is_empty()).collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "\nvoxgate ÷ relay CPU per 10k frames, round by round (each round's two phases ran back to back):\n");
+        let _ = writeln!(s, "| N | per round | median | lowest – highest |");
+        let _ = writeln!(s, "|---:|---|---:|---:|");
+        for (n, mut ratios) in rows {
+            let listed = ratios.iter().map(|r| format!("{r:.2}×")).collect::<Vec<_>>().join(", ");
+            ratios.sort_by(f64::total_cmp);
+            let mid = ratios.len() / 2;
+            let median = if ratios.len() % 2 == 0 { (ratios[mid - 1] + ratios[mid]) / 2.0 } else { ratios[mid] };
+            let (low, high) = (ratios[0], ratios[ratios.len() - 1]);
+            let _ = writeln!(s, "| {n} | {listed} | {median:.2}× | {low:.2}× – {high:.2}× |");
+        }
+    }
+
     /// RSS each session beyond the first adds, in bytes: the growth at `n` less the growth at
     /// N = 1, over n − 1 (needs an N = 1 phase of the same path in the run). What the first
     /// session brings is the process's, not a session's: mostly the pages of the executable that
@@ -300,6 +339,7 @@ impl Report {
                 kib(self.rss_beyond_first(Path::Voxgate.name(), n)),
             );
         }
+        self.cpu_rounds_markdown(&mut s);
         if self.phases.iter().any(|p| p.path == Path::Python.name()) {
             let _ = writeln!(s, "\nAgainst the Python relay (websockets, `json.loads` per event), same run:\n");
             let _ = writeln!(s, "| N | path | added p99 (ms) | CPU s per 10k frames | CPU ÷ bare relay | RSS per active session | delivered |");
@@ -404,6 +444,7 @@ impl Report {
                 "generator_cpu_s": p.generator_cpu_s, "machine_busy_cores": p.machine_busy_cores,
                 "rss_per_active_bytes": p.rss_per_active,
                 "rss_beyond_first_bytes": self.rss_beyond_first(p.path, p.sessions),
+                "rounds_cpu_per_10k": p.rounds_cpu_per_10k,
             })).collect::<Vec<_>>(),
             "tools": self.tools.iter().map(|t| json!({"path": t.path, "condition": t.condition, "times": summary(&t.times), "error_outputs": t.not_ok})).collect::<Vec<_>>(),
             "idle": self.idle.iter().map(|m| json!({"path": m.path, "sessions": m.sessions, "rss_before": m.before, "rss_after": m.after, "per_session_bytes": m.per_session()})).collect::<Vec<_>>(),
@@ -459,9 +500,19 @@ mod tests {
             machine_busy_cores: 0.1,
             rss_per_active: Some(growth / sessions as f64),
             tools_under_load: None,
+            rounds_cpu_per_10k: vec![0.1 * 10_000.0 / 2.0],
             rtt_samples: Vec::new(),
             lag_samples: Vec::new(),
         }
+    }
+
+    /// A phase of `path` whose process spent `cpu_s` on its two frames (`voxgate_phase`'s).
+    fn cpu_phase(path: Path, sessions: usize, cpu_s: f64) -> PathPhase {
+        let mut phase = voxgate_phase(sessions, 0.0);
+        phase.path = path.name();
+        phase.target_cpu_s = Some(cpu_s);
+        phase.rounds_cpu_per_10k = vec![cpu_s / 2.0 * 10_000.0];
+        phase
     }
 
     fn report(phases: Vec<PathPhase>) -> Report {
@@ -499,5 +550,30 @@ mod tests {
         // Without an N = 1 phase there is nothing to subtract.
         assert_eq!(report(vec![voxgate_phase(100, once)]).rss_beyond_first(Path::Voxgate.name(), 100), None);
         assert_eq!(run.rss_beyond_first(Path::Voxgate.name(), 1), None);
+    }
+
+    #[test]
+    fn cpu_ratios_are_given_round_by_round_beside_the_pooled_one() {
+        let mut run = report(Vec::new());
+        // Round 1: relay 0.10 s, voxgate 0.11 s; round 2 on a machine gone slower: 0.20 and 0.24.
+        for (relay, voxgate) in [(0.10, 0.11), (0.20, 0.24)] {
+            run.add_phase(cpu_phase(Path::Relay, 100, relay));
+            run.add_phase(cpu_phase(Path::Voxgate, 100, voxgate));
+        }
+        let rounded: Vec<f64> = run.cpu_round_ratios(100).iter().map(|r| (r * 100.0).round() / 100.0).collect();
+        assert_eq!(rounded, vec![1.10, 1.20]);
+        let table = run.markdown();
+        assert!(table.contains("| 100 | 1.10×, 1.20× | 1.15× | 1.10× – 1.20× |"), "{table}");
+        // The pooled ratio weighs the slow round more: 0.35 s against 0.30 s.
+        assert!(table.contains("| 1.17× |"), "{table}");
+        let per_round: Vec<f64> = run.json()["phases"][1]["rounds_cpu_per_10k"]
+            .as_array()
+            .map(|rounds| rounds.iter().filter_map(serde_json::Value::as_f64).collect())
+            .unwrap_or_default();
+        assert!(per_round.len() == 2 && (per_round[0] - 550.0).abs() < 1e-6 && (per_round[1] - 1200.0).abs() < 1e-6, "{per_round:?}");
+        // One round has no spread to show.
+        let single = report(vec![cpu_phase(Path::Relay, 100, 0.1), cpu_phase(Path::Voxgate, 100, 0.1)]);
+        assert!(single.cpu_round_ratios(100).is_empty());
+        assert!(!single.markdown().contains("round by round"));
     }
 }

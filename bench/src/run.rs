@@ -291,9 +291,6 @@ impl Ctx {
         }
     }
 
-    /// Largest N that keeps real time: every session alive, ≥ 99 % of frames back, p99 under the
-    /// limit. Starts from the main phases' verdicts (the largest N that held, the smallest that did
-    /// not), doubles until a miss, then bisects to within 10 %.
     /// Rounds of every path at `n` sessions, in a rotating order (no path always first or last).
     async fn rounds_at(&mut self, n: usize) {
         for round in 0..self.opts.rounds {
@@ -308,6 +305,9 @@ impl Ctx {
         }
     }
 
+    /// Largest N that keeps real time: every session alive, ≥ 99 % of frames back, p99 under the
+    /// limit. Starts from the main phases' verdicts (the largest N that held, the smallest that did
+    /// not), doubles until a miss, then bisects to within 10 %.
     async fn capacity(&mut self, path: Path) {
         if self.skip(path) {
             return;
