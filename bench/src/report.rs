@@ -49,9 +49,7 @@ impl PathPhase {
         // The process serving the path (none for direct): every probe but the two always there.
         let target = r.probes.iter().find(|p| p.name != "echo" && p.name != "load generator");
         let rss_per_active = target.map(|t| (t.rss_end.saturating_sub(fresh_rss)) as f64 / n.max(1) as f64);
-        let relayed = (r.sent + r.received) as f64;
-        let rounds_cpu_per_10k = target.map(|t| t.cpu_s / relayed.max(1.0) * 10_000.0).into_iter().collect();
-        Self {
+        let mut phase = Self {
             path: path.name(),
             sessions: n,
             rtt: Summary::of(&mut r.rtt_us),
@@ -68,10 +66,13 @@ impl PathPhase {
             machine_busy_cores: r.machine_busy_cores,
             rss_per_active,
             tools_under_load: tools.map(|t| ToolRun::new(path, "under N=100 audio load", t)),
-            rounds_cpu_per_10k,
+            rounds_cpu_per_10k: Vec::new(),
             rtt_samples: r.rtt_us,
             lag_samples: r.lag_us,
-        }
+        };
+        // This phase is one round: its own CPU figure, the same one the table gives when pooled.
+        phase.rounds_cpu_per_10k = phase.target_cpu_s.map(|cpu| phase.per_10k(cpu)).into_iter().collect();
+        phase
     }
 
     /// Pool another round of the same cell into this one.

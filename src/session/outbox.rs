@@ -119,14 +119,10 @@ impl Outbox {
             return Poll::Ready(Err(Closed));
         }
         while !self.queue.is_empty() {
-            if let Err(closed) = std::task::ready!(self.poll_socket_ready(cx)) {
-                return Poll::Ready(Err(closed));
-            }
+            std::task::ready!(self.poll_socket_ready(cx))?;
             let Some(message) = self.queue.pop_front() else { break };
             self.queued_bytes = self.queued_bytes.saturating_sub(Self::cost(&message));
-            if let Err(closed) = self.hand_over(message) {
-                return Poll::Ready(Err(closed));
-            }
+            self.hand_over(message)?;
         }
         if self.unflushed {
             match self.socket.inner_mut().as_mut().poll_flush(cx) {
