@@ -25,22 +25,22 @@ fn classify(c: &mut Criterion) {
     );
     let delta_reordered = format!(r#"{{"event_id":"evt_1","delta":"{audio}","type":"response.output_audio.delta"}}"#);
     let append = format!(r#"{{"type":"input_audio_buffer.append","audio":"{audio}"}}"#);
-    let done_args = br#"{"type":"response.function_call_arguments.done","event_id":"e","response_id":"r","item_id":"i","output_index":0,"call_id":"c","name":"calculate_medical_score","arguments":"{\"calculator_name\":\"bmi\",\"parameters\":{\"weight_kg\":70,\"height_cm\":175}}"}"#;
+    let done_args = r#"{"type":"response.function_call_arguments.done","event_id":"e","response_id":"r","item_id":"i","output_index":0,"call_id":"c","name":"calculate_medical_score","arguments":"{\"calculator_name\":\"bmi\",\"parameters\":{\"weight_kg\":70,\"height_cm\":175}}"}"#;
 
     let mut group = c.benchmark_group("upstream");
     group.throughput(Throughput::Bytes(delta.len() as u64));
     group.bench_function("audio_delta_type_first", |b| {
         b.iter(|| {
-            let kind = peek_type(black_box(delta.as_bytes())).map(|k| needs_inspection(&k));
+            let kind = peek_type(black_box(delta.as_str())).map(|k| needs_inspection(&k));
             black_box(kind)
         })
     });
     group.bench_function("audio_delta_type_last_fallback", |b| {
-        b.iter(|| black_box(peek_type(black_box(delta_reordered.as_bytes())).map(|k| needs_inspection(&k))))
+        b.iter(|| black_box(peek_type(black_box(delta_reordered.as_str())).map(|k| needs_inspection(&k))))
     });
     group.finish();
     c.bench_function("upstream/function_call_arguments_done", |b| {
-        b.iter(|| black_box(peek_type(black_box(&done_args[..])).map(|k| needs_inspection(&k))))
+        b.iter(|| black_box(peek_type(black_box(done_args)).map(|k| needs_inspection(&k))))
     });
 
     let mut group = c.benchmark_group("client");

@@ -39,7 +39,7 @@ impl Bridge {
         self.frames.upstream_to_client();
         match message {
             Message::Text(text) => {
-                let inspect = match peek_type(text.as_bytes()) {
+                let inspect = match peek_type(text.as_str()) {
                     Ok(kind) if kind.starts_with(events::TYPE_PREFIX) => {
                         tracing::warn!(parent: &self.span, "dropped an upstream event with a voxgate.* type");
                         self.deps.metrics.upstream_forged_event();
