@@ -107,12 +107,14 @@ impl Deadlines {
     /// Set the alarm to the earliest deadline. A closing session pings nobody and cannot expire
     /// or idle out: only its own deadline and the gate's count then.
     pub(super) fn arm(&mut self, closing: bool) {
-        let open = [self.age, self.idle, self.ping, self.auth];
-        let earliest = [self.closing, self.gate]
-            .into_iter()
-            .chain(open.into_iter().filter(|_| !closing))
-            .flatten()
-            .min();
+        // Pairwise, not an iterator chain: this runs on every turn of the loop, and the chain cost
+        // ≈ 120 instructions a turn more (callgrind, docs/performance.md, seventeenth pass).
+        let mut earliest = earlier(self.closing, self.gate);
+        if !closing {
+            for at in [self.age, self.idle, self.ping, self.auth] {
+                earliest = earlier(earliest, at);
+            }
+        }
         self.alarm.set(earliest);
     }
 
@@ -135,6 +137,14 @@ impl Deadlines {
             self.ping = self.ping_every.map(|every| now + every);
         }
         due
+    }
+}
+
+/// The earlier of two deadlines, either of which may be unset.
+fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
