@@ -239,42 +239,10 @@ impl Bridge {
             }
             deadlines.arm(bridge.closing.is_some());
             let reading_upstream = upstream_open && !bridge.resume.in_gap();
-            // In this order, not from a random arm as `select!` does by default. The control arms
-            // come first, so that a peer that always has a frame ready (a client flooding its
-            // socket) can never keep a drain, a kill, an expired token or a finished tool from
-            // being seen; each is disabled or a flag check until it has something. A fixed start
-            // also spares the random draw and part of the walk over nine arms, ≈ 45 instructions
-            // a turn (callgrind, docs/performance.md, seventeenth pass).
             tokio::select! {
-                biased;
                 _ = &mut cancelled, if bridge.closing.is_none() => {
                     let outcome = if bridge.deps.drain.is_cancelled() { SessionOutcome::Drained } else { SessionOutcome::Killed };
                     bridge.begin_close(outcome, true).await;
-                }
-                // The close deadline and the upstream's age are looked at on every turn.
-                due = deadlines.due(), if deadlines.armed() => bridge.on_due(due).await,
-                Some((gated, result)) = bridge.audit_acks.next(), if !bridge.audit_acks.is_empty() => {
-                    bridge.handle_audited(gated, result).await;
-                    // Results flushed together are answered together: one response.create.
-                    while let Some(Some((gated, result))) = bridge.audit_acks.next().now_or_never() {
-                        bridge.handle_audited(gated, result).await;
-                    }
-                }
-                Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
-                    bridge.handle_tool_finished(joined).await;
-                }
-                Some(expired) = next_deadline(&mut bridge.deadlines), if bridge.deadlines.as_ref().is_some_and(|d| !d.is_empty()) => {
-                    let actions = bridge.calls.on_expired(expired.get_ref());
-                    bridge.perform(actions).await;
-                }
-                connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
-                    if bridge.on_connection(connected).await {
-                        upstream_open = true;
-                    }
-                }
-                Some(event) = next_progress(&mut bridge.progress), if bridge.progress.is_some() => {
-                    // Progress is advisory: dropped when the client's queue is full.
-                    let _ = bridge.to_client.try_send(Message::text(event));
                 }
                 // One arm per peer, reading and writing its socket: a socket that had no room for
                 // everything queued is written as soon as it has (a failure is noticed below, as a
@@ -288,6 +256,31 @@ impl Bridge {
                     if let PeerIo::Frame(frame) = io {
                         upstream_open = bridge.handle_burst(Peer::Upstream, frame).await;
                     }
+                }
+                connected = bridge.resume.next_connection(), if bridge.resume.connecting() && bridge.closing.is_none() => {
+                    if bridge.on_connection(connected).await {
+                        upstream_open = true;
+                    }
+                }
+                Some(joined) = bridge.tool_tasks.join_next_with_id(), if !bridge.tool_tasks.is_empty() => {
+                    bridge.handle_tool_finished(joined).await;
+                }
+                Some(expired) = next_deadline(&mut bridge.deadlines), if bridge.deadlines.as_ref().is_some_and(|d| !d.is_empty()) => {
+                    let actions = bridge.calls.on_expired(expired.get_ref());
+                    bridge.perform(actions).await;
+                }
+                Some((gated, result)) = bridge.audit_acks.next(), if !bridge.audit_acks.is_empty() => {
+                    bridge.handle_audited(gated, result).await;
+                    // Results flushed together are answered together: one response.create.
+                    while let Some(Some((gated, result))) = bridge.audit_acks.next().now_or_never() {
+                        bridge.handle_audited(gated, result).await;
+                    }
+                }
+                // The close deadline and the upstream's age are looked at on every turn.
+                due = deadlines.due(), if deadlines.armed() => bridge.on_due(due).await,
+                Some(event) = next_progress(&mut bridge.progress), if bridge.progress.is_some() => {
+                    // Progress is advisory: dropped when the client's queue is full.
+                    let _ = bridge.to_client.try_send(Message::text(event));
                 }
             }
             now = Instant::now();
