@@ -10,10 +10,14 @@
 //! common shape. A repeated `type` in particular must never pass: a peer whose JSON parser keeps
 //! the last duplicate would read another event than the one voxgate classified.
 
+/// How a frame starts when its `type` comes first and without whitespace, as realtime servers and
+/// `JSON.stringify` write it.
+pub(super) const TYPE_FIRST: &str = "{\"type\":\"";
+
 /// `type` and `event_id` of a frame of the shape `{"type":"…"(,"key":"value")*}` whose strings
 /// hold no escapes and no control characters; `None` for any other shape (not necessarily bad).
 pub fn peek_flat(frame: &str) -> Option<(&str, Option<&str>)> {
-    let rest = frame.strip_prefix("{\"type\":\"")?;
+    let rest = frame.strip_prefix(TYPE_FIRST)?;
     let (kind, mut rest) = plain_string(rest)?;
     if kind.is_empty() {
         return None;
@@ -38,14 +42,18 @@ pub fn peek_flat(frame: &str) -> Option<(&str, Option<&str>)> {
     }
 }
 
+/// Where the string whose opening quote is already consumed ends (its closing quote); `None` when
+/// an escape comes first or there is no quote.
+pub(super) fn closing_quote(bytes: &[u8]) -> Option<usize> {
+    let end = memchr::memchr2(b'"', b'\\', bytes)?;
+    (bytes[end] == b'"').then_some(end)
+}
+
 /// The body of a string whose opening quote is already consumed, and what follows its closing
 /// quote; `None` when it holds an escape or a control character (valid JSON needs those handled).
 fn plain_string(s: &str) -> Option<(&str, &str)> {
     let bytes = s.as_bytes();
-    let end = memchr::memchr2(b'"', b'\\', bytes)?;
-    if bytes[end] != b'"' {
-        return None;
-    }
+    let end = closing_quote(bytes)?;
     // A control character is a byte below 0x20, so the body holds one exactly when its smallest
     // byte is one. A minimum over the whole slice (no early exit) compiles to one vector `min` per
     // 16 bytes: half the instructions of a per-byte comparison folded into a flag (callgrind,

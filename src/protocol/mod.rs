@@ -87,16 +87,12 @@ pub fn peek_client(frame: &str) -> Result<(Cow<'_, str>, Option<Cow<'_, str>>), 
 /// first, so the common case reads a few dozen bytes and never scans the (large) audio payload.
 /// Falls back to a full parse for any other layout.
 pub fn peek_type(frame: &str) -> Result<Cow<'_, str>, FrameError> {
-    const PREFIX: &str = "{\"type\":\"";
-    if let Some(rest) = frame.strip_prefix(PREFIX) {
+    if let Some(rest) = frame.strip_prefix(flat::TYPE_FIRST) {
         // Event type names never contain escapes; a quote ends the value. Looked for with memchr
         // in the first 128 bytes (a byte loop here cost more than the rest of the classification).
-        let head = &rest.as_bytes()[..rest.len().min(128)];
-        if let Some(end) = memchr::memchr2(b'"', b'\\', head) {
-            if head[end] == b'"' {
-                // Next to an ASCII quote, so a char boundary.
-                return Ok(Cow::Borrowed(&rest[..end]));
-            }
+        if let Some(end) = flat::closing_quote(&rest.as_bytes()[..rest.len().min(128)]) {
+            // Next to an ASCII quote, so a char boundary.
+            return Ok(Cow::Borrowed(&rest[..end]));
         }
     }
     peek_checked(frame.as_bytes()).map(|(kind, _)| kind)
