@@ -90,9 +90,9 @@ pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> anyho
 
     tokio::time::sleep_until(window_start).await;
     let before: Vec<_> = probes.iter().map(|p| procfs::cpu_time(p.pid)).collect();
-    let machine_before = procfs::machine_cpu();
+    let machine_before = procfs::machine_idle();
     tokio::time::sleep_until(window_end).await;
-    let machine_after = procfs::machine_cpu();
+    let machine_after = procfs::machine_idle();
     let mut result = PhaseResult { window: plan.measure, ..PhaseResult::default() };
     for (probe, cpu0) in probes.iter().zip(before) {
         let cpu = match (cpu0, procfs::cpu_time(probe.pid)) {
@@ -105,8 +105,8 @@ pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> anyho
             rss_end: procfs::rss_bytes(probe.pid).unwrap_or(0),
         });
     }
-    if let (Some((busy0, _)), Some((busy1, _))) = (machine_before, machine_after) {
-        result.machine_busy_cores = busy1.saturating_sub(busy0).as_secs_f64() / plan.measure.as_secs_f64();
+    if let (Some(before), Some(after)) = (machine_before, machine_after) {
+        result.machine_busy_cores = before.busy_cores_until(&after);
     }
 
     let mut finished = Vec::with_capacity(tasks.len());

@@ -127,25 +127,37 @@ impl Report {
     }
 
     /// The per-round ratios under the CPU table: their spread says whether a pooled ratio near a
-    /// goal is above or below it beyond the machine's drift.
+    /// goal is above or below it beyond the machine's drift, and the echo's ratio over the same
+    /// rounds (the same work in both phases) shows how much of it the machine moved.
     fn cpu_rounds_markdown(&self, s: &mut String) {
-        let rows: Vec<(usize, Vec<f64>)> =
-            self.sessions().into_iter().map(|n| (n, self.cpu_round_ratios(n))).filter(|(_, r)| !r.is_empty()).collect();
+        let rows: Vec<(usize, Vec<f64>, Vec<f64>)> = self
+            .sessions()
+            .into_iter()
+            .map(|n| (n, self.cpu_round_ratios(n), self.echo_round_ratios(n)))
+            .filter(|(_, r, _)| !r.is_empty())
+            .collect();
         if rows.is_empty() {
             return;
         }
-        let _ = writeln!(s, "\nvoxgate ÷ relay CPU per 10k frames, round by round (each round's two phases ran back to back):\n");
-        let _ = writeln!(s, "| N | per round | median | lowest – highest |");
-        let _ = writeln!(s, "|---:|---|---:|---:|");
-        for (n, mut ratios) in rows {
+        let _ = writeln!(s, "\nvoxgate ÷ relay CPU per 10k frames, round by round (each round's two phases ran back to back), and the echo's own ratio in the same phases (its work is the same on both paths):\n");
+        let _ = writeln!(s, "| N | per round | median | lowest – highest | echo: median | echo: lowest – highest |");
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|");
+        for (n, ratios, echo) in rows {
             let listed = ratios.iter().map(|r| format!("{r:.2}×")).collect::<Vec<_>>().join(", ");
-            ratios.sort_by(f64::total_cmp);
-            let mid = ratios.len() / 2;
-            let median = if ratios.len() % 2 == 0 { (ratios[mid - 1] + ratios[mid]) / 2.0 } else { ratios[mid] };
-            let (low, high) = (ratios[0], ratios[ratios.len() - 1]);
-            let _ = writeln!(s, "| {n} | {listed} | {median:.2}× | {low:.2}× – {high:.2}× |");
+            let (median, low, high) = spread(ratios);
+            let (echo_median, echo_low, echo_high) = spread(echo);
+            let _ = writeln!(s, "| {n} | {listed} | {median:.2}× | {low:.2}× – {high:.2}× | {echo_median:.2}× | {echo_low:.2}× – {echo_high:.2}× |");
         }
     }
+}
+
+/// Median, lowest and highest (NaN for none).
+fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let (Some(&low), Some(&high)) = (values.first(), values.last()) else { return (f64::NAN, f64::NAN, f64::NAN) };
+    let mid = values.len() / 2;
+    let median = if values.len() % 2 == 0 { (values[mid - 1] + values[mid]) / 2.0 } else { values[mid] };
+    (median, low, high)
 }
 
 fn ratio(a: f64, b: f64) -> String {

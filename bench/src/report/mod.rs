@@ -42,6 +42,10 @@ pub struct PathPhase {
     /// figure hides how far rounds run apart, and the relay's and voxgate's phases of one round
     /// ran back to back, so their ratio is the least disturbed by the machine's drift.
     rounds_cpu_per_10k: Vec<f64>,
+    /// The echo's CPU seconds per 10k frames in the same rounds. The echo does the same work on
+    /// every path, so its ratio between two phases is the machine's (or the path's effect on its
+    /// neighbours), not the path's own cost: the control for `rounds_cpu_per_10k`.
+    rounds_echo_per_10k: Vec<f64>,
     rtt_samples: Vec<u32>,
     lag_samples: Vec<u32>,
 }
@@ -70,17 +74,20 @@ impl PathPhase {
             rss_per_active,
             tools_under_load: tools.map(|t| ToolRun::new(path, "under N=100 audio load", t)),
             rounds_cpu_per_10k: Vec::new(),
+            rounds_echo_per_10k: Vec::new(),
             rtt_samples: r.rtt_us,
             lag_samples: r.lag_us,
         };
         // This phase is one round: its own CPU figure, the same one the table gives when pooled.
         phase.rounds_cpu_per_10k = phase.target_cpu_s.map(|cpu| phase.per_10k(cpu)).into_iter().collect();
+        phase.rounds_echo_per_10k = vec![phase.per_10k(phase.echo_cpu_s)];
         phase
     }
 
     /// Pool another round of the same cell into this one.
     fn merge(&mut self, mut other: PathPhase) {
         self.rounds_cpu_per_10k.append(&mut other.rounds_cpu_per_10k);
+        self.rounds_echo_per_10k.append(&mut other.rounds_echo_per_10k);
         self.rtt_samples.append(&mut other.rtt_samples);
         self.lag_samples.append(&mut other.lag_samples);
         self.rtt = Summary::of(&mut self.rtt_samples);
@@ -240,11 +247,20 @@ impl Report {
     /// voxgate's CPU per frame over the relay's, round by round (round i of each path ran in the
     /// same rotation, back to back): one ratio per round, for runs of two rounds or more.
     fn cpu_round_ratios(&self, n: usize) -> Vec<f64> {
+        self.round_ratios(n, |p| &p.rounds_cpu_per_10k)
+    }
+
+    /// The echo's CPU per frame in voxgate's phases over the relay's, round by round: the control.
+    fn echo_round_ratios(&self, n: usize) -> Vec<f64> {
+        self.round_ratios(n, |p| &p.rounds_echo_per_10k)
+    }
+
+    fn round_ratios(&self, n: usize, rounds: fn(&PathPhase) -> &Vec<f64>) -> Vec<f64> {
         let (Some(r), Some(v)) = (self.find(Path::Relay, n), self.find(Path::Voxgate, n)) else { return Vec::new() };
-        if r.rounds_cpu_per_10k.len() < 2 {
+        if rounds(r).len() < 2 {
             return Vec::new();
         }
-        r.rounds_cpu_per_10k.iter().zip(&v.rounds_cpu_per_10k).filter(|(r, _)| **r > 0.0).map(|(r, v)| v / r).collect()
+        rounds(r).iter().zip(rounds(v)).filter(|(r, _)| **r > 0.0).map(|(r, v)| v / r).collect()
     }
 
     /// RSS each session beyond the first adds, in bytes: the growth at `n` less the growth at
@@ -311,6 +327,7 @@ impl Report {
                 "rss_per_active_bytes": p.rss_per_active,
                 "rss_beyond_first_bytes": self.rss_beyond_first(p.path, p.sessions),
                 "rounds_cpu_per_10k": p.rounds_cpu_per_10k,
+                "rounds_echo_cpu_per_10k": p.rounds_echo_per_10k,
             })).collect::<Vec<_>>(),
             "tools": self.tools.iter().map(|t| json!({"path": t.path, "condition": t.condition, "times": summary(&t.times), "error_outputs": t.not_ok})).collect::<Vec<_>>(),
             "idle": self.idle.iter().map(|m| json!({"path": m.path, "sessions": m.sessions, "rss_before": m.before, "rss_after": m.after, "per_session_bytes": m.per_session()})).collect::<Vec<_>>(),

@@ -22,6 +22,7 @@ fn voxgate_phase(sessions: usize, growth: f64) -> PathPhase {
         rss_per_active: Some(growth / sessions as f64),
         tools_under_load: None,
         rounds_cpu_per_10k: vec![0.1 * 10_000.0 / 2.0],
+        rounds_echo_per_10k: vec![0.1 * 10_000.0 / 2.0],
         rtt_samples: Vec::new(),
         lag_samples: Vec::new(),
     }
@@ -84,7 +85,8 @@ fn cpu_ratios_are_given_round_by_round_beside_the_pooled_one() {
     let rounded: Vec<f64> = run.cpu_round_ratios(100).iter().map(|r| (r * 100.0).round() / 100.0).collect();
     assert_eq!(rounded, vec![1.10, 1.20]);
     let table = run.markdown();
-    assert!(table.contains("| 100 | 1.10×, 1.20× | 1.15× | 1.10× – 1.20× |"), "{table}");
+    // The echo spent the same in every phase: its control ratio is 1.
+    assert!(table.contains("| 100 | 1.10×, 1.20× | 1.15× | 1.10× – 1.20× | 1.00× | 1.00× – 1.00× |"), "{table}");
     // The pooled ratio weighs the slow round more: 0.35 s against 0.30 s.
     assert!(table.contains("| 1.17× |"), "{table}");
     let per_round: Vec<f64> = run.json()["phases"][1]["rounds_cpu_per_10k"]
@@ -96,4 +98,24 @@ fn cpu_ratios_are_given_round_by_round_beside_the_pooled_one() {
     let single = report(vec![cpu_phase(Path::Relay, 100, 0.1), cpu_phase(Path::Voxgate, 100, 0.1)]);
     assert!(single.cpu_round_ratios(100).is_empty());
     assert!(!single.markdown().contains("round by round"));
+}
+
+#[test]
+fn the_echo_s_ratio_in_the_same_rounds_is_the_control() {
+    let mut run = report(Vec::new());
+    // The echo's work is the same on both paths; in round 2 it cost 10 % more in voxgate's phase,
+    // and in round 3 5 % less: the machine moved, not voxgate.
+    for echo in [1.0, 1.1, 0.95] {
+        let relay = cpu_phase(Path::Relay, 100, 0.1);
+        let mut voxgate = cpu_phase(Path::Voxgate, 100, 0.11);
+        voxgate.rounds_echo_per_10k = vec![relay.rounds_echo_per_10k[0] * echo];
+        run.add_phase(relay);
+        run.add_phase(voxgate);
+    }
+    let echo: Vec<f64> = run.echo_round_ratios(100).iter().map(|r| (r * 100.0).round() / 100.0).collect();
+    assert_eq!(echo, vec![1.0, 1.1, 0.95]);
+    let table = run.markdown();
+    assert!(table.contains("| 1.10×, 1.10×, 1.10× | 1.10× | 1.10× – 1.10× | 1.00× | 0.95× – 1.10× |"), "{table}");
+    let json = run.json();
+    assert_eq!(json["phases"][1]["rounds_echo_cpu_per_10k"].as_array().map(Vec::len), Some(3));
 }
