@@ -104,16 +104,20 @@ impl Deadlines {
         }
     }
 
-    /// Set the alarm to the earliest deadline. A closing session pings nobody and cannot expire
-    /// or idle out: only its own deadline and the gate's count then.
+    /// Set the alarm to the earliest deadline. A closing session pings nobody, cannot expire or
+    /// idle out, and asks the model for no response: only its own deadline counts then. (The
+    /// gate's deadline may lie in the past while a closing session waits for a running call, and
+    /// nothing but a response request would move it: armed, it would fire on every turn.)
     pub(super) fn arm(&mut self, closing: bool) {
+        if closing {
+            self.alarm.set(self.closing);
+            return;
+        }
         // Pairwise, not an iterator chain: this runs on every turn of the loop, and the chain cost
         // ≈ 120 instructions a turn more (callgrind, docs/performance.md, seventeenth pass).
         let mut earliest = earlier(self.closing, self.gate);
-        if !closing {
-            for at in [self.age, self.idle, self.ping, self.auth] {
-                earliest = earlier(earliest, at);
-            }
+        for at in [self.age, self.idle, self.ping, self.auth] {
+            earliest = earlier(earliest, at);
         }
         self.alarm.set(earliest);
     }
@@ -188,7 +192,10 @@ mod tests {
         assert_eq!(start.elapsed(), secs(20));
         deadlines.arm(false);
         assert_eq!(deadlines.due().await, Due { auth: true, ..Due::default() });
-        // Closing: pings, the idle timeout and the token no longer count; the close deadline does.
+        // Closing: pings, the idle timeout, the token and the gate no longer count (a closing
+        // session asks for no response, so a gate deadline would only fire and fire again); the
+        // close deadline does.
+        deadlines.gate = Some(start + secs(30));
         deadlines.closing = Some(start + secs(100));
         deadlines.arm(true);
         deadlines.due().await;

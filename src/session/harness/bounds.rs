@@ -88,6 +88,57 @@ async fn the_loop_sleeps_while_a_response_and_a_speaking_user_hold_the_gate() {
     );
 }
 
+/// Answers after `for_s` seconds of (virtual) time: a backend call that takes a while.
+struct Slow {
+    spec: ToolSpec,
+    for_s: u64,
+}
+
+#[async_trait::async_trait]
+impl Tool for Slow {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
+        tokio::time::sleep(Duration::from_secs(self.for_s)).await;
+        Ok(ToolOutput::new(json!({"ok": true})))
+    }
+}
+
+fn slow_tool(name: &'static str, for_s: u64) -> Arc<dyn Tool> {
+    let mut spec = quick_tool().spec().clone();
+    spec.name = name;
+    spec.category = Category::Search;
+    spec.timeout = Duration::from_secs(60);
+    Arc::new(Slow { spec, for_s })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closing_session_does_not_spin_on_a_speech_grace_that_has_passed() {
+    let mut h = start_with(|_| {}, 1 << 20, None, vec![slow_tool("fast_lookup", 1), slow_tool("slow_lookup", 8)]).await;
+    // The user spoke: the gate holds voxgate's own response.create for the speech grace, which
+    // only voxgate's next request clears (server VAD answers on its own, so none comes).
+    h.model_sends(json!({"type": "input_audio_buffer.speech_started", "event_id": "e", "audio_start_ms": 0, "item_id": "u1"})).await;
+    h.model_sends(json!({"type": "input_audio_buffer.speech_stopped", "event_id": "e", "audio_end_ms": 900, "item_id": "u1"})).await;
+    for (call_id, name) in [("call_fast", "fast_lookup"), ("call_slow", "slow_lookup")] {
+        h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
+            "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
+            "name": name, "arguments": "{}"}))
+        .await;
+    }
+    h.browser_expects("voxgate.tool_call.started").await;
+    h.browser_expects("voxgate.tool_call.started").await;
+    // The session closes (a kill) with both calls running; the fast one finishes while it closes,
+    // and its output goes upstream: an output no response covers, and a grace long past.
+    h.cancel.cancel();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = h.turns();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let spent = h.turns() - before;
+    assert!(spent <= 5, "the closing loop turned {spent} times in 3 s waiting for the slow call");
+}
+
 // --- gate ---
 
 #[tokio::test(start_paused = true)]
