@@ -95,17 +95,24 @@ pub async fn attempt(
             .flatten();
         return Err((Failure::Status(status.as_u16()), wait));
     }
-    if response
-        .content_length()
-        .is_some_and(|len| len > max_bytes as u64)
-    {
-        return Err((Failure::TooLarge, None));
+    read_capped(response, max_bytes).await.map_err(|failure| (failure, None))
+}
+
+/// Read a response body, refusing it as soon as it is known to exceed `max_bytes`: from
+/// `Content-Length` before anything is read, else while it streams. A server that sends a chunked
+/// body without end is cut off at the cap, not read until the request's timeout.
+pub(crate) async fn read_capped(mut response: reqwest::Response, max_bytes: usize) -> Result<Bytes, Failure> {
+    if response.content_length().is_some_and(|len| len > max_bytes as u64) {
+        return Err(Failure::TooLarge);
     }
-    let bytes = response.bytes().await.map_err(|e| (classify(&e), None))?;
-    if bytes.len() > max_bytes {
-        return Err((Failure::TooLarge, None));
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(Failure::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
     }
-    Ok(bytes)
+    Ok(body.freeze())
 }
 
 /// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent.
@@ -215,6 +222,31 @@ mod tests {
         .await;
         assert_eq!(result, Err(Failure::Status(404)));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    /// A server that streams a chunked body without end (no `Content-Length`): the read stops at
+    /// the cap, long before the request's timeout, and a body within the cap is read whole.
+    #[tokio::test]
+    async fn a_body_without_length_is_cut_off_at_the_cap_while_it_streams() {
+        use axum::body::Body;
+        let endless = axum::routing::get(|| async {
+            let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+            Body::from_stream(futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone())))
+        });
+        let small = axum::routing::get(|| async { Body::from_stream(futures::stream::iter([Ok::<_, std::io::Error>("hello")])) });
+        let app = axum::Router::new().route("/endless", endless).route("/small", small);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = client(Duration::from_secs(30)).unwrap();
+
+        let started = std::time::Instant::now();
+        let endless = attempt(client.get(format!("http://{addr}/endless")), 1024 * 1024).await;
+        assert_eq!(endless.map(|b| b.len()), Err((Failure::TooLarge, None)));
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+
+        let small = attempt(client.get(format!("http://{addr}/small")), 1024).await;
+        assert_eq!(small.as_deref(), Ok(&b"hello"[..]));
     }
 
     #[test]

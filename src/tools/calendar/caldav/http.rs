@@ -13,7 +13,7 @@ use reqwest::{Method, StatusCode};
 use url::Url;
 
 use crate::config::Secret;
-use crate::tools::http::{Failure, MAX_ATTEMPTS, backoff, classify, retry_after};
+use crate::tools::http::{Failure, MAX_ATTEMPTS, backoff, classify, read_capped, retry_after};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,13 +118,7 @@ impl Dav {
             return Err((Failure::Status(status.as_u16()), retry_after(response.headers())));
         }
         let location = header_text(response.headers(), reqwest::header::LOCATION);
-        if response.content_length().is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-            return Err((Failure::TooLarge, None));
-        }
-        let bytes = response.bytes().await.map_err(|e| (classify(&e), None))?;
-        if bytes.len() > MAX_BODY_BYTES {
-            return Err((Failure::TooLarge, None));
-        }
+        let bytes = read_capped(response, MAX_BODY_BYTES).await.map_err(|failure| (failure, None))?;
         Ok(Answer { status, body: String::from_utf8_lossy(&bytes).into_owned(), location })
     }
 }

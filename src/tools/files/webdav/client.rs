@@ -193,23 +193,17 @@ impl Failure {
     }
 }
 
-/// Read a response body, refusing it as soon as it is known to exceed `max_bytes`: from
-/// `Content-Length` before anything is read, else while streaming.
-pub async fn read_capped(mut response: Response, max_bytes: u64) -> Result<Vec<u8>, FilesError> {
-    if response.content_length().is_some_and(|len| len > max_bytes) {
-        return Err(FilesError::TooLarge { limit: max_bytes });
+/// Read a response body, at most `max_bytes` ([`crate::tools::http::read_capped`]), with the
+/// failure in the files tools' terms.
+pub async fn read_capped(response: Response, max_bytes: u64) -> Result<Vec<u8>, FilesError> {
+    use crate::tools::http::Failure as Http;
+    let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+    match crate::tools::http::read_capped(response, cap).await {
+        Ok(body) => Ok(body.into()),
+        Err(Http::TooLarge) => Err(FilesError::TooLarge { limit: max_bytes }),
+        Err(Http::Timeout) => Err(FilesError::Unreachable("timed out")),
+        Err(Http::Connect) => Err(FilesError::Unreachable("could not connect")),
+        Err(Http::Status(_) | Http::Transport) => Err(FilesError::Unreachable("transport error")),
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| Failure::from_reqwest(&e).error)?
-    {
-        if (body.len() + chunk.len()) as u64 > max_bytes {
-            return Err(FilesError::TooLarge { limit: max_bytes });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
