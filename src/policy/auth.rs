@@ -96,14 +96,22 @@ impl JwtVerifier {
         let mut validation = Validation::new(alg);
         validation.validate_nbf = true;
         validation.leeway = 5;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // A configured issuer or audience is required, not just compared when present:
+        // jsonwebtoken checks `iss` and `aud` only in tokens that carry them, so a token minted
+        // for another service by the same key, without the claim, would otherwise be accepted.
+        let mut required = vec!["exp", "sub"];
         if let Some(issuer) = &config.jwt_issuer {
             validation.set_issuer(&[issuer]);
+            required.push("iss");
         }
         match &config.jwt_audience {
-            Some(audience) => validation.set_audience(&[audience]),
+            Some(audience) => {
+                validation.set_audience(&[audience]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
+        validation.set_required_spec_claims(&required);
         Ok(Some(Self { key, validation, max_lifetime_s: config.max_token_lifetime_s }))
     }
 
@@ -172,5 +180,36 @@ mod tests {
         assert_eq!(verifier.verify(&long_from_now).unwrap_err(), AuthError::TooLong);
         let long_from_iat = token(serde_json::json!({"sub": "u", "iat": now - 7000, "exp": now + 300}));
         assert_eq!(verifier.verify(&long_from_iat).unwrap_err(), AuthError::TooLong);
+    }
+
+    #[test]
+    fn a_configured_issuer_and_audience_must_be_in_the_token() {
+        let config = AuthConfig {
+            jwt_secret: Some(crate::config::Secret::new("k")),
+            jwt_issuer: Some("https://idp.clinic".into()),
+            jwt_audience: Some("voxgate".into()),
+            ..AuthConfig::default()
+        };
+        let verifier = JwtVerifier::from_config(&config).unwrap().unwrap();
+        let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+        let key = jsonwebtoken::EncodingKey::from_secret(b"k");
+        let token = |claims: serde_json::Value| jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap();
+        let full = token(serde_json::json!({"sub": "u", "exp": exp, "iss": "https://idp.clinic", "aud": "voxgate"}));
+        assert!(verifier.verify(&full).is_ok());
+        // Minted by the same key for another service: no audience, or no issuer, or the wrong one.
+        for claims in [
+            serde_json::json!({"sub": "u", "exp": exp, "iss": "https://idp.clinic"}),
+            serde_json::json!({"sub": "u", "exp": exp, "aud": "voxgate"}),
+            serde_json::json!({"sub": "u", "exp": exp}),
+            serde_json::json!({"sub": "u", "exp": exp, "iss": "https://idp.clinic", "aud": "billing"}),
+            serde_json::json!({"sub": "u", "exp": exp, "iss": "https://other", "aud": "voxgate"}),
+        ] {
+            assert!(verifier.verify(&token(claims.clone())).is_err(), "{claims}");
+        }
+        // Without an issuer or audience configured, tokens need neither.
+        let plain = JwtVerifier::from_config(&AuthConfig { jwt_secret: Some(crate::config::Secret::new("k")), ..AuthConfig::default() })
+            .unwrap()
+            .unwrap();
+        assert!(plain.verify(&token(serde_json::json!({"sub": "u", "exp": exp}))).is_ok());
     }
 }
