@@ -20,13 +20,26 @@ pub fn check(validator: &Validator, args: &Value) -> Result<(), ToolError> {
         .map(|err| {
             let path = err.instance_path().to_string();
             let field = if path.is_empty() { "arguments".to_string() } else { format!("`{path}`") };
-            format!("{field}: {}", err.masked_with("the value"))
+            format!("{field}: {}", message(&err))
         })
         .collect();
     if problems.is_empty() {
         Ok(())
     } else {
         Err(ToolError::InvalidArguments(problems.join("; ")))
+    }
+}
+
+/// What was wrong, without the value given, nor the names of fields the tool does not take:
+/// jsonschema's own message lists those names, and a model may have made one of patient data.
+fn message(err: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    match err.kind() {
+        Kind::AdditionalProperties { unexpected } | Kind::UnevaluatedProperties { unexpected } => {
+            format!("{} field(s) the tool does not take; use only the fields of its schema", unexpected.len())
+        }
+        Kind::PropertyNames { .. } => "a field name the tool does not accept".to_string(),
+        _ => err.masked_with("the value").to_string(),
     }
 }
 
@@ -56,5 +69,22 @@ mod tests {
         assert!(!msg.contains("300"), "{msg}");
         let err = check(&validator, &json!({"secret_field": 1})).unwrap_err();
         assert!(err.public_message().contains("age"), "{}", err.public_message());
+    }
+
+    #[test]
+    fn fields_the_tool_does_not_take_are_counted_not_named() {
+        let validator = compile(&json!({
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "extra": {"type": "object", "propertyNames": {"maxLength": 3}}},
+            "additionalProperties": false
+        }))
+        .unwrap();
+        let err = check(&validator, &json!({"title": "x", "Zebulon Quixote MRN 123": true, "Ward 3": 1})).unwrap_err();
+        let ToolError::InvalidArguments(msg) = err else { panic!("wrong error") };
+        assert!(!msg.contains("Zebulon") && !msg.contains("Ward"), "{msg}");
+        assert!(msg.contains("2 field(s) the tool does not take"), "{msg}");
+        let err = check(&validator, &json!({"extra": {"Zebulon": 1}})).unwrap_err();
+        let ToolError::InvalidArguments(msg) = err else { panic!("wrong error") };
+        assert!(!msg.contains("Zebulon"), "{msg}");
     }
 }
