@@ -1,5 +1,6 @@
 //! Text extraction: plain text, Markdown and CSV as they are, HTML without its markup, PDF through
-//! `pdf-extract`, DOCX by reading `word/document.xml` from the zip with quick-xml.
+//! `pdf-extract` once [`super::pdf_guard`] has bounded what its streams decode to, DOCX by reading
+//! `word/document.xml` from the zip with quick-xml.
 //!
 //! Extraction is CPU work on untrusted bytes, so it runs on the blocking pool, and the extractor
 //! crates' panics on malformed input (pdf-extract has several) are caught: a damaged document is a
@@ -15,6 +16,8 @@ use super::backend::DocKind;
 
 /// The most XML read out of a DOCX (a zip bomb inflates far beyond its file size).
 const MAX_DOCX_XML_BYTES: u64 = 64 * 1024 * 1024;
+/// The most a PDF's streams may decode to, all together (see [`super::pdf_guard`]).
+const MAX_PDF_DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The text of a document of `kind`. `Ok(None)` for kinds that have no text ([`DocKind::Other`]).
 pub async fn extract_text(kind: DocKind, bytes: Vec<u8>) -> Result<Option<String>, FilesError> {
@@ -43,7 +46,10 @@ fn extract_now(kind: DocKind, bytes: &[u8]) -> Result<String, FilesError> {
     match kind {
         DocKind::PlainText | DocKind::Markdown | DocKind::Csv => Ok(decode_text(bytes)),
         DocKind::Html => Ok(html_text(&decode_text(bytes))),
-        DocKind::Pdf => pdf_extract::extract_text_from_mem(bytes).map_err(|_| FilesError::Corrupt),
+        DocKind::Pdf => {
+            super::pdf_guard::check(bytes, MAX_PDF_DECODED_BYTES).map_err(|_| FilesError::TooLarge { limit: MAX_PDF_DECODED_BYTES })?;
+            pdf_extract::extract_text_from_mem(bytes).map_err(|_| FilesError::Corrupt)
+        }
         DocKind::Docx => docx_text(bytes),
         DocKind::Other => Ok(String::new()),
     }

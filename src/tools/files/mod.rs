@@ -10,6 +10,7 @@
 mod backend;
 mod error;
 mod extract;
+mod pdf_guard;
 mod file_id;
 mod local;
 mod search;

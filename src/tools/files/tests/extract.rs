@@ -139,3 +139,26 @@ fn truncation_counts_characters() {
     assert_eq!(truncate_chars("héllo".into(), 2), ("hé".to_string(), true));
     assert_eq!(truncate_chars("hé".into(), 2), ("hé".to_string(), false));
 }
+
+/// A PDF whose one stream inflates to 1 GiB of zeros (≈ 1 MiB on disk) is refused before the
+/// parser would inflate it whole into memory.
+#[tokio::test]
+async fn a_pdf_that_inflates_beyond_the_budget_is_refused_before_parsing() {
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..1024 {
+        encoder.write_all(&zeros).unwrap();
+    }
+    let bomb = encoder.finish().unwrap();
+    let mut pdf = format!(
+        "%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 >> endobj\n\
+         3 0 obj << /Type /Page /Parent 2 0 R /Contents 4 0 R >> endobj\n4 0 obj << /Filter /FlateDecode /Length {} >>\nstream\n",
+        bomb.len()
+    )
+    .into_bytes();
+    pdf.extend_from_slice(&bomb);
+    pdf.extend_from_slice(b"\nendstream\nendobj\ntrailer << /Root 1 0 R >>\n%%EOF\n");
+    let started = std::time::Instant::now();
+    assert!(matches!(extract_text(DocKind::Pdf, pdf).await, Err(FilesError::TooLarge { .. })));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+}
