@@ -187,16 +187,17 @@ async fn a_write_tool_over_http_waits_for_confirmation() {
 }
 
 #[tokio::test]
-async fn is_error_becomes_a_tool_error_with_the_servers_text() {
+async fn is_error_fails_backend_error_and_only_the_model_gets_the_servers_text() {
     let mut lab = start(false, "").await;
     let (mut client, mut up, _) = lab.session().await;
     model_calls(&mut up, &[("call_fail1", "lab__failing_lookup", r#"{"order_id":"ord-9"}"#)]).await;
+    // CONTRACT §4: a closed list of codes, and no upstream bodies in the client's messages.
     let failed = client.until("voxgate.tool_call.failed").await;
-    assert_eq!(failed["error"]["code"], "tool_error");
-    assert!(failed["error"]["message"].as_str().unwrap().contains("lab system offline"), "{failed}");
+    assert_eq!(failed["error"], json!({"code": "backend_error", "message": "The tool reported an error."}));
     let result = output(&mut up).await;
-    assert_eq!(result["error"]["code"], "tool_error");
-    assert_eq!(finished(&lab.proxy, "call_fail1")[0]["error_code"], "tool_error");
+    assert_eq!(result["error"]["code"], "backend_error");
+    assert!(result["error"]["message"].as_str().unwrap().contains("lab system offline for order ord-9"), "{result}");
+    assert_eq!(finished(&lab.proxy, "call_fail1")[0]["error_code"], "backend_error");
 }
 
 #[tokio::test]

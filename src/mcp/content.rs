@@ -1,7 +1,9 @@
 //! An MCP `CallToolResult` turned into what the model gets: the text content, bounded so one
 //! `function_call_output` stays under 32 KiB (TOOLS.md), with `truncated` when cut; other content
 //! (images, audio, embedded or linked resources) summarised by type and size, never passed on raw;
-//! `isError` results become `tool_error` failures carrying the server's text, bounded.
+//! `isError` results become [`ToolError::Reported`] failures (code `backend_error`) whose
+//! bounded server text goes to the model only, screened like a result; the client is told a fixed
+//! sentence (CONTRACT §4: no upstream bodies).
 //!
 //! Blocks are read through their JSON form (`type` plus fields, as on the wire) rather than rmcp's
 //! Rust enums, which are `non_exhaustive` and grow with each protocol revision: an unknown block
@@ -125,10 +127,17 @@ mod tests {
     }
 
     #[test]
-    fn is_error_becomes_a_bounded_tool_error() {
+    fn is_error_becomes_a_bounded_backend_error_the_client_never_reads() {
         let err = to_output(result(vec![Content::text("e".repeat(2000))], true)).unwrap_err();
-        assert_eq!(err.code(), "tool_error");
-        assert_eq!(err.public_message().chars().count(), MAX_ERROR_CHARS);
+        assert_eq!(err.code(), "backend_error", "CONTRACT §4's closed list has no tool_error");
+        assert_eq!(err.tool_text().map(|t| t.chars().count()), Some(MAX_ERROR_CHARS));
+        assert!(err.model_message().ends_with(&"e".repeat(MAX_ERROR_CHARS)));
+        assert!(!err.public_message().contains("eee"), "{}", err.public_message());
+
+        let err = to_output(result(vec![Content::text("Patient Zebulon Quixote: no such order")], true)).unwrap_err();
+        assert_eq!(err.public_message(), "The tool reported an error.");
+        assert!(err.model_message().contains("Zebulon Quixote"));
+        assert!(!err.to_string().contains("Zebulon"), "Display (logs) carries no server text");
     }
 
     #[test]

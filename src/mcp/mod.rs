@@ -4,6 +4,7 @@
 //!
 //! - [`supervisor`]: one task per server that connects (stdio child or Streamable HTTP), lists its
 //!   tools, follows `notifications/tools/list_changed` and reconnects with back-off.
+//! - [`backoff`]: how long the supervisor waits before trying again, without I/O.
 //! - [`link`]: what the supervisor shares with the tools of its server (the live peer, health,
 //!   progress routes) and the rmcp client handler.
 //! - [`progress`]: where a server's progress notifications go, including those that come before
@@ -21,6 +22,7 @@
 //! is interned once at start ([`intern_names`]) and a `list_changed` never allocates a name.
 
 mod adapter;
+mod backoff;
 mod content;
 mod link;
 mod progress;

@@ -1,6 +1,8 @@
 //! One task per MCP server: connect, list the allowed tools, follow `tools/list_changed`, and when
 //! the connection ends (a stdio child that exits or crashes, an HTTP server that goes away) take the
-//! server's tools out of the catalogue and reconnect with exponential back-off and jitter.
+//! server's tools out of the catalogue and reconnect with exponential back-off and jitter
+//! ([`backoff`](super::backoff): it starts over only after a connection proved healthy, never
+//! merely because `initialize` succeeded).
 //!
 //! A stdio server is a child process started with `kill_on_drop`: it never outlives its connection
 //! or voxgate. Its stderr is discarded, since a clinic's server may print patient data there.
@@ -20,11 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::McpHub;
 use super::adapter;
+use super::backoff::Backoff;
 use super::link::{LinkHandler, LinkState, ServerLink};
 
-/// First and longest wait between connection attempts.
-const BACKOFF_START: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -50,7 +50,7 @@ enum ConnectError {
 
 /// Run `link`'s server until `stop` is cancelled or the hub is gone.
 pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: CancellationToken) {
-    let mut backoff = BACKOFF_START;
+    let mut backoff = Backoff::default();
     loop {
         let (list_changed, mut changes) = mpsc::channel(1);
         let handler = LinkHandler { link: link.clone(), list_changed };
@@ -62,7 +62,6 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
         };
         match attempt {
             Ok(client) => {
-                backoff = BACKOFF_START;
                 tracing::info!(server = %link.name, "MCP server connected");
                 let peer = client.peer().clone();
                 let mut running = std::pin::pin!(client.waiting());
@@ -73,9 +72,12 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                     h.last_error = None;
                 });
                 loop {
-                    if let Err(err) = std::mem::replace(&mut listed, Ok(())) {
-                        tracing::warn!(server = %link.name, error = %err, "MCP server tools could not be listed; reconnecting");
-                        closed.cancel();
+                    match std::mem::replace(&mut listed, Ok(())) {
+                        Ok(()) => backoff.listed(tokio::time::Instant::now()),
+                        Err(err) => {
+                            tracing::warn!(server = %link.name, error = %err, "MCP server tools could not be listed; reconnecting");
+                            closed.cancel();
+                        }
                     }
                     tokio::select! {
                         _ = stop.cancelled() => {
@@ -107,12 +109,12 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
         if hub.strong_count() == 0 {
             return;
         }
-        let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 4);
+        let wait = backoff.next_wait(tokio::time::Instant::now());
+        let jitter = rand::rng().random_range(0..=wait.as_millis() as u64 / 4);
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff + Duration::from_millis(jitter)) => {}
+            _ = tokio::time::sleep(wait + Duration::from_millis(jitter)) => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
@@ -177,4 +179,38 @@ fn publish(link: &ServerLink, hub: &Weak<McpHub>, tools: Vec<Arc<crate::tools::r
         hub.set_server_tools(&link.name, tools);
     }
     link.health.send_modify(|h| h.tools = count);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::mcp::{McpConfig, McpServerConfig};
+    use crate::tools::registry::ToolRegistry;
+
+    /// A stdio "server" that completes the MCP handshake and then exits: it echoes the id of
+    /// `initialize`, reads `notifications/initialized` and is gone before `tools/list`.
+    const DIES_AFTER_INITIALIZE: &str = r#"read -r line
+id=$(printf '%s' "$line" | sed 's/.*"id":\([0-9]*\).*/\1/')
+printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-03-26","capabilities":{"tools":{}},"serverInfo":{"name":"dies","version":"1"}}}\n' "$id"
+read -r line"#;
+
+    /// Real processes and real time: the bug was in the wiring, which a test of [`Backoff`]
+    /// alone cannot see. Before the fix the back-off started over on every successful
+    /// `initialize`, so this server was restarted every ~0.3 s (about 10 times in 3 s).
+    #[tokio::test]
+    async fn a_server_that_dies_after_initialize_is_restarted_with_growing_waits() {
+        let server = McpServerConfig {
+            command: vec!["sh".into(), "-c".into(), DIES_AFTER_INITIALIZE.into()],
+            ..Default::default()
+        };
+        let config = McpConfig { connect_timeout_ms: 10_000, servers: BTreeMap::from([("dies".to_string(), server)]) };
+        let hub = McpHub::start(&config, Arc::new(ToolRegistry::default())).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let restarts = hub.health()[0].restarts;
+        // Waits of 250, 500, 1000, 2000 ms (+ up to 25 % jitter): at most 4 lost connections
+        // within 3 s, one more allowed for a slow machine.
+        assert!((2..=5).contains(&restarts), "{restarts} restarts in 3 s");
+    }
 }

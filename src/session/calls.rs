@@ -347,23 +347,30 @@ impl CallTable {
         let name = call.name.clone();
         // The result has been delivered once it leaves here; free the memory it holds.
         call.args = None;
+        // Whatever of the tool's own text reaches the model taints the session: a PHI tool's
+        // error text can name a patient as well as its result can.
+        let taints = call.tool.as_ref().is_some_and(|t| t.spec().results_identify_people());
         let mut actions = Vec::with_capacity(3);
         match call.outcome.take() {
             Some(Outcome::Completed { output }) => {
                 let text = serde_json::to_string(&output.result).unwrap_or_else(|_| "{}".into());
-                if call.tool.as_ref().is_some_and(|t| t.spec().results_identify_people()) {
+                if taints {
                     self.taint.add_result(&output.result);
                 }
                 actions.push(Action::Output { call_id: call_id.to_string(), output: text });
                 actions.push(Action::Client(events::completed(call_id, &name, duration_ms, &output.citations)));
             }
             Some(Outcome::Failed(err)) => {
-                let message = err.public_message();
+                if let Some(text) = err.tool_text().filter(|_| taints) {
+                    self.taint.add_text(text);
+                }
+                // The model may get the tool's own words; the client only voxgate's (CONTRACT §4:
+                // no PHI, no upstream bodies).
                 actions.push(Action::Output {
                     call_id: call_id.to_string(),
-                    output: events::error_output(err.code(), &message),
+                    output: events::error_output(err.code(), &err.model_message()),
                 });
-                actions.push(Action::Client(events::failed(call_id, &name, err.code(), &message)));
+                actions.push(Action::Client(events::failed(call_id, &name, err.code(), &err.public_message())));
             }
             Some(Outcome::Declined(reason)) => {
                 actions.push(Action::Output {

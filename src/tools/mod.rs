@@ -155,8 +155,10 @@ pub enum ToolError {
     /// The call's audit record could not be made durable (`audit.on_error = "fail_closed"`).
     #[error("the audit log is unavailable")]
     AuditUnavailable,
-    /// The tool ran and reported a failure of its own (an MCP `isError` result); the message is
-    /// the tool's text, bounded.
+    /// The tool ran and reported a failure of its own (an MCP `isError` result), with its text,
+    /// bounded. That text is the tool's, not voxgate's: it may name a patient or hold a backend's
+    /// internals, so it goes to the model only ([`ToolError::model_message`]) and is screened like
+    /// a result ([`ToolError::tool_text`]); the client and the logs get a fixed sentence.
     #[error("the tool reported an error")]
     Reported(String),
 }
@@ -174,11 +176,12 @@ impl ToolError {
             ToolError::Backend(_) => "backend_error",
             ToolError::Internal => "internal_error",
             ToolError::AuditUnavailable => crate::audit::AUDIT_UNAVAILABLE,
-            ToolError::Reported(_) => "tool_error",
+            // CONTRACT §4's list is closed and has no `tool_error`: the tool's own backend failed.
+            ToolError::Reported(_) => "backend_error",
         }
     }
 
-    /// A message the model can act on and the user may see.
+    /// A message the model can act on and the user may see (the client's `failed` event).
     pub fn public_message(&self) -> String {
         match self {
             ToolError::UnknownTool => "This tool does not exist in this session.".into(),
@@ -197,7 +200,25 @@ impl ToolError {
             ToolError::AuditUnavailable => "The action could not be recorded in the audit log, so its \
                 result is withheld; try again in a moment."
                 .into(),
-            ToolError::Reported(msg) => msg.clone(),
+            ToolError::Reported(_) => "The tool reported an error.".into(),
+        }
+    }
+
+    /// The message of the model's `function_call_output`: the public one, except that a tool's
+    /// own error text goes to the model as its result would (the session taints with it first).
+    pub fn model_message(&self) -> String {
+        match self {
+            ToolError::Reported(text) => format!("The tool reported an error: {text}"),
+            _ => self.public_message(),
+        }
+    }
+
+    /// Text the tool itself produced and the model will see, for PHI taint; `None` when every
+    /// word of the message is voxgate's own.
+    pub fn tool_text(&self) -> Option<&str> {
+        match self {
+            ToolError::Reported(text) => Some(text),
+            _ => None,
         }
     }
 }

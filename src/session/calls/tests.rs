@@ -56,7 +56,19 @@ fn third_party_echo() -> Arc<dyn Tool> {
     Arc::new(Echo { spec })
 }
 
+/// A PHI tool of an MCP server: its results (and its error texts) name people.
+fn lab_lookup() -> Arc<dyn Tool> {
+    let mut spec = echo("x", false, true).spec().clone();
+    spec.name = "lab__lookup_result";
+    spec.category = Category::Mcp;
+    Arc::new(Echo { spec })
+}
+
 fn table(can_confirm: bool) -> CallTable {
+    table_with(can_confirm, Vec::new())
+}
+
+fn table_with(can_confirm: bool, extra: Vec<Arc<dyn Tool>>) -> CallTable {
     let mut tools = ToolsConfig::default();
     tools.per_tool.insert("web_search_medical".into(), ToolOverride { roles: Some(vec!["admin".into()]), ..Default::default() });
     let registry = ToolRegistry::from_tools(
@@ -66,7 +78,10 @@ fn table(can_confirm: bool) -> CallTable {
             echo("search_pubmed", false, false),
             echo("web_search_medical", false, false),
             third_party_echo(),
-        ],
+        ]
+        .into_iter()
+        .chain(extra)
+        .collect(),
         &tools,
     )
     .unwrap();
@@ -358,4 +373,39 @@ async fn nothing_is_released_before_every_gating_record_is_on_disk() {
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
     assert_eq!(output(&actions)["error"]["code"], "timeout");
     assert!(t.on_audited("c1").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tools_own_error_text_reaches_only_the_model_and_taints_like_a_result() {
+    let server_text = "No order ord-9 for patient Zebulon Quixote (db01.lab.internal)";
+    let mut t = table_with(true, vec![lab_lookup()]);
+    accept(&mut t, "c1", "lab__lookup_result", r#"{"text":"ord-9"}"#);
+    let actions = t.on_tool_finished("c1", Err(ToolError::Reported(server_text.into())));
+    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("backend_error"), "CONTRACT §4's closed list");
+    let actions = t.on_audited("c1");
+
+    // The client: a fixed sentence, no upstream body (CONTRACT §4).
+    let failed = &client_events(&actions)[0];
+    assert_eq!(failed["type"], "voxgate.tool_call.failed");
+    assert_eq!(failed["error"], json!({"code": "backend_error", "message": "The tool reported an error."}));
+    // The model: the server's words, which it can act on.
+    let out = output(&actions);
+    assert_eq!(out["error"]["code"], "backend_error");
+    assert!(out["error"]["message"].as_str().unwrap_or_default().contains(server_text), "{out}");
+
+    // What the model got taints the session as a completed result's would.
+    assert!(!t.taint().is_empty());
+    let actions = accept(&mut t, "c2", "third_party_echo", r#"{"text":"Zebulon heart failure"}"#);
+    assert_eq!(audits(&actions).last().and_then(|r| r.error_code.as_deref()), Some("phi_blocked"));
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    let actions = accept(&mut t, "c3", "third_party_echo", r#"{"text":"beta blockers in heart failure"}"#);
+    assert!(actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "ordinary words stay usable");
+
+    // A tool whose results name no one taints with neither (as for its results).
+    let mut t = table(true);
+    accept(&mut t, "c1", "calculate_medical_score", r#"{"text":"a"}"#);
+    t.on_tool_finished("c1", Err(ToolError::Reported(server_text.into())));
+    let actions = t.on_audited("c1");
+    assert_eq!(client_events(&actions)[0]["error"]["message"], "The tool reported an error.");
+    assert!(t.taint().is_empty());
 }
