@@ -3,6 +3,10 @@
 //!
 //! `VOXGATE_SERVER__LISTEN=0.0.0.0:8080` sets `server.listen`; levels are separated by a double
 //! underscore and names are lower-cased (`VOXGATE_TOOLS__SEARCH_PUBMED__RATE_LIMIT_PER_MINUTE=5`).
+//! Not every level is a schema key, though ([`key_case`]): the names of an operator's own entries
+//! (an MCP server, a tool) match an entry of the file whatever its case, and the keys of free-form
+//! maps are data that must arrive as written — `VOXGATE_MCP__SERVERS__LAB__ENV__LAB_TOKEN` sets the
+//! child's `LAB_TOKEN`, not `lab_token` (environment names are case-sensitive).
 //! A value that reads as a TOML number, boolean, array or inline table is taken as one; anything
 //! else is a string (quote it, `'"123"'`, to force a string that looks like a number).
 
@@ -51,14 +55,97 @@ pub(super) fn overlay(table: &mut toml::Table, env: &dyn EnvSource) -> Result<()
         if name == ENV_CONFIG_FILE || !rest.contains("__") {
             continue;
         }
-        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-        let key = path.join(".");
-        if path.iter().any(String::is_empty) {
+        let path: Vec<&str> = rest.split("__").collect();
+        if path.iter().any(|level| level.is_empty()) {
+            let key = rest.split("__").map(str::to_ascii_lowercase).collect::<Vec<_>>().join(".");
             return Err(ConfigError::new(key, format!("{name} has an empty level")));
         }
-        set_path(table, &path, parse_value(&raw), &key)?;
+        set_path(table, &path, parse_value(&raw))?;
     }
     Ok(())
+}
+
+/// How one level of an overlay path becomes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyCase {
+    /// A key of the schema. Every schema key is lower case, so lower-casing matches it whatever
+    /// the case of the variable.
+    Schema,
+    /// The name of an entry the operator chose (an MCP server, a tool): an entry of the file is
+    /// matched whatever its case (`[mcp.servers.Lab]` is overridden by `…__SERVERS__LAB__…`); a
+    /// new one is lower case, as every level was before data keys were told apart.
+    Name,
+    /// A key of a free-form map whose values are scalars: the rest of the variable name, `__`
+    /// included, kept exactly as written. `case_sensitive: false` (HTTP headers) first matches a
+    /// key of the file that differs only in case, so an override replaces it rather than sending
+    /// the header twice.
+    Data { case_sensitive: bool },
+}
+
+/// What the level below `parents` (keys as resolved so far) is. Mirrors the maps of the schema:
+/// `tools.<tool>`, `mcp.servers.<server>` with its `env`, `headers` and `policy.<tool>`; every
+/// other level is a fixed key.
+fn key_case(parents: &[String]) -> KeyCase {
+    let parents: Vec<&str> = parents.iter().map(String::as_str).collect();
+    match parents.as_slice() {
+        ["tools"] | ["mcp", "servers"] | ["mcp", "servers", _, "policy"] => KeyCase::Name,
+        ["mcp", "servers", _, "env"] => KeyCase::Data { case_sensitive: true },
+        ["mcp", "servers", _, "headers"] => KeyCase::Data { case_sensitive: false },
+        _ => KeyCase::Schema,
+    }
+}
+
+/// The key of `table` equal to `written` ignoring ASCII case, preferring an exact match.
+fn existing_key(table: &toml::Table, written: &str) -> Option<String> {
+    if table.contains_key(written) {
+        return Some(written.to_string());
+    }
+    table.keys().find(|k| k.eq_ignore_ascii_case(written)).cloned()
+}
+
+/// Set `value` at the variable's `path` (its levels as written), creating tables on the way.
+/// Errors name the dotted key as resolved.
+fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) -> Result<(), ConfigError> {
+    let dotted = |resolved: &[String], rest: &[&str]| {
+        let rest = rest.iter().map(|level| level.to_ascii_lowercase());
+        resolved.iter().cloned().chain(rest).collect::<Vec<_>>().join(".")
+    };
+    let mut resolved: Vec<String> = Vec::with_capacity(path.len());
+    let mut current = table;
+    let mut rest = path;
+    loop {
+        let Some((level, below)) = rest.split_first() else {
+            return Err(ConfigError::new(dotted(&resolved, &[]), "empty key"));
+        };
+        let (key, below) = match key_case(&resolved) {
+            KeyCase::Schema => (level.to_ascii_lowercase(), below),
+            KeyCase::Name => {
+                (existing_key(current, level).unwrap_or_else(|| level.to_ascii_lowercase()), below)
+            }
+            KeyCase::Data { case_sensitive } => {
+                let written = rest.join("__");
+                let key = match case_sensitive {
+                    true => written,
+                    false => existing_key(current, &written).unwrap_or(written),
+                };
+                (key, &[][..])
+            }
+        };
+        if below.is_empty() {
+            current.insert(key, value);
+            return Ok(());
+        }
+        let entry = current
+            .entry(key.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        resolved.push(key);
+        let Some(next) = entry.as_table_mut() else {
+            let part = resolved.last().cloned().unwrap_or_default();
+            return Err(ConfigError::new(dotted(&resolved, below), format!("`{part}` is not a table")));
+        };
+        current = next;
+        rest = below;
+    }
 }
 
 fn parse_value(raw: &str) -> toml::Value {
@@ -74,26 +161,6 @@ fn parse_value(raw: &str) -> toml::Value {
         }
     }
     toml::Value::String(raw.to_string())
-}
-
-fn set_path(
-    table: &mut toml::Table,
-    path: &[String],
-    value: toml::Value,
-    key: &str,
-) -> Result<(), ConfigError> {
-    let (last, parents) = path.split_last().ok_or_else(|| ConfigError::new(key, "empty key"))?;
-    let mut current = table;
-    for part in parents {
-        let entry = current
-            .entry(part.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        current = entry
-            .as_table_mut()
-            .ok_or_else(|| ConfigError::new(key, format!("`{part}` is not a table")))?;
-    }
-    current.insert(last.clone(), value);
-    Ok(())
 }
 
 #[cfg(test)]

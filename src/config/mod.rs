@@ -426,8 +426,23 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(prefix: &str, value: toml::Val
             (prefix, ".") => prefix.trim_end_matches('.').to_string(),
             (prefix, path) => format!("{prefix}{path}"),
         };
-        ConfigError::new(key, err.into_inner().to_string())
+        ConfigError::new(key, without_value(&err.into_inner().to_string()))
     })
+}
+
+/// A serde type or value error without the value it quotes: "invalid type: integer `4242…`,
+/// expected a string" for a secret given as digits (an env value is parsed as TOML) would print
+/// the secret. What kind of value it was, and what was expected, stay.
+fn without_value(reason: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        let Some(rest) = reason.strip_prefix(prefix) else { continue };
+        let Some((unexpected, expected)) = rest.split_once(", expected ") else { continue };
+        // `integer `4242``, `string "x"`, `floating point `1.5``: the kind is what precedes the value.
+        let kind = unexpected.split([' ', '`', '"']).take_while(|w| !w.is_empty()).collect::<Vec<_>>().join(" ");
+        let kind = kind.trim_end_matches(|c: char| !c.is_alphabetic());
+        return format!("{prefix}{kind}, expected {expected}");
+    }
+    reason.to_string()
 }
 
 #[cfg(test)]

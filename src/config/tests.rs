@@ -134,3 +134,64 @@ fn summary_never_prints_secrets() {
         assert!(!text.contains(secret), "{text}");
     }
 }
+
+#[test]
+fn a_secret_given_as_digits_is_refused_without_being_printed() {
+    // An env value is read as TOML, so an all-digit secret arrives as an integer.
+    let err = Config::load(None, &env(&[("VOXGATE_AUTH__ADMIN_TOKEN", "4242424242424242")])).unwrap_err();
+    assert_eq!(err.key, "auth.admin_token");
+    assert!(!err.to_string().contains("4242"), "{err}");
+    assert!(err.reason.contains("integer") && err.reason.contains("expected"), "{err}");
+    // The same in the file, and for a float and a boolean.
+    for value in ["12345678", "1234.5678", "true"] {
+        let err = load_toml(&format!("[auth]\nadmin_token = {value}\n"), &[]).unwrap_err();
+        assert!(!err.to_string().contains(value), "{err}");
+    }
+    assert_eq!(super::without_value("invalid type: floating point `1.5`, expected a string"), "invalid type: floating point, expected a string");
+    assert_eq!(super::without_value("invalid value: string \"a b\", expected a port"), "invalid value: string, expected a port");
+    assert_eq!(super::without_value("missing field `url`"), "missing field `url`");
+}
+
+#[test]
+fn env_overlay_keeps_the_case_of_mcp_env_names() {
+    let config = load_toml(
+        "[mcp.servers.lab]\ncommand = [\"lab-server\"]\nenv = { lab_token = \"from-file\" }\n",
+        &[
+            ("VOXGATE_MCP__SERVERS__LAB__ENV__LAB_TOKEN", "t0ken"),
+            ("VOXGATE_MCP__SERVERS__LAB__ENV__Mixed_Case", "m"),
+            // A name with `__` in it: everything after `ENV__` is the name.
+            ("VOXGATE_MCP__SERVERS__LAB__ENV__MY__VAR", "v"),
+            // Schema keys are still matched whatever their case.
+            ("VOXGATE_MCP__SERVERS__LAB__Allow", "[\"lookup\"]"),
+        ],
+    )
+    .unwrap();
+    let lab = &config.mcp.servers["lab"];
+    let names: Vec<&str> = lab.env.keys().map(String::as_str).collect();
+    assert_eq!(names, ["LAB_TOKEN", "MY__VAR", "Mixed_Case", "lab_token"], "env names are data");
+    assert_eq!(lab.env["LAB_TOKEN"].expose(), "t0ken");
+    assert_eq!(lab.env["lab_token"].expose(), "from-file", "a different variable for the child");
+    assert_eq!(lab.allow, ["lookup"]);
+}
+
+#[test]
+fn env_overlay_matches_names_and_headers_of_the_file_whatever_their_case() {
+    let config = load_toml(
+        "[mcp.servers.Paging]\nurl = \"https://paging.example/mcp\"\nallow = [\"getPager\"]\n\
+         headers = { Authorization = \"Bearer old\" }\n[mcp.servers.Paging.policy.getPager]\nconfirm = true\n",
+        &[
+            ("VOXGATE_MCP__SERVERS__PAGING__HEADERS__AUTHORIZATION", "Bearer new"),
+            ("VOXGATE_MCP__SERVERS__PAGING__HEADERS__X-Api-Key", "k"),
+            ("VOXGATE_MCP__SERVERS__PAGING__POLICY__GETPAGER__CONFIRM", "false"),
+            ("VOXGATE_TOOLS__SEARCH_PUBMED__RATE_LIMIT_PER_MINUTE", "7"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.mcp.servers.keys().collect::<Vec<_>>(), ["Paging"], "no second server");
+    let paging = &config.mcp.servers["Paging"];
+    let headers: Vec<&str> = paging.headers.keys().map(String::as_str).collect();
+    assert_eq!(headers, ["Authorization", "X-Api-Key"], "overridden, not sent twice");
+    assert_eq!(paging.headers["Authorization"].expose(), "Bearer new");
+    assert_eq!(paging.policy["getPager"].confirm, Some(false));
+    assert_eq!(config.tools.per_tool["search_pubmed"].rate_limit_per_minute, Some(7));
+}
