@@ -19,6 +19,9 @@ use super::Principal;
 use super::auth::AuthError;
 
 const PREFIX: &str = "vgt";
+/// A redemption waits this long for Redis before it is refused as unavailable (the browser may
+/// retry); the same bound as the cluster's own Redis calls.
+const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -129,7 +132,12 @@ impl Tickets {
         Ok(CheckedTicket { claims })
     }
 
-    /// Spend a checked ticket (once, across instances with Redis).
+    /// Spend a checked ticket (once, across instances with Redis). Call it only once the session
+    /// it opens has been admitted: a refusal before that must leave the ticket spendable.
+    ///
+    /// The in-memory claim comes first so that two concurrent redemptions on this instance cannot
+    /// both reach Redis; `SET NX` then decides across instances. When Redis cannot answer, the
+    /// claim is withdrawn: the ticket was not used, so it may be presented again once Redis is back.
     pub async fn spend(&self, ticket: CheckedTicket) -> Result<Principal, AuthError> {
         let CheckedTicket { claims } = ticket;
         let now = now_s();
@@ -142,27 +150,44 @@ impl Tickets {
             return Err(AuthError::TicketUsed);
         }
         if let Some(redis) = &self.redis {
-            let mut conn = redis.clone();
             let ttl = (claims.exp - now).max(1);
-            let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
-                .arg(format!("voxgate:ticket:{}", claims.jti))
-                .arg(1)
-                .arg("NX")
-                .arg("EX")
-                .arg(ttl)
-                .query_async(&mut conn)
-                .await;
-            match set {
-                Ok(Some(_)) => {}
-                Ok(None) => return Err(AuthError::TicketUsed),
+            match claim_in_redis(redis, &claims.jti, ttl).await {
+                Ok(true) => {}
+                Ok(false) => return Err(AuthError::TicketUsed),
                 Err(err) => {
-                    // Without Redis we cannot know whether another instance took it: refuse.
-                    tracing::warn!(error.kind = ?err.kind(), "ticket check: Redis unavailable");
+                    // Without Redis we cannot know whether another instance took it: refuse, but
+                    // do not count it as used here. (If the SET did land before the error, Redis
+                    // remembers it and a retry is refused there, so single use still holds.)
+                    self.used.remove(&claims.jti);
+                    tracing::warn!(error = %err, "ticket check: Redis unavailable");
                     return Err(AuthError::Unavailable);
                 }
             }
         }
         Ok(Principal::new(claims.sub, claims.roles))
+    }
+}
+
+/// Why Redis could not say whether a ticket was already spent. Only the kind is kept: a URL may
+/// hold a password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum ClaimError {
+    #[error("redis error ({0:?})")]
+    Redis(redis::ErrorKind),
+    #[error("redis did not answer in time")]
+    Timeout,
+}
+
+/// `SET voxgate:ticket:<jti> 1 NX EX <ttl>` under [`REDIS_TIMEOUT`]: `Ok(true)` when this call
+/// claimed the ticket, `Ok(false)` when some instance already had.
+async fn claim_in_redis(redis: &redis::aio::ConnectionManager, jti: &str, ttl: u64) -> Result<bool, ClaimError> {
+    let mut conn = redis.clone();
+    let mut set = redis::cmd("SET");
+    set.arg(format!("voxgate:ticket:{jti}")).arg(1).arg("NX").arg("EX").arg(ttl);
+    match tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut conn)).await {
+        Ok(Ok(reply)) => Ok(reply.is_some()),
+        Ok(Err(err)) => Err(ClaimError::Redis(err.kind())),
+        Err(_) => Err(ClaimError::Timeout),
     }
 }
 
@@ -191,6 +216,56 @@ mod tests {
         tampered.insert(5, 'A');
         assert_eq!(tickets.redeem(&tampered).await.unwrap_err(), AuthError::Invalid);
         assert_eq!(tickets.redeem("vgt.garbage").await.unwrap_err(), AuthError::Invalid);
+    }
+
+    /// A manager for a Redis that is not there (nothing listens on port 1): every call errors.
+    fn unreachable_redis() -> redis::aio::ConnectionManager {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let options = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(200)))
+            .set_number_of_retries(0);
+        redis::aio::ConnectionManager::new_lazy_with_config(client, options).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_redis_error_refuses_the_ticket_without_spending_it() {
+        let tickets = Tickets::new(b"k", Duration::from_secs(300), Some(unreachable_redis()));
+        let minted = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        assert_eq!(tickets.redeem(&minted.token).await.unwrap_err(), AuthError::Unavailable);
+        // Still unavailable, not "used": once Redis answers, the browser's retry can succeed.
+        assert_eq!(tickets.redeem(&minted.token).await.unwrap_err(), AuthError::Unavailable);
+        assert!(tickets.used.is_empty(), "a refused ticket is not remembered as spent");
+    }
+
+    #[tokio::test]
+    async fn a_checked_ticket_is_not_spent_until_spend() {
+        let tickets = Tickets::new(b"k", Duration::from_secs(300), None);
+        let minted = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        // Checked (and then refused, e.g. for a cap): dropped without spending.
+        drop(tickets.check(&minted.token).unwrap());
+        let checked = tickets.check(&minted.token).unwrap();
+        assert_eq!(tickets.spend(checked).await.unwrap().sub, "dr.who");
+        let again = tickets.check(&minted.token).unwrap();
+        assert_eq!(tickets.spend(again).await.unwrap_err(), AuthError::TicketUsed);
+    }
+
+    #[tokio::test]
+    async fn concurrent_spends_on_one_instance_admit_once() {
+        let tickets = std::sync::Arc::new(Tickets::new(b"k", Duration::from_secs(300), None));
+        let minted = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        let attempts: Vec<_> = (0..8)
+            .map(|_| {
+                let (tickets, token) = (tickets.clone(), minted.token.clone());
+                tokio::spawn(async move { tickets.redeem(&token).await })
+            })
+            .collect();
+        let mut admitted = 0;
+        for attempt in attempts {
+            if attempt.await.unwrap().is_ok() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 1);
     }
 
     #[tokio::test]

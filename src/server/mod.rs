@@ -55,7 +55,9 @@ pub enum StartError {
     Auth(String),
     #[error(transparent)]
     Shards(#[from] shards::ShardError),
-    #[error("redis is not reachable at start ({0}); voxgate needs it for shared tickets and rate limits")]
+    /// `redis.url` cannot be used at all (a configuration error). Redis being unreachable is not
+    /// an error at start: the instance starts degraded and connects when Redis answers.
+    #[error("redis.url is not usable ({0})")]
     Redis(String),
 }
 
@@ -89,7 +91,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let config = Arc::new(config);
     let metrics = Metrics::new();
     let redis = match &config.redis.url {
-        Some(url) => Some(connect_redis(url.expose()).await?),
+        Some(url) => Some(connect_redis(url.expose())?),
         None => None,
     };
     let registry = Arc::new(ToolRegistry::from_config(&config)?);
@@ -209,16 +211,19 @@ fn user_hasher(config: &Config) -> UserHasher {
     }
 }
 
-async fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, StartError> {
+/// A connection manager that connects on first use, not here: a pod (re)scheduled while Redis is
+/// away must start and serve degraded (docs/operations.md, "When Redis is down") rather than
+/// crash-loop. Every caller bounds its Redis calls and falls back; the cluster's refresh tick
+/// notices the outage at once and `/readyz` reports it. Only a URL that cannot be used at all
+/// fails the start.
+fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, StartError> {
     // The URL may hold a password: errors are reported by kind only.
     let client = redis::Client::open(url).map_err(|e| StartError::Redis(format!("{:?}", e.kind())))?;
     let options = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_millis(500)))
         .set_number_of_retries(2);
-    client
-        .get_connection_manager_with_config(options)
-        .await
+    redis::aio::ConnectionManager::new_lazy_with_config(client, options)
         .map_err(|e| StartError::Redis(format!("{:?}", e.kind())))
 }
 

@@ -2,9 +2,10 @@
 //! session caps — refusals are HTTP errors, never a socket that closes at once), then the upgrade
 //! itself, the upstream connection, and the session task.
 //!
-//! Order matters: a single-use ticket is spent only after the session is admitted, so a browser
-//! refused for its cap can retry with the same ticket; a subprotocol is echoed only when the client
-//! offered it (RFC 6455: a client fails a handshake that selects one it did not offer).
+//! Order matters: a single-use ticket is spent only after the session is admitted (this instance's
+//! caps, then the per-user cap across instances), so a browser refused for a cap can retry with the
+//! same ticket; a subprotocol is echoed only when the client offered it (RFC 6455: a client fails
+//! a handshake that selects one it did not offer).
 //!
 //! The upgrade is done here rather than with axum's `WebSocketUpgrade` so the client socket is a
 //! plain tokio-tungstenite stream over the TCP socket itself: the same frame type as the
@@ -82,13 +83,14 @@ pub async fn realtime(
         state.deps.metrics.http_rejection(code);
         ApiError::new(status, code, err.to_string())
     })?;
-    // Admitted: now the ticket (if any) is spent. Refused here, the admission is dropped with it.
+    let seat = admit_in_cluster(&state, &id, &user, &model_name).await?;
+    // Admitted here and across instances: only now is the ticket (if any) spent, so a refusal for
+    // either cap leaves it usable. Single use does not depend on this order (`Tickets::spend`
+    // claims it atomically); refused here, the admission and the seat are dropped with it.
     authenticated.spend().await.map_err(|err| {
         state.deps.metrics.http_rejection("unauthorized");
         ApiError::unauthorized(err.to_string())
     })?;
-
-    let seat = admit_in_cluster(&state, &id, &user, &model_name).await?;
 
     let on_upgrade = hyper::upgrade::on(&mut request);
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, request.extensions(), &headers, false);

@@ -1,0 +1,170 @@
+//! Redis away degrades, never refuses (docs/operations.md, "When Redis is down"), from the very
+//! start: an instance whose Redis cannot be reached starts, serves and reports it, and connects
+//! once Redis answers. And a single-use ticket is spent only by a session that is admitted: a
+//! refusal for the per-user cap across instances, or a Redis that cannot answer, leaves it usable.
+
+mod support;
+
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use support::redis::RedisServer;
+use support::{Client, TestProxy};
+
+const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
+const ADMIN: &str = "admin-token-0123456789abcdef";
+/// Every wait in this file is bounded by this.
+const WAIT: Duration = Duration::from_secs(15);
+
+fn jwt(sub: &str) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 300;
+    let claims = json!({"sub": sub, "roles": ["clinician"], "exp": exp});
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
+}
+
+fn toml(redis_url: &str, extra: &str) -> String {
+    format!(
+        "[auth]\nmode = \"ticket\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\n\
+         [redis]\nurl = \"{redis_url}\"\nsession_ttl_ms = 600\n{extra}"
+    )
+}
+
+/// Open a session with `token` (a JWT or a ticket); the status, and the client when it opened.
+async fn open(url: &str, token: &str) -> (u16, Option<Client>) {
+    let protocol = format!("voxgate-token.{token}");
+    match Client::try_connect(url, &["realtime", &protocol], &[]).await {
+        Ok(client) => (101, Some(client)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => (response.status().as_u16(), None),
+        Err(other) => panic!("unexpected: {other}"),
+    }
+}
+
+async fn mint_ticket(addr: std::net::SocketAddr, sub: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/sessions"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"sub": sub, "roles": ["clinician"], "ttl_s": 120}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    body["token"].as_str().unwrap().to_string()
+}
+
+/// Poll `check` (bounded by [`WAIT`]) until it holds.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Present `ticket` until it opens a session (bounded by [`WAIT`]); every refusal on the way must
+/// have a status in `expected`.
+async fn open_eventually(url: &str, ticket: &str, expected: &[u16]) -> Client {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match open(url, ticket).await {
+            (101, Some(client)) => return client,
+            (status, _) => {
+                assert!(expected.contains(&status), "refused with {status}");
+                assert!(tokio::time::Instant::now() < deadline, "still refused: {status}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_at_start_degrades_instead_of_refusing() {
+    // Nothing listens on port 1: every connection attempt is refused.
+    let proxy = TestProxy::start(&toml("redis://127.0.0.1:1", "")).await;
+    assert_eq!(proxy.http_get("/healthz").await.0, 200);
+    eventually("/readyz reports the outage", || async { proxy.http_get("/readyz").await.1.contains("redis: down") }).await;
+    let (status, body) = proxy.http_get("/readyz").await;
+    assert_eq!(status, 200, "an outage degrades, it does not take the instance out: {body}");
+    assert!(proxy.http_get("/metrics").await.1.lines().any(|l| l == "voxgate_redis_up 0"));
+    // JWT sessions open on the local caps.
+    let (status, session) = open(&proxy.url(""), &jwt("dr.start")).await;
+    assert_eq!(status, 101);
+    drop(session);
+    // A ticket cannot be proven unused without Redis: refused (401), as documented.
+    let ticket = mint_ticket(proxy.addr, "dr.start").await;
+    assert_eq!(open(&proxy.url(""), &ticket).await.0, 401);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_unusable_redis_url_still_fails_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[redis]\nurl = \"http://not-redis\"\n[audit]\npath = \"{}\"\n",
+        dir.path().join("audit.jsonl").display()
+    );
+    // Built without `validate`, which already refuses such a URL: the server's own check is tested.
+    let config = voxgate::config::Config::from_table(toml::from_str(&text).unwrap()).unwrap();
+    match voxgate::server::start(config).await {
+        Err(voxgate::server::StartError::Redis(_)) => {}
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("started with an unusable redis.url"),
+    }
+}
+
+/// Redis down when the instance starts and when the ticket is presented: refused, not spent; Redis
+/// back: the same ticket opens one session, and only one.
+#[tokio::test]
+async fn a_ticket_refused_while_redis_is_away_opens_a_session_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    redis.stop();
+    let proxy = TestProxy::start(&toml(&redis.url(), "")).await;
+    let ticket = mint_ticket(proxy.addr, "dr.back").await;
+    assert_eq!(open(&proxy.url(""), &ticket).await.0, 401, "Redis is away");
+    assert_eq!(open(&proxy.url(""), &ticket).await.0, 401, "still away");
+
+    redis.restart();
+    eventually("Redis is noticed", || async { proxy.http_get("/readyz").await.1.contains("redis: up") }).await;
+    let session = open_eventually(&proxy.url(""), &ticket, &[401]).await;
+    assert_eq!(open(&proxy.url(""), &ticket).await.0, 401, "single use still holds");
+    drop(session);
+    proxy.stop().await;
+}
+
+/// The per-user cap is reached on another instance: the ticket is refused with 429 and stays
+/// usable; once the other session ends, it opens a session, and only one.
+#[tokio::test]
+async fn a_ticket_refused_for_the_cross_instance_cap_can_be_used_again() {
+    let redis = RedisServer::start();
+    let config = toml(&redis.url(), "[server]\nmax_sessions_per_user = 1\n");
+    let a = TestProxy::start(&config).await;
+    let b = TestProxy::start(&config).await;
+    let (status, on_a) = open(&a.url(""), &jwt("dr.cap")).await;
+    assert_eq!(status, 101);
+
+    let ticket = mint_ticket(a.addr, "dr.cap").await;
+    assert_eq!(open(&b.url(""), &ticket).await.0, 429, "the cap is shared across instances");
+    assert_eq!(open(&b.url(""), &ticket).await.0, 429, "refused for the cap again, not as used");
+
+    drop(on_a);
+    let session = open_eventually(&b.url(""), &ticket, &[429]).await;
+    // The cap is checked first, so while that session lives a reuse is a 429; once it is gone,
+    // the reuse meets the spent ticket.
+    drop(session);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match open(&a.url(""), &ticket).await.0 {
+            401 => break,
+            429 => assert!(tokio::time::Instant::now() < deadline, "the cap was never freed"),
+            other => panic!("a spent ticket got {other}: single use must hold on any instance"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+}
