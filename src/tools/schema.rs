@@ -30,17 +30,32 @@ pub fn check(validator: &Validator, args: &Value) -> Result<(), ToolError> {
     }
 }
 
-/// What was wrong, without the value given, nor the names of fields the tool does not take:
-/// jsonschema's own message lists those names, and a model may have made one of patient data.
+/// What was wrong, without the value given. Fields the tool does not take are named only when
+/// the name looks like a field name (`patient`, `start_time`), which tells the model what to drop;
+/// any other name is counted, not quoted: jsonschema's own message lists every one, and a model
+/// may have made one of patient data ("Zebulon Quixote MRN 123").
 fn message(err: &jsonschema::ValidationError<'_>) -> String {
     use jsonschema::error::ValidationErrorKind as Kind;
     match err.kind() {
         Kind::AdditionalProperties { unexpected } | Kind::UnevaluatedProperties { unexpected } => {
-            format!("{} field(s) the tool does not take; use only the fields of its schema", unexpected.len())
+            let (named, other): (Vec<&String>, Vec<&String>) = unexpected.iter().partition(|name| plain_field_name(name));
+            let mut listed: Vec<String> = named.iter().map(|name| format!("`{name}`")).collect();
+            if !other.is_empty() {
+                listed.push(format!("{} other(s) not named here", other.len()));
+            }
+            format!("fields the tool does not take: {}; use only the fields of its schema", listed.join(", "))
         }
         Kind::PropertyNames { .. } => "a field name the tool does not accept".to_string(),
         _ => err.masked_with("the value").to_string(),
     }
+}
+
+/// Lower-case letters, digits and underscores, starting with a letter, at most 32: the shape of
+/// the tools' own field names, which a person's name or a record number does not take.
+fn plain_field_name(name: &str) -> bool {
+    name.len() <= 32
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 #[cfg(test)]
@@ -72,17 +87,17 @@ mod tests {
     }
 
     #[test]
-    fn fields_the_tool_does_not_take_are_counted_not_named() {
+    fn fields_the_tool_does_not_take_are_named_only_when_they_look_like_field_names() {
         let validator = compile(&json!({
             "type": "object",
             "properties": {"title": {"type": "string"}, "extra": {"type": "object", "propertyNames": {"maxLength": 3}}},
             "additionalProperties": false
         }))
         .unwrap();
-        let err = check(&validator, &json!({"title": "x", "Zebulon Quixote MRN 123": true, "Ward 3": 1})).unwrap_err();
+        let err = check(&validator, &json!({"title": "x", "Zebulon Quixote MRN 123": true, "Ward 3": 1, "patient": 1})).unwrap_err();
         let ToolError::InvalidArguments(msg) = err else { panic!("wrong error") };
         assert!(!msg.contains("Zebulon") && !msg.contains("Ward"), "{msg}");
-        assert!(msg.contains("2 field(s) the tool does not take"), "{msg}");
+        assert!(msg.contains("fields the tool does not take: `patient`, 2 other(s) not named here"), "{msg}");
         let err = check(&validator, &json!({"extra": {"Zebulon": 1}})).unwrap_err();
         let ToolError::InvalidArguments(msg) = err else { panic!("wrong error") };
         assert!(!msg.contains("Zebulon"), "{msg}");
