@@ -1,6 +1,15 @@
 //! Small text helpers for tool results: cutting long text to fit the 32 KiB a `function_call_output`
 //! may take (TOOLS.md), and turning a search engine's HTML snippet into plain text.
 
+/// What a tool's serialised result may take, so that one `function_call_output` stays under the
+/// 32 KiB of TOOLS.md with room for the envelope around it. Tools cut each text field with
+/// [`truncate`], then drop list items from the end until the result fits.
+pub const MAX_RESULT_BYTES: usize = 30 * 1024;
+
+/// Longest URL kept in a result or citation: a cut URL would point somewhere else, so a longer one
+/// makes its item unusable instead.
+pub const MAX_URL_BYTES: usize = 2048;
+
 /// At most `max` characters, cut at a word boundary with "…"; and whether anything was cut.
 pub fn truncate(text: &str, max: usize) -> (String, bool) {
     if text.chars().count() <= max {

@@ -28,7 +28,8 @@ impl EventTiming {
         }
     }
 
-    fn end_instant(&self, tz: Tz) -> DateTime<Utc> {
+    /// The instant the event ends (all-day events end at the local midnight after their last day).
+    pub fn end_instant(&self, tz: Tz) -> DateTime<Utc> {
         match self {
             EventTiming::AllDay { last_day, .. } => local_midnight(tz, next_day(*last_day)),
             EventTiming::Timed { end, .. } => *end,
@@ -112,6 +113,9 @@ pub struct EventPage {
     pub events: Vec<CalendarEvent>,
     /// How many events matched before truncation to `max_results`.
     pub total_count: usize,
+    /// `false` when expanding repeating events stopped at its bound: `total_count` then counts only
+    /// the occurrences generated (a lower bound), and later-expanded series may be missing.
+    pub complete: bool,
 }
 
 /// A calendar store. Shared by every session (`Arc<dyn CalendarBackend>`); implementations
@@ -136,23 +140,6 @@ pub trait CalendarBackend: Send + Sync + 'static {
     fn reachable(&self) -> Option<bool> {
         None
     }
-}
-
-/// Filter, sort and truncate events for a query: shared by every backend that fetches a superset.
-pub fn select(events: Vec<CalendarEvent>, query: &EventQuery, tz: Tz) -> EventPage {
-    let wanted = query.calendar.as_deref().map(str::trim);
-    let mut matching: Vec<CalendarEvent> = events
-        .into_iter()
-        .filter(|e| wanted.is_none_or(|name| e.calendar.trim().eq_ignore_ascii_case(name)))
-        .filter(|e| e.timing.overlaps(query.first_day, query.last_day, tz))
-        .collect();
-    matching.sort_by(|a, b| {
-        (a.timing.start_instant(tz), a.timing.end_instant(tz), &a.id)
-            .cmp(&(b.timing.start_instant(tz), b.timing.end_instant(tz), &b.id))
-    });
-    let total_count = matching.len();
-    matching.truncate(query.max_results);
-    EventPage { events: matching, total_count }
 }
 
 /// The day after `day` (saturating at chrono's last date, which no real calendar reaches).

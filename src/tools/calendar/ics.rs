@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 use icalendar::{CalendarComponent, CalendarDateTime, Component, DatePerhapsTime, Event, EventLike, Property};
 
 use super::backend::{
-    CalendarEvent, DEFAULT_CALENDAR, EventPage, EventQuery, EventTiming, local_to_utc_lenient, next_day, select,
+    CalendarEvent, DEFAULT_CALENDAR, EventPage, EventQuery, EventTiming, local_to_utc_lenient, next_day,
 };
 use super::recur::{Series, StoredEvent, expand, midnight_utc};
 use super::CalendarError;
@@ -35,7 +35,7 @@ impl ParsedEvents {
 
     /// The events and occurrences matching `query` (series expanded), sorted and truncated.
     pub fn page(self, query: &EventQuery, tz: Tz) -> EventPage {
-        let (events, failed) = expand(self.events, query.first_day, query.last_day);
+        let (page, failed) = expand(self.events, query, tz);
         if self.skipped > 0 || failed > 0 {
             tracing::warn!(
                 skipped = self.skipped,
@@ -43,7 +43,7 @@ impl ParsedEvents {
                 "calendar events without a readable start were skipped, or repeating ones shown once"
             );
         }
-        select(events, query, tz)
+        page
     }
 }
 

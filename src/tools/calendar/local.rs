@@ -60,9 +60,9 @@ impl CalendarBackend for LocalCalendar {
     }
 
     async fn list_events(&self, query: &EventQuery) -> Result<EventPage, CalendarError> {
-        let (path, tz) = (Arc::clone(&self.path), self.tz);
-        let parsed = run_blocking(move || ics::parse(&read_store(&path)?, tz)).await?;
-        Ok(parsed.page(query, tz))
+        let (path, tz, query) = (Arc::clone(&self.path), self.tz, query.clone());
+        // Expanding repeating events is bounded CPU work too: off the async workers with the read.
+        run_blocking(move || Ok(ics::parse(&read_store(&path)?, tz)?.page(&query, tz))).await
     }
 
     async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {

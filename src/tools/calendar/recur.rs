@@ -7,16 +7,24 @@
 //! occurrence moved or cancelled by a RECURRENCE-ID override is left out of the series: the override
 //! is an event of its own (a cancelled one is dropped by the reader).
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 
 use chrono::{DateTime, Duration, NaiveDate, NaiveTime, Utc};
 use chrono_tz::Tz;
 use rrule::{RRule, RRuleSet, Unvalidated};
 
-use super::backend::{CalendarEvent, EventTiming};
+use super::backend::{CalendarEvent, EventPage, EventQuery, EventTiming, local_midnight, next_day};
 
-/// Occurrences produced per series and query at most (a daily series over the widest range needs 33).
-const MAX_OCCURRENCES: u16 = 500;
+/// Dates one series may take from its rule in one listing, counting those before the range (the
+/// rule is walked from DTSTART): a minutely series over a day with its margins needs about 4,300, a
+/// daily series begun twenty years ago about 7,300. Keeps one odd series from using up the budget
+/// of every other.
+const MAX_SERIES_STEPS: usize = 20_000;
+/// Dates all series of one listing may take together. Expansion runs on a request's worker, and
+/// 2,000 minutely series over a day would otherwise walk some nine million dates; at this bound a
+/// listing stays in the tens of milliseconds. When it runs out the page says it is incomplete.
+const MAX_TOTAL_STEPS: usize = 100_000;
 
 /// What makes an event repeat, as read from its VEVENT.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,46 +50,128 @@ pub struct StoredEvent {
     pub cancelled: bool,
 }
 
-/// Every event and occurrence that may overlap `first_day..=last_day` (a superset, by a day's
-/// margin: [`super::backend::select`] applies the exact range). Series that cannot be expanded (a
-/// rule the crate rejects) are shown by their first occurrence, and counted in the second value.
-pub fn expand(stored: Vec<StoredEvent>, first_day: NaiveDate, last_day: NaiveDate) -> (Vec<CalendarEvent>, usize) {
-    let mut overridden: HashMap<String, Vec<DateTime<Utc>>> = HashMap::new();
+/// The page a query asks for: events and occurrences of its calendar overlapping its days, sorted by
+/// start, the first `max_results` of them. Occurrences are counted as they are generated and only
+/// those that may still be on the page are built (never more than `max_results` at a time), so
+/// memory does not grow with the number of occurrences; generation stops at [`MAX_TOTAL_STEPS`]
+/// (then `complete` is false). Series that cannot be expanded (a rule the crate rejects) are shown
+/// by their first occurrence, and counted in the second value.
+pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPage, usize) {
+    let wanted = query.calendar.as_deref().map(str::trim);
+    let stored: Vec<StoredEvent> = stored
+        .into_iter()
+        .filter(|e| wanted.is_none_or(|name| e.event.calendar.trim().eq_ignore_ascii_case(name)))
+        .collect();
+    let mut overridden: HashMap<&str, Vec<DateTime<Utc>>> = HashMap::new();
     for entry in &stored {
         if let Some(at) = entry.recurrence_id {
-            overridden.entry(entry.event.id.clone()).or_default().push(at);
+            overridden.entry(entry.event.id.as_str()).or_default().push(at);
         }
     }
-    let (mut events, mut failed) = (Vec::new(), 0);
-    for entry in stored {
-        if entry.cancelled {
-            continue;
-        }
-        match (&entry.series, entry.recurrence_id) {
-            (Some(series), None) => {
-                let moved = overridden.get(&entry.event.id).map(Vec::as_slice).unwrap_or_default();
-                match occurrences(&entry.event, series, moved, first_day, last_day) {
-                    Some(found) => events.extend(found),
-                    None => {
-                        failed += 1;
-                        events.push(entry.event);
-                    }
-                }
+    let mut page = Page::new(query, tz);
+    // Single events first: they cost nothing, and a budget spent on series must not hide them.
+    for entry in stored.iter().filter(|e| !e.cancelled && (e.series.is_none() || e.recurrence_id.is_some())) {
+        page.offer(&entry.event, entry.event.timing.clone());
+    }
+    let (mut failed, mut budget) = (0, MAX_TOTAL_STEPS);
+    for entry in stored.iter().filter(|e| !e.cancelled && e.recurrence_id.is_none()) {
+        let Some(series) = &entry.series else { continue };
+        let moved = overridden.get(entry.event.id.as_str()).map(Vec::as_slice).unwrap_or_default();
+        match occurrences(&entry.event, series, moved, &mut page, &mut budget) {
+            Some(true) => {}
+            Some(false) => page.complete = false,
+            None => {
+                failed += 1;
+                page.offer(&entry.event, entry.event.timing.clone());
             }
-            _ => events.push(entry.event),
         }
     }
-    (events, failed)
+    (page.finish(), failed)
 }
 
-/// The occurrences of one series near the days; `None` when its rule cannot be used.
+/// The best `max_results` occurrences seen so far (a max-heap: the latest on top, dropped first),
+/// and how many matched in all.
+struct Page<'q> {
+    query: &'q EventQuery,
+    tz: Tz,
+    best: BinaryHeap<Ranked>,
+    total: usize,
+    complete: bool,
+}
+
+/// An event on the page, ordered like a listing: start, end, then UID.
+struct Ranked {
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    event: CalendarEvent,
+}
+
+impl Ranked {
+    fn key(&self) -> (DateTime<Utc>, DateTime<Utc>, &str) {
+        (self.start, self.end, &self.event.id)
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
+impl<'q> Page<'q> {
+    fn new(query: &'q EventQuery, tz: Tz) -> Self {
+        Self { query, tz, best: BinaryHeap::new(), total: 0, complete: true }
+    }
+
+    /// Count `event` at `timing` if it overlaps the days; keep a copy only if it is on the page.
+    fn offer(&mut self, event: &CalendarEvent, timing: EventTiming) {
+        if !timing.overlaps(self.query.first_day, self.query.last_day, self.tz) {
+            return;
+        }
+        self.total += 1;
+        let (start, end) = (timing.start_instant(self.tz), timing.end_instant(self.tz));
+        if self.best.len() >= self.query.max_results {
+            match self.best.peek() {
+                Some(latest) if (start, end, event.id.as_str()) < latest.key() => {}
+                _ => return,
+            }
+        }
+        self.best.push(Ranked { start, end, event: CalendarEvent { timing, ..event.clone() } });
+        if self.best.len() > self.query.max_results {
+            self.best.pop();
+        }
+    }
+
+    fn finish(self) -> EventPage {
+        let events = self.best.into_sorted_vec().into_iter().map(|r| r.event).collect();
+        EventPage { events, total_count: self.total, complete: self.complete }
+    }
+}
+
+/// Offer the occurrences of one series near the page's days, taking at most [`MAX_SERIES_STEPS`]
+/// dates and no more than `budget` (which is reduced by what was taken). `Some(false)` when a bound
+/// stopped it early, `None` when its rule cannot be used.
 fn occurrences(
     event: &CalendarEvent,
     series: &Series,
     moved: &[DateTime<Utc>],
-    first_day: NaiveDate,
-    last_day: NaiveDate,
-) -> Option<Vec<CalendarEvent>> {
+    page: &mut Page<'_>,
+    budget: &mut usize,
+) -> Option<bool> {
     let (start, length) = match event.timing {
         EventTiming::AllDay { first_day, last_day } => {
             (midnight_utc(first_day), Duration::days((last_day - first_day).num_days()))
@@ -90,7 +180,8 @@ fn occurrences(
     };
     let zone = rrule::Tz::from(series.zone);
     let dt_start = start.with_timezone(&zone);
-    let mut set = RRuleSet::new(dt_start);
+    // `limit` makes the crate give up on rules that never produce a date instead of looping.
+    let mut set = RRuleSet::new(dt_start).limit();
     for rule in &series.rules {
         let rule: RRule<Unvalidated> = rule.parse().ok()?;
         set = set.rrule(with_utc_until(rule, series.zone).validate(dt_start).ok()?);
@@ -101,28 +192,33 @@ fn occurrences(
     for at in &series.rdates {
         set = set.rdate(at.with_timezone(&zone));
     }
-    // A day of margin on both sides covers every zone's offset; `select` trims exactly.
-    let from = midnight_utc(first_day) - length - Duration::days(1);
-    let to = midnight_utc(last_day) + Duration::days(2);
-    let found = set.after(from.with_timezone(&zone)).before(to.with_timezone(&zone)).all(MAX_OCCURRENCES);
-    Some(
-        found
-            .dates
-            .into_iter()
-            .map(|at| {
-                let at = at.with_timezone(&Utc);
-                let timing = match event.timing {
-                    EventTiming::AllDay { .. } => {
-                        let first = at.date_naive();
-                        let last = first.checked_add_signed(length).unwrap_or(first);
-                        EventTiming::AllDay { first_day: first, last_day: last }
-                    }
-                    EventTiming::Timed { .. } => EventTiming::Timed { start: at, end: at + length },
-                };
-                CalendarEvent { timing, ..event.clone() }
-            })
-            .collect(),
-    )
+    // Wide enough for all-day dates (keyed in UTC) and for the calendar zone's days; `offer` is exact.
+    let (first_day, last_day) = (page.query.first_day, page.query.last_day);
+    let from = midnight_utc(first_day).min(local_midnight(page.tz, first_day)) - length - Duration::days(1);
+    let to = midnight_utc(next_day(last_day)).max(local_midnight(page.tz, next_day(last_day))) + Duration::days(1);
+    for (taken, at) in (&set).into_iter().enumerate() {
+        if *budget == 0 || taken == MAX_SERIES_STEPS {
+            return Some(false);
+        }
+        *budget -= 1;
+        let at = at.with_timezone(&Utc);
+        if at > to {
+            break;
+        }
+        if at < from {
+            continue;
+        }
+        let timing = match event.timing {
+            EventTiming::AllDay { .. } => {
+                let first = at.date_naive();
+                let last = first.checked_add_signed(length).unwrap_or(first);
+                EventTiming::AllDay { first_day: first, last_day: last }
+            }
+            EventTiming::Timed { .. } => EventTiming::Timed { start: at, end: at + length },
+        };
+        page.offer(event, timing);
+    }
+    Some(true)
 }
 
 /// RFC 5545 writes UNTIL in UTC (`Z`) for zoned series, but as a date or floating time for all-day

@@ -138,12 +138,13 @@ impl Tool for GetCalendarEvents {
                 "events": events,
                 "count": events.len(),
                 "total_count": page.total_count,
+                "total_count_exact": page.complete,
                 "truncated": truncated,
                 "date_range": date_range,
                 "timezone": tz.name(),
             })
         };
-        let mut result = build(&events, cut_text || events.len() < page.total_count);
+        let mut result = build(&events, cut_text || !page.complete || events.len() < page.total_count);
         // Drop events from the end (the latest) until the output fits in one function_call_output.
         while result.to_string().len() > MAX_RESULT_BYTES && !events.is_empty() {
             events.pop();

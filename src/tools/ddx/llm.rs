@@ -6,6 +6,9 @@
 //! (jsonschema), and every diagnosis must be one of the candidates (by name or synonym) — the LLM
 //! re-ranks, it does not invent. A must-not-miss candidate it dropped is put back. Anything else,
 //! or no answer within `backends.ddx.llm_timeout_ms`, is an error and the caller falls back.
+//!
+//! What it may say is bounded too (TOOLS.md's 32 KiB per result): only the seed's fields are kept,
+//! each text cut, and [`fit`] shortens the lists until the whole result fits.
 
 use std::time::Duration;
 
@@ -16,9 +19,17 @@ use url::Url;
 use super::matcher::Ranked;
 use crate::config::{DdxBackendConfig, Secret};
 use crate::tools::http;
+use crate::tools::text::{MAX_RESULT_BYTES, truncate};
 
 /// Largest answer read from the LLM.
 const MAX_BODY_BYTES: usize = 512 * 1024;
+/// Kept of the LLM's answer: items per list, characters per item and of the reasoning. The schema
+/// allows far more (30 lists of 30 × 500 characters), which no spoken answer needs.
+const LIST_ITEMS: usize = 10;
+const ITEM_CHARS: usize = 200;
+const REASONING_CHARS: usize = 1500;
+/// The per-diagnosis lists, in the order they are shortened when the result is too large.
+const LISTS: [&str; 3] = ["missing_features", "key_features", "next_steps"];
 
 const SYSTEM_PROMPT: &str = "You are a clinical decision-support assistant. You receive a case and \
 candidate diagnoses ranked by a knowledge base. Re-rank the candidates for this case and explain \
@@ -59,7 +70,8 @@ impl Reranker {
         }))
     }
 
-    /// The LLM's checked result, or why it cannot be used (safe to log: no case text, no body).
+    /// The LLM's checked result with only the seed's fields, each cut (`truncated: true` when
+    /// anything was), or why it cannot be used (safe to log: no case text, no body).
     pub async fn rerank(
         &self,
         args: &Value,
@@ -101,7 +113,7 @@ impl Reranker {
             ));
         }
         align(&mut result, fallback, candidates)?;
-        Ok(result)
+        Ok(bounded(&result))
     }
 }
 
@@ -154,6 +166,67 @@ fn align(result: &mut Value, fallback: &Value, candidates: &[Ranked<'_>]) -> Res
         .collect();
     diagnoses.extend(kept);
     Ok(())
+}
+
+/// The seed's fields of a checked answer (anything else it added is left out), every text cut.
+fn bounded(result: &Value) -> Value {
+    let mut cut = false;
+    let text = |value: &Value, max: usize, cut: &mut bool| {
+        let (text, was_cut) = truncate(value.as_str().unwrap_or_default(), max);
+        *cut |= was_cut;
+        text
+    };
+    let mut diagnoses = Vec::new();
+    for item in result["diagnoses"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        // `diagnosis` and `must_not_miss` are the knowledge base's own (see `align`).
+        let mut clean = json!({
+            "diagnosis": item["diagnosis"], "probability": item["probability"],
+            "must_not_miss": item["must_not_miss"],
+        });
+        for list in LISTS {
+            let all = item[list].as_array().map(Vec::as_slice).unwrap_or_default();
+            cut |= all.len() > LIST_ITEMS;
+            let kept: Vec<String> = all.iter().take(LIST_ITEMS).map(|entry| text(entry, ITEM_CHARS, &mut cut)).collect();
+            clean[list] = json!(kept);
+        }
+        diagnoses.push(clean);
+    }
+    let reasoning = text(&result["reasoning"], REASONING_CHARS, &mut cut);
+    let mut clean = json!({"chief_complaint": "", "diagnoses": diagnoses, "reasoning": reasoning, "disclaimers": []});
+    if cut {
+        clean["truncated"] = json!(true);
+    }
+    clean
+}
+
+/// Shorten a finished result until it serialises to at most [`MAX_RESULT_BYTES`]: the feature and
+/// next-step lists first (to five items, two, one, none), the last-ranked diagnoses only if that is
+/// not enough. Marks the result `truncated` when anything was dropped.
+pub fn fit(result: &mut Value) {
+    let too_big = |result: &Value| result.to_string().len() > MAX_RESULT_BYTES;
+    let mut cut = false;
+    for keep in [LIST_ITEMS / 2, 2, 1, 0] {
+        if !too_big(result) {
+            break;
+        }
+        for item in result["diagnoses"].as_array_mut().map(Vec::as_mut_slice).unwrap_or_default() {
+            for list in LISTS {
+                if let Some(entries) = item[list].as_array_mut() {
+                    cut |= entries.len() > keep;
+                    entries.truncate(keep);
+                }
+            }
+        }
+    }
+    while too_big(result) && result["diagnoses"].as_array().is_some_and(|d| d.len() > 1) {
+        if let Some(diagnoses) = result["diagnoses"].as_array_mut() {
+            diagnoses.pop();
+            cut = true;
+        }
+    }
+    if cut {
+        result["truncated"] = json!(true);
+    }
 }
 
 /// The seed's result model as a JSON Schema: what an LLM answer must look like.

@@ -304,6 +304,7 @@ impl Tool for DifferentialDiagnosis {
             Ok(mut result) => {
                 result["chief_complaint"] = json!(case.chief_complaint);
                 result["disclaimers"] = json!(disclaimers(&self.kb));
+                llm::fit(&mut result);
                 Ok(ToolOutput::new(result))
             }
             Err(reason) => {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::registry::RegistryError;
-use super::text::truncate;
+use super::text::{MAX_RESULT_BYTES, MAX_URL_BYTES, truncate};
 use super::{
     CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput,
     ToolSpec, args, http,
@@ -30,6 +30,12 @@ const MAX_RESULTS: u64 = 10;
 const MAX_QUERY_CHARS: u64 = 300;
 /// Summaries are cut to this many characters so ten results stay well under 32 KiB.
 const SUMMARY_CHARS: usize = 1500;
+/// The other text fields, cut like summaries (the service is a third party: nothing it sends is
+/// trusted to be short).
+const TITLE_CHARS: usize = 300;
+const SOURCE_CHARS: usize = 200;
+const PUBMED_ID_CHARS: usize = 20;
+const DATE_CHARS: usize = 40;
 const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 const LEVELS: [&str; 3] = ["high", "moderate", "low"];
@@ -187,8 +193,8 @@ impl Tool for SearchEvidence {
         let total = answer.total_count.unwrap_or(answer.results.len() as u64);
         let (mut results, mut citations) = (Vec::new(), Vec::new());
         for item in answer.results {
-            let url_ok =
-                Url::parse(&item.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+            let url_ok = item.url.len() <= MAX_URL_BYTES
+                && Url::parse(&item.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
             let level = level(item.evidence_level.as_deref());
             // A service that ignores the filter must not widen it.
             if !url_ok || item.title.trim().is_empty() || wanted.is_some_and(|w| w != level) {
@@ -197,32 +203,49 @@ impl Tool for SearchEvidence {
             if results.len() as u64 == limit {
                 break;
             }
-            let (summary, truncated) = truncate(item.summary.trim(), SUMMARY_CHARS);
+            let (summary, cut_summary) = truncate(item.summary.trim(), SUMMARY_CHARS);
+            let (title, cut_title) = truncate(item.title.trim(), TITLE_CHARS);
+            let (source, cut_source) = truncate(item.source.trim(), SOURCE_CHARS);
+            let pubmed_id = item.pubmed_id.as_deref().map(|id| truncate(id, PUBMED_ID_CHARS));
+            let date = item.date.as_deref().map(|d| truncate(d, DATE_CHARS));
+            let truncated = cut_summary
+                || cut_title
+                || cut_source
+                || pubmed_id.as_ref().is_some_and(|p| p.1)
+                || date.as_ref().is_some_and(|d| d.1);
+            let (pubmed_id, date) = (pubmed_id.map(|p| p.0), date.map(|d| d.0));
             let mut value = json!({
-                "title": item.title.trim(), "summary": summary, "evidence_level": level, "source": item.source.trim(),
-                "pubmed_id": item.pubmed_id, "url": item.url, "date": item.date,
+                "title": title, "summary": summary, "evidence_level": level, "source": source,
+                "pubmed_id": pubmed_id, "url": item.url, "date": date,
             });
             if truncated {
                 value["truncated"] = json!(true);
             }
             results.push(value);
             citations.push(Citation {
-                title: item.title.trim().to_string(),
+                title,
                 url: item.url,
-                source: if item.source.trim().is_empty() {
-                    "Evidence service".into()
-                } else {
-                    item.source.trim().to_string()
-                },
-                pmid: item.pubmed_id,
+                source: if source.is_empty() { "Evidence service".into() } else { source },
+                pmid: pubmed_id,
                 evidence_level: Some(level),
-                date: item.date,
+                date,
                 ..Default::default()
             });
         }
-        Ok(ToolOutput {
-            result: json!({"results": results, "total_count": total, "query": query}),
-            citations,
-        })
+        // Summaries are cut by characters: escaped or multi-byte text can still be too long in all.
+        let build = |results: &[Value], cut: bool| {
+            let mut result = json!({"results": results, "total_count": total, "query": query});
+            if cut {
+                result["truncated"] = json!(true);
+            }
+            result
+        };
+        let mut result = build(&results, false);
+        while result.to_string().len() > MAX_RESULT_BYTES && !results.is_empty() {
+            results.pop();
+            citations.pop();
+            result = build(&results, true);
+        }
+        Ok(ToolOutput { result, citations })
     }
 }

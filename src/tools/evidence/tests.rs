@@ -124,3 +124,32 @@ fn not_offered_unless_configured_and_declared_third_party() {
         .is_err()
     );
 }
+
+#[tokio::test]
+async fn an_oversized_answer_is_cut_to_fit_one_function_call_output() {
+    // Every field far too long, in four-byte characters (a character cut counts them as one) and
+    // control characters (escaped to six bytes each); one URL too long to be a usable link. The
+    // whole answer stays under the 2 MiB read limit.
+    let wide = |n: usize| "\u{1D11E}\u{1}".repeat(n);
+    let item = |n: usize| {
+        json!({"title": wide(3_000), "summary": wide(3_000), "evidence_level": "high", "source": wide(3_000),
+               "pubmed_id": wide(1_000), "url": format!("https://example.org/{n}"), "date": wide(1_000)})
+    };
+    let mut results: Vec<Value> = (0..10).map(item).collect();
+    results[0]["url"] = json!(format!("https://example.org/{}", "a".repeat(5_000)));
+    let (_fake, tool) = start(json!({"results": results, "total_count": 10}).to_string(), vec![]).await;
+    let out = tool.call(json!({"query": "beta blockers", "max_results": 10}), ctx()).await.unwrap();
+    let size = out.result.to_string().len();
+    assert!(size <= 32 * 1024, "{size} bytes");
+    assert_eq!(out.result["truncated"], true, "results were dropped to fit");
+    let listed = out.result["results"].as_array().unwrap();
+    assert!(!listed.is_empty());
+    assert_eq!(listed[0]["url"], "https://example.org/1", "the overlong URL's result is left out");
+    for result in listed {
+        assert_eq!(result["truncated"], true);
+        assert!(result["title"].as_str().unwrap().chars().count() <= TITLE_CHARS + 1);
+        assert!(result["date"].as_str().unwrap().chars().count() <= DATE_CHARS + 1);
+    }
+    assert_eq!(out.citations.len(), listed.len());
+    assert!(out.citations.iter().all(|c| c.title.len() <= 4 * TITLE_CHARS + 3));
+}

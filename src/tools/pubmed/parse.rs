@@ -20,7 +20,14 @@ pub enum ParseError {
     NoCount,
     #[error("esearch reported an error")]
     SearchReported,
+    #[error("answer nests elements deeper than {MAX_DEPTH}")]
+    TooDeep,
 }
+
+/// Deepest element nesting accepted. Real E-utilities answers stay near a dozen levels (an
+/// `<i>` inside an `AbstractText` is about eight deep); the path checks below look at the open
+/// elements on every event, so an unbounded stack would make a hostile answer quadratic.
+pub const MAX_DEPTH: usize = 64;
 
 /// What esearch found: the total count and the first page of PMIDs, best match first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,12 +48,17 @@ pub fn search_hits(xml: &str) -> Result<SearchHits, ParseError> {
     loop {
         match reader.read_event().map_err(|e| ParseError::Xml(e.to_string()))? {
             Event::Start(start) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(ParseError::TooDeep);
+                }
                 stack.push(start.local_name().as_ref().to_string());
                 text.clear();
             }
             Event::Text(t) => text.push_str(&t.xml10_content()),
             Event::End(_) => {
-                let path: Vec<&str> = stack.iter().map(String::as_str).collect();
+                // Only the three paths below matter, all three to four levels deep.
+                let path: Vec<&str> =
+                    if stack.len() <= 3 { stack.iter().map(String::as_str).collect() } else { Vec::new() };
                 match path.as_slice() {
                     ["eSearchResult", "Count"] => {
                         total = Some(text.trim().parse::<u64>().map_err(|_| ParseError::NoCount)?);
@@ -156,6 +168,9 @@ pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
         let event = reader.read_event().map_err(|e| ParseError::Xml(e.to_string()))?;
         match event {
             Event::Start(start) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(ParseError::TooDeep);
+                }
                 let open = open(&start);
                 if open.name == "PubmedArticle" {
                     current = Some(Builder::default());

@@ -265,6 +265,24 @@ async fn client_errors_and_unreadable_answers_are_not_retried() {
 }
 
 #[tokio::test]
+async fn deeply_nested_answer_is_a_quick_backend_error() {
+    // 480,000 nested elements (3.8 MB, under the client's 4 MiB cap) once kept a runtime worker
+    // busy for minutes.
+    let mut efetch = String::from("<PubmedArticleSet><PubmedArticle><MedlineCitation><Article><ArticleTitle>");
+    efetch.push_str(&"<a>x".repeat(480_000));
+    efetch.push_str(&"</a>".repeat(480_000));
+    efetch.push_str("</ArticleTitle></Article></MedlineCitation></PubmedArticle></PubmedArticleSet>");
+    let efetch: &'static str = Box::leak(efetch.into_boxed_str());
+    let fake = Arc::new(Fake::new(ESEARCH, efetch));
+    let tool = tool_for(fake.clone(), Some(50)).await;
+    let started = Instant::now();
+    let err = tool.call(json!({"query": "x"}), ctx()).await.unwrap_err();
+    assert_eq!(err, ToolError::Backend(UNREADABLE.into()));
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert_eq!(fake.count("efetch.fcgi"), 1);
+}
+
+#[tokio::test]
 async fn unreachable_backend_is_a_backend_error() {
     // Bind then drop a listener: nothing listens on that port any more.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::registry::RegistryError;
-use super::text::truncate;
+use super::text::{MAX_RESULT_BYTES, MAX_URL_BYTES, truncate};
 use super::{
     CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput,
     ToolSpec, args, http,
@@ -33,6 +33,9 @@ const MAX_FILTER_DOMAINS: u64 = 20;
 /// 400-character limit; the result filter alone then enforces the list.
 const MAX_SITE_TERMS: usize = 8;
 const SNIPPET_CHARS: usize = 500;
+/// Titles and dates come from the provider (or the page), unbounded: cut like snippets.
+const TITLE_CHARS: usize = 300;
+const DATE_CHARS: usize = 40;
 const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Said when the provider cannot be reached: the model should fall back to the local sources.
@@ -223,8 +226,10 @@ impl Tool for WebSearchMedical {
         let (mut results, mut citations) = (Vec::new(), Vec::new());
         let mut dropped = 0usize;
         for hit in hits {
-            let host = Url::parse(&hit.url)
-                .ok()
+            // A cut URL would lead elsewhere: an overlong one makes the hit unusable.
+            let host = Some(&hit.url)
+                .filter(|u| u.len() <= MAX_URL_BYTES)
+                .and_then(|u| Url::parse(u).ok())
                 .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
             let Some(domain) = host.filter(|h| domains.iter().any(|d| within(h, d))) else {
                 dropped += 1;
@@ -233,24 +238,34 @@ impl Tool for WebSearchMedical {
             if results.len() == max {
                 break;
             }
-            let (snippet, truncated) = truncate(&hit.snippet, SNIPPET_CHARS);
-            let mut item = json!({"title": hit.title, "url": hit.url, "snippet": snippet, "domain": domain, "date": hit.date});
+            let (snippet, cut_snippet) = truncate(&hit.snippet, SNIPPET_CHARS);
+            let (title, cut_title) = truncate(&hit.title, TITLE_CHARS);
+            let date = hit.date.as_deref().map(|d| truncate(d, DATE_CHARS));
+            let truncated = cut_snippet || cut_title || date.as_ref().is_some_and(|d| d.1);
+            let date = date.map(|d| d.0);
+            let mut item = json!({"title": title, "url": hit.url, "snippet": snippet, "domain": domain, "date": date});
             if truncated {
                 item["truncated"] = json!(true);
             }
             results.push(item);
-            citations.push(Citation {
-                title: hit.title,
-                url: hit.url,
-                source: domain,
-                date: hit.date,
-                ..Default::default()
-            });
+            citations.push(Citation { title, url: hit.url, source: domain, date, ..Default::default() });
         }
         tracing::debug!(returned = results.len(), dropped, "web search done");
-        Ok(ToolOutput {
-            result: json!({"results": results, "total_count": results.len(), "query": query}),
-            citations,
-        })
+        // `total_count` is what was found; results are dropped from the end only to fit 32 KiB.
+        let total = results.len();
+        let build = |results: &[Value], cut: bool| {
+            let mut result = json!({"results": results, "total_count": total, "query": query});
+            if cut {
+                result["truncated"] = json!(true);
+            }
+            result
+        };
+        let mut result = build(&results, false);
+        while result.to_string().len() > MAX_RESULT_BYTES && !results.is_empty() {
+            results.pop();
+            citations.pop();
+            result = build(&results, true);
+        }
+        Ok(ToolOutput { result, citations })
     }
 }

@@ -270,3 +270,34 @@ fn not_offered_without_a_provider_and_spec_is_third_party() {
     assert!(within("www.nih.gov", "nih.gov") && within("nih.gov", "nih.gov"));
     assert!(!within("evilnih.gov", "nih.gov"));
 }
+
+#[tokio::test]
+async fn an_oversized_answer_is_cut_to_fit_one_function_call_output() {
+    // Titles, snippets and dates far too long, in four-byte characters and control characters
+    // (escaped to six bytes each); URLs near the limit, and one past it (left out: a cut URL would
+    // lead elsewhere).
+    let wide = |n: usize| "\u{1D11E}\u{1}".repeat(n);
+    let results: Vec<Value> = (0..12)
+        .map(|n| {
+            let path = if n == 0 { "a".repeat(MAX_URL_BYTES) } else { format!("{n}/{}", "p".repeat(1_900)) };
+            json!({"title": wide(3_000), "url": format!("https://www.nih.gov/{path}"),
+                   "description": wide(3_000), "page_age": wide(1_000)})
+        })
+        .collect();
+    let answer = json!({"type": "search", "web": {"results": results}}).to_string();
+    let (_fake, base) = start(answer, vec![]).await;
+    let tool = tool(&config(WebSearchProvider::Brave, &base, &["nih.gov"])).unwrap().unwrap();
+    let out = tool.call(json!({"query": "heart failure", "max_results": 10}), ctx()).await.unwrap();
+    let size = out.result.to_string().len();
+    assert!(size <= 32 * 1024, "{size} bytes");
+    assert_eq!(out.result["truncated"], true, "results were dropped to fit");
+    assert_eq!(out.result["total_count"], 10);
+    let listed = out.result["results"].as_array().unwrap();
+    assert!(!listed.is_empty());
+    assert!(listed[0]["url"].as_str().unwrap().starts_with("https://www.nih.gov/1/"));
+    for result in listed {
+        assert_eq!(result["truncated"], true);
+        assert!(result["title"].as_str().unwrap().chars().count() <= TITLE_CHARS + 1);
+    }
+    assert_eq!(out.citations.len(), listed.len());
+}

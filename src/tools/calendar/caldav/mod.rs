@@ -179,8 +179,10 @@ impl CalendarBackend for CaldavCalendar {
             all.events.extend(parsed.events);
             all.skipped += parsed.skipped;
         }
-        // The calendars are already chosen; event names are the calendars' own.
-        Ok(all.page(&EventQuery { calendar: None, ..query.clone() }, self.tz))
+        // The calendars are already chosen; event names are the calendars' own. Expansion is
+        // bounded (see `recur`) but still CPU work: it runs off the async workers.
+        let (query, tz) = (EventQuery { calendar: None, ..query.clone() }, self.tz);
+        tokio::task::spawn_blocking(move || all.page(&query, tz)).await.map_err(|_| CalendarError::Worker)
     }
 
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {

@@ -118,3 +118,57 @@ DTSTART;TZID=Europe/Berlin:20240326T140000\r\nEND:VEVENT\r\n"
     assert_eq!(found.title, "Team meeting");
     assert!(f.backend.find_event("missing").await.unwrap().is_none());
 }
+
+/// `count` series repeating every `freq` from 2024-01-01 00:00 UTC, each with `description`.
+fn many_series(count: usize, freq: &str, description: &str) -> String {
+    let mut events = String::new();
+    for n in 0..count {
+        events.push_str(&format!(
+            "BEGIN:VEVENT\r\nUID:s{n:04}\r\nSUMMARY:Series {n}\r\nDESCRIPTION:{description}\r\n\
+DTSTART:20240101T000000Z\r\nDTEND:20240101T000100Z\r\nRRULE:FREQ={freq}\r\nEND:VEVENT\r\n"
+        ));
+    }
+    calendar(&events)
+}
+
+#[tokio::test]
+async fn an_hourly_series_over_a_month_is_counted_in_full() {
+    // 31 days × 24 hours: more than the 500 occurrences a series used to be cut to, silently.
+    let f = Fixture::with_file(tz("UTC"), Some(&many_series(1, "HOURLY", "Obs")));
+    let result = f.get(json!({"start_date": "2024-01-01", "end_date": "2024-01-31"})).await;
+    assert_eq!(result["total_count"], 744);
+    assert_eq!(result["total_count_exact"], true);
+    assert_eq!(result["count"], 50);
+    assert_eq!(result["truncated"], true);
+    assert_eq!(result["events"][0]["start"], "2024-01-01T00:00:00+00:00");
+    assert_eq!(result["events"][49]["start"], "2024-01-03T01:00:00+00:00");
+    // The month's last occurrence is found too: the last day alone has all 24.
+    let last = f.get(json!({"start_date": "2024-01-31", "max_results": 100})).await;
+    assert_eq!((last["total_count"].as_u64(), last["count"].as_u64()), (Some(24), Some(24)));
+    assert_eq!(last["events"][23]["start"], "2024-01-31T23:00:00+00:00");
+    assert_eq!(last["truncated"], false);
+}
+
+#[tokio::test]
+async fn expansion_has_a_total_bound_and_says_when_it_was_reached() {
+    // 300 minutely series with 1 KB descriptions: 432,000 occurrences in the day. They used to be
+    // built in full (500 per series, each with its own copy of the text) before the cut to
+    // max_results; now counting stops at the budget and only the page is built.
+    let description = "x".repeat(1024);
+    let f = Fixture::with_file(tz("UTC"), Some(&many_series(300, "MINUTELY", &description)));
+    let started = std::time::Instant::now();
+    let result = f.get(json!({"start_date": "2024-01-01", "max_results": 10})).await;
+    let elapsed = started.elapsed();
+    assert_eq!(result["total_count_exact"], false);
+    assert_eq!(result["truncated"], true);
+    assert_eq!(result["count"], 10);
+    let total = result["total_count"].as_u64().unwrap();
+    assert!((10..432_000).contains(&total), "{total}");
+    // The page is still the earliest occurrences, in order.
+    assert_eq!(
+        starts(&result),
+        (0..10).map(|n| (format!("s{n:04}"), "2024-01-01T00:00:00+00:00")).collect::<Vec<_>>().iter().map(|(id, at)| (id.as_str(), *at)).collect::<Vec<_>>()
+    );
+    assert!(result.to_string().len() <= 32 * 1024);
+    assert!(elapsed < std::time::Duration::from_secs(3), "took {elapsed:?}");
+}

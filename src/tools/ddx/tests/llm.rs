@@ -168,3 +168,33 @@ async fn a_slow_llm_is_abandoned_within_its_budget() {
             .contains("re-ranking service was unavailable")
     );
 }
+
+#[tokio::test]
+async fn an_oversized_llm_answer_is_cut_to_fit_one_function_call_output() {
+    // Everything the schema allows at its largest, in four-byte and escaped control characters,
+    // plus fields the seed does not have: some 400 KB (under the 512 KiB read limit) that used to
+    // pass straight through.
+    let item = "\u{1D11E}\u{1}".repeat(100);
+    let list = vec![item.clone(); 30];
+    let diagnosis = |name: &str| {
+        json!({"diagnosis": name, "probability": "high", "key_features": list, "missing_features": list,
+               "next_steps": list, "extra": item.repeat(20)})
+    };
+    let answer = json!({
+        "diagnoses": [diagnosis("pulmonary embolism"), diagnosis("Acute aortic dissection")],
+        "reasoning": "\u{1D11E}".repeat(4000),
+        "disclaimers": list,
+        "notes": item.repeat(100),
+    });
+    let (tool, _fake) = llm_tool(Reply::Content(answer.to_string())).await;
+    let result = run(&tool, seed_case()).await;
+    let size = result.to_string().len();
+    assert!(size <= 32 * 1024, "{size} bytes");
+    assert_eq!(result["truncated"], true);
+    assert!(result.get("notes").is_none() && result["diagnoses"][0].get("extra").is_none());
+    assert_eq!(names(&result)[0], name_of("pulmonary_embolism"), "the LLM's ranking is kept");
+    assert!(names(&result).contains(&name_of("acute_coronary_syndrome")), "must-not-miss ones are put back");
+    assert!(result["reasoning"].as_str().unwrap().chars().count() <= 1501);
+    assert!(!result["reasoning"].as_str().unwrap().contains("unavailable"));
+    assert_eq!(result["disclaimers"][0], "This is not a substitute for clinical judgment");
+}

@@ -121,3 +121,43 @@ fn malformed_xml_is_an_error_and_empty_set_is_empty() {
     assert!(articles("<PubmedArticleSet><PubmedArticle></Wrong>").is_err());
     assert_eq!(articles("<PubmedArticleSet></PubmedArticleSet>").unwrap(), vec![]);
 }
+
+/// `depth` nested `<a>` elements with text at every level, inside `prefix`…`suffix`.
+fn nested(prefix: &str, depth: usize, suffix: &str) -> String {
+    let mut xml = String::with_capacity(prefix.len() + suffix.len() + depth * 8);
+    xml.push_str(prefix);
+    for _ in 0..depth {
+        xml.push_str("<a>x");
+    }
+    for _ in 0..depth {
+        xml.push_str("</a>");
+    }
+    xml.push_str(suffix);
+    xml
+}
+
+const ARTICLE_OPEN: &str = "<PubmedArticleSet><PubmedArticle><MedlineCitation><PMID>1</PMID><Article><ArticleTitle>";
+const ARTICLE_CLOSE: &str = "</ArticleTitle></Article></MedlineCitation></PubmedArticle></PubmedArticleSet>";
+
+#[test]
+fn pathologically_deep_answers_are_refused_fast() {
+    // About 3.9 MB: 550,000 nested elements. Checking the whole open-element path on every event
+    // took minutes; with the depth bound both parsers give up at the 65th level.
+    let started = std::time::Instant::now();
+    let efetch = nested(ARTICLE_OPEN, 550_000, ARTICLE_CLOSE);
+    assert_eq!(articles(&efetch), Err(ParseError::TooDeep));
+    let esearch = nested("<eSearchResult><Count>1</Count>", 550_000, "</eSearchResult>");
+    assert_eq!(search_hits(&esearch), Err(ParseError::TooDeep));
+    assert!(started.elapsed() < std::time::Duration::from_millis(500), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn nesting_up_to_the_bound_still_parses() {
+    // ArticleTitle sits five levels deep; markup inside it may go to the bound.
+    let title = nested(ARTICLE_OPEN, MAX_DEPTH - 5, ARTICLE_CLOSE);
+    let found = articles(&title).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].title, "x".repeat(MAX_DEPTH - 5));
+    let too_deep = nested(ARTICLE_OPEN, MAX_DEPTH - 4, ARTICLE_CLOSE);
+    assert_eq!(articles(&too_deep), Err(ParseError::TooDeep));
+}
