@@ -16,15 +16,25 @@ use rrule::{RRule, RRuleSet, Unvalidated};
 
 use super::backend::{CalendarEvent, EventPage, EventQuery, EventTiming, local_midnight, next_day};
 
-/// Dates one series may take from its rule in one listing, counting those before the range (the
-/// rule is walked from DTSTART): a minutely series over a day with its margins needs about 4,300, a
-/// daily series begun twenty years ago about 7,300. Keeps one odd series from using up the budget
-/// of every other.
-const MAX_SERIES_STEPS: usize = 20_000;
-/// Dates all series of one listing may take together. Expansion runs on a request's worker, and
-/// 2,000 minutely series over a day would otherwise walk some nine million dates; at this bound a
-/// listing stays in the tens of milliseconds. When it runs out the page says it is incomplete.
-const MAX_TOTAL_STEPS: usize = 100_000;
+/// Occurrences one series may place in the listing's range (with its margins): an hourly series
+/// over the widest range (31 days) needs 792, a minutely one over a day about 4,300. Keeps one odd
+/// series from using up the budget of every other.
+const MAX_SERIES_OCCURRENCES: usize = 20_000;
+/// Occurrences all series of one listing may place in its range together; beyond it the page says
+/// it is incomplete (2,000 minutely series over a day would be nine million).
+const MAX_TOTAL_OCCURRENCES: usize = 100_000;
+/// Dates all series of one listing may walk, before the range or in it: the `rrule` crate walks a
+/// rule from its DTSTART, so a series begun years ago costs its whole history (a daily series begun
+/// twenty years ago ≈ 7,300 dates, an hourly one begun three years ago ≈ 26,000). Charged apart from
+/// the occurrences, so that old series are still listed; this bound only stops a listing that would
+/// walk for seconds (a minutely series begun years ago).
+const MAX_WALK_STEPS: usize = 1_000_000;
+
+/// What one listing may still spend on expansion.
+struct Budget {
+    occurrences: usize,
+    steps: usize,
+}
 
 /// What makes an event repeat, as read from its VEVENT.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,8 +63,8 @@ pub struct StoredEvent {
 /// The page a query asks for: events and occurrences of its calendar overlapping its days, sorted by
 /// start, the first `max_results` of them. Occurrences are counted as they are generated and only
 /// those that may still be on the page are built (never more than `max_results` at a time), so
-/// memory does not grow with the number of occurrences; generation stops at [`MAX_TOTAL_STEPS`]
-/// (then `complete` is false). Series that cannot be expanded (a rule the crate rejects) are shown
+/// memory does not grow with the number of occurrences; generation stops at [`MAX_TOTAL_OCCURRENCES`]
+/// or [`MAX_WALK_STEPS`] (then `complete` is false). Series that cannot be expanded (a rule the crate rejects) are shown
 /// by their first occurrence, and counted in the second value.
 pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPage, usize) {
     let wanted = query.calendar.as_deref().map(str::trim);
@@ -73,7 +83,8 @@ pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPag
     for entry in stored.iter().filter(|e| !e.cancelled && (e.series.is_none() || e.recurrence_id.is_some())) {
         page.offer(&entry.event, entry.event.timing.clone());
     }
-    let (mut failed, mut budget) = (0, MAX_TOTAL_STEPS);
+    let mut failed = 0;
+    let mut budget = Budget { occurrences: MAX_TOTAL_OCCURRENCES, steps: MAX_WALK_STEPS };
     for entry in stored.iter().filter(|e| !e.cancelled && e.recurrence_id.is_none()) {
         let Some(series) = &entry.series else { continue };
         let moved = overridden.get(entry.event.id.as_str()).map(Vec::as_slice).unwrap_or_default();
@@ -162,15 +173,15 @@ impl<'q> Page<'q> {
     }
 }
 
-/// Offer the occurrences of one series near the page's days, taking at most [`MAX_SERIES_STEPS`]
-/// dates and no more than `budget` (which is reduced by what was taken). `Some(false)` when a bound
+/// Offer the occurrences of one series near the page's days, placing at most
+/// [`MAX_SERIES_OCCURRENCES`] and spending from `budget` each date walked and each occurrence placed. `Some(false)` when a bound
 /// stopped it early, `None` when its rule cannot be used.
 fn occurrences(
     event: &CalendarEvent,
     series: &Series,
     moved: &[DateTime<Utc>],
     page: &mut Page<'_>,
-    budget: &mut usize,
+    budget: &mut Budget,
 ) -> Option<bool> {
     let (start, length) = match event.timing {
         EventTiming::AllDay { first_day, last_day } => {
@@ -196,11 +207,12 @@ fn occurrences(
     let (first_day, last_day) = (page.query.first_day, page.query.last_day);
     let from = midnight_utc(first_day).min(local_midnight(page.tz, first_day)) - length - Duration::days(1);
     let to = midnight_utc(next_day(last_day)).max(local_midnight(page.tz, next_day(last_day))) + Duration::days(1);
-    for (taken, at) in (&set).into_iter().enumerate() {
-        if *budget == 0 || taken == MAX_SERIES_STEPS {
+    let mut placed = 0;
+    for at in &set {
+        if budget.steps == 0 {
             return Some(false);
         }
-        *budget -= 1;
+        budget.steps -= 1;
         let at = at.with_timezone(&Utc);
         if at > to {
             break;
@@ -208,6 +220,11 @@ fn occurrences(
         if at < from {
             continue;
         }
+        if budget.occurrences == 0 || placed == MAX_SERIES_OCCURRENCES {
+            return Some(false);
+        }
+        budget.occurrences -= 1;
+        placed += 1;
         let timing = match event.timing {
             EventTiming::AllDay { .. } => {
                 let first = at.date_naive();

@@ -172,3 +172,41 @@ async fn expansion_has_a_total_bound_and_says_when_it_was_reached() {
     assert!(result.to_string().len() <= 32 * 1024);
     assert!(elapsed < std::time::Duration::from_secs(3), "took {elapsed:?}");
 }
+
+/// A series is walked from its DTSTART, so a long history must not use up the occurrence budget:
+/// an hourly series begun three years before the listing (≈ 26,000 earlier dates) and thirty daily
+/// series begun ten years before (≈ 110,000 together) are all listed, and the count is exact.
+#[tokio::test]
+async fn series_begun_years_ago_are_still_listed() {
+    let mut events = String::from(
+        "BEGIN:VEVENT\r\nUID:hourly\r\nSUMMARY:Obs\r\nDTSTART:20210101T000000Z\r\nDTEND:20210101T000500Z\r\n\
+RRULE:FREQ=HOURLY\r\nEND:VEVENT\r\n",
+    );
+    for n in 0..30 {
+        events.push_str(&format!(
+            "BEGIN:VEVENT\r\nUID:daily{n:02}\r\nSUMMARY:Round {n}\r\nDTSTART:20140101T{:02}0000Z\r\n\
+DTEND:20140101T{:02}3000Z\r\nRRULE:FREQ=DAILY\r\nEND:VEVENT\r\n",
+            n % 24,
+            n % 24
+        ));
+    }
+    let f = Fixture::with_file(tz("UTC"), Some(&calendar(&events)));
+    let result = f.get(json!({"start_date": "2024-01-16", "max_results": 100})).await;
+    assert_eq!(result["total_count_exact"], true, "{result}");
+    assert_eq!(result["total_count"], 24 + 30, "{result}");
+    assert_eq!(result["events"][0]["start"], "2024-01-16T00:00:00+00:00");
+}
+
+/// A minutely series begun years ago would walk millions of dates: the walk is bounded and the
+/// listing says it is incomplete, in bounded time.
+#[tokio::test]
+async fn a_walk_too_long_to_finish_is_bounded_and_reported() {
+    let events = "BEGIN:VEVENT\r\nUID:minutely\r\nSUMMARY:Pulse\r\nDTSTART:20150101T000000Z\r\n\
+DTEND:20150101T000100Z\r\nRRULE:FREQ=MINUTELY\r\nEND:VEVENT\r\n";
+    let f = Fixture::with_file(tz("UTC"), Some(&calendar(events)));
+    let started = std::time::Instant::now();
+    let result = f.get(json!({"start_date": "2024-01-16"})).await;
+    assert_eq!(result["total_count_exact"], false, "{result}");
+    assert_eq!(result["truncated"], true);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
+}
