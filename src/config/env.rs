@@ -95,12 +95,23 @@ fn key_case(parents: &[String]) -> KeyCase {
     }
 }
 
-/// The key of `table` equal to `written` ignoring ASCII case, preferring an exact match.
-fn existing_key(table: &toml::Table, written: &str) -> Option<String> {
-    if table.contains_key(written) {
-        return Some(written.to_string());
+/// The key of `table` a variable's `written` level names: the exact key, else its lower-case form
+/// (what every earlier release resolved it to), else the one key equal to it ignoring ASCII case.
+/// Two keys that differ only in case, neither exact nor lower-case (`Lab` and `LAB` for `lAb`),
+/// are ambiguous: the variable could carry one server's credential to the other, so it is refused.
+fn existing_key(table: &toml::Table, written: &str) -> Result<Option<String>, ()> {
+    let lower = written.to_ascii_lowercase();
+    for candidate in [written, lower.as_str()] {
+        if table.contains_key(candidate) {
+            return Ok(Some(candidate.to_string()));
+        }
     }
-    table.keys().find(|k| k.eq_ignore_ascii_case(written)).cloned()
+    let mut matching = table.keys().filter(|k| k.eq_ignore_ascii_case(written));
+    match (matching.next(), matching.next()) {
+        (Some(only), None) => Ok(Some(only.clone())),
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(()),
+    }
 }
 
 /// Set `value` at the variable's `path` (its levels as written), creating tables on the way.
@@ -120,13 +131,27 @@ fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) -> Resul
         let (key, below) = match key_case(&resolved) {
             KeyCase::Schema => (level.to_ascii_lowercase(), below),
             KeyCase::Name => {
-                (existing_key(current, level).unwrap_or_else(|| level.to_ascii_lowercase()), below)
+                let Ok(existing) = existing_key(current, level) else {
+                    return Err(ConfigError::new(
+                        dotted(&resolved, rest),
+                        "names more than one entry of the file (they differ only in case); rename one",
+                    ));
+                };
+                (existing.unwrap_or_else(|| level.to_ascii_lowercase()), below)
             }
             KeyCase::Data { case_sensitive } => {
                 let written = rest.join("__");
                 let key = match case_sensitive {
                     true => written,
-                    false => existing_key(current, &written).unwrap_or(written),
+                    false => match existing_key(current, &written) {
+                        Ok(existing) => existing.unwrap_or(written),
+                        Err(()) => {
+                            return Err(ConfigError::new(
+                                dotted(&resolved, rest),
+                                "names more than one entry of the file (they differ only in case); rename one",
+                            ));
+                        }
+                    },
                 };
                 (key, &[][..])
             }

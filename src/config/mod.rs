@@ -436,7 +436,7 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(prefix: &str, value: toml::Val
 fn without_value(reason: &str) -> String {
     for prefix in ["invalid type: ", "invalid value: "] {
         let Some(rest) = reason.strip_prefix(prefix) else { continue };
-        let Some((unexpected, expected)) = rest.split_once(", expected ") else { continue };
+        let Some((unexpected, expected)) = rest.rsplit_once(", expected ") else { continue };
         // `integer `4242``, `string "x"`, `floating point `1.5``: the kind is what precedes the value.
         let kind = unexpected.split([' ', '`', '"']).take_while(|w| !w.is_empty()).collect::<Vec<_>>().join(" ");
         let kind = kind.trim_end_matches(|c: char| !c.is_alphabetic());

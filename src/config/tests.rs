@@ -195,3 +195,25 @@ fn env_overlay_matches_names_and_headers_of_the_file_whatever_their_case() {
     assert_eq!(paging.policy["getPager"].confirm, Some(false));
     assert_eq!(config.tools.per_tool["search_pubmed"].rate_limit_per_minute, Some(7));
 }
+
+#[test]
+fn env_overlay_keeps_the_lower_case_entry_and_refuses_an_ambiguous_name() {
+    let file = "[mcp.servers.lab]\nurl = \"https://lab.example/mcp\"\n[mcp.servers.Lab]\nurl = \"https://other.example/mcp\"\n";
+    // As every earlier release did: `LAB` names the lower-case entry, `lab`.
+    let config = load_toml(file, &[("VOXGATE_MCP__SERVERS__LAB__HEADERS__AUTHORIZATION", "Bearer lab")]).unwrap();
+    assert_eq!(config.mcp.servers["lab"].headers["AUTHORIZATION"].expose(), "Bearer lab");
+    assert!(config.mcp.servers["Lab"].headers.is_empty(), "the other server never gets lab's credential");
+    // Two entries that differ only in case and neither is what the variable resolves to: refused.
+    let file = "[mcp.servers.Lab]\nurl = \"https://lab.example/mcp\"\n[mcp.servers.LAb]\nurl = \"https://other.example/mcp\"\n";
+    let err = load_toml(file, &[("VOXGATE_MCP__SERVERS__LAB__HEADERS__AUTHORIZATION", "Bearer lab")]).unwrap_err();
+    assert!(err.reason.contains("more than one entry"), "{err}");
+    assert!(!err.to_string().contains("Bearer"), "{err}");
+}
+
+#[test]
+fn a_quoted_value_holding_the_word_expected_is_not_printed() {
+    assert_eq!(
+        super::without_value("invalid value: string \"a, expected b\", expected a port"),
+        "invalid value: string, expected a port"
+    );
+}
