@@ -18,7 +18,7 @@ pub fn check(validator: &Validator, args: &Value) -> Result<(), ToolError> {
         .iter_errors(args)
         .take(3)
         .map(|err| {
-            let path = err.instance_path().to_string();
+            let path = field_path(&err.instance_path().to_string());
             let field = if path.is_empty() { "arguments".to_string() } else { format!("`{path}`") };
             format!("{field}: {}", message(&err))
         })
@@ -48,6 +48,22 @@ fn message(err: &jsonschema::ValidationError<'_>) -> String {
         Kind::PropertyNames { .. } => "a field name the tool does not accept".to_string(),
         _ => err.masked_with("the value").to_string(),
     }
+}
+
+/// The field's path with every segment that is neither an array index nor shaped like a field
+/// name replaced by `…`: a tool whose schema takes a map (`{"type": "object",
+/// "additionalProperties": {...}}`) has keys the model chose in its paths.
+fn field_path(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if segment.is_empty() || segment.bytes().all(|b| b.is_ascii_digit()) || plain_field_name(segment) {
+                segment
+            } else {
+                "…"
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// Lower-case letters, digits and underscores, starting with a letter, at most 32: the shape of
@@ -101,5 +117,11 @@ mod tests {
         let err = check(&validator, &json!({"extra": {"Zebulon": 1}})).unwrap_err();
         let ToolError::InvalidArguments(msg) = err else { panic!("wrong error") };
         assert!(!msg.contains("Zebulon"), "{msg}");
+        // A map's keys are the model's: in a path they are not repeated either.
+        let map = compile(&json!({"type": "object", "properties": {"meta": {"type": "object", "additionalProperties": {"type": "string"}}}}))
+            .unwrap();
+        let err = check(&map, &json!({"meta": {"Zebulon Quixote MRN 123": 5, "ward": 3}})).unwrap_err();
+        let ToolError::InvalidArguments(msg) = err else { panic!("wrong error") };
+        assert!(!msg.contains("Zebulon") && msg.contains("`/meta/…`") && msg.contains("`/meta/ward`"), "{msg}");
     }
 }
