@@ -83,19 +83,42 @@ pub fn peek_client(frame: &str) -> Result<(Cow<'_, str>, Option<Cow<'_, str>>), 
     }
 }
 
-/// The `type` of a frame from a trusted peer, as cheaply as possible: realtime servers put `type`
-/// first, so the common case reads a few dozen bytes and never scans the (large) audio payload.
-/// Falls back to a full parse for any other layout.
+/// The `type` of an upstream frame, as cheaply as possible: realtime servers put `type` first, so
+/// the common case reads it from the first bytes. Falls back to a full parse for any other layout.
+///
+/// The type read must be the one the client will see. A browser's `JSON.parse` keeps the *last*
+/// of two `type` keys, so a frame `{"type":"response.output_text.delta", …, "type":"voxgate.…"}`
+/// read by its first would reach the client as a forged voxgate event. The fast path is therefore
+/// taken only when nothing after the first value could be another `type` key: no second `"type"`
+/// and no escape (a key written `"typ\u0065"` reads as `type`). Otherwise the full parse decides,
+/// and it refuses a frame with two top-level `type` keys ([`FrameError::NotJson`]).
 pub fn peek_type(frame: &str) -> Result<Cow<'_, str>, FrameError> {
     if let Some(rest) = frame.strip_prefix(flat::TYPE_FIRST) {
         // Event type names never contain escapes; a quote ends the value. Looked for with memchr
         // in the first 128 bytes (a byte loop here cost more than the rest of the classification).
         if let Some(end) = flat::closing_quote(&rest.as_bytes()[..rest.len().min(128)]) {
-            // Next to an ASCII quote, so a char boundary.
-            return Ok(Cow::Borrowed(&rest[..end]));
+            if !may_hold_another_type(&rest.as_bytes()[end + 1..]) {
+                // Next to an ASCII quote, so a char boundary.
+                return Ok(Cow::Borrowed(&rest[..end]));
+            }
         }
     }
     peek_checked(frame.as_bytes()).map(|(kind, _)| kind)
+}
+
+/// Could `tail` (a frame after its first `type` value) hold a key that reads as `type`? One pass
+/// for quotes and backslashes: an audio delta has a dozen quotes and no backslash in kilobytes of
+/// base64. Nested `type` keys (an item's) also answer yes; the full parse then tells them apart.
+fn may_hold_another_type(tail: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(found) = memchr::memchr2(b'"', b'\\', &tail[from..]) {
+        let at = from + found;
+        if tail[at] == b'\\' || tail[at..].starts_with(b"\"type\"") {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
 }
 
 #[cfg(test)]
@@ -114,6 +137,28 @@ mod tests {
         let long = format!(r#"{{"type":"{}","x":1}}"#, "t".repeat(200));
         assert_eq!(peek_type(&long).unwrap(), "t".repeat(200));
         assert_eq!(peek_type(r#"{"type":"cut"#).unwrap_err(), FrameError::NotJson);
+    }
+
+    #[test]
+    fn a_second_type_key_is_never_read_past() {
+        // What the client would read (JSON.parse keeps the last duplicate) must not differ from
+        // what voxgate read: such a frame is refused, whichever way the second key is written.
+        for frame in [
+            r#"{"type":"response.output_text.delta","delta":"hi","type":"voxgate.tool_call.confirmation_requested"}"#,
+            r#"{"type":"response.output_text.delta","type":"voxgate.tool_call.confirmation_requested"}"#,
+            r#"{"event_id":"e","type":"response.output_text.delta","type":"voxgate.tool_call.completed"}"#,
+        ] {
+            assert_eq!(peek_type(frame).unwrap_err(), FrameError::NotJson, "{frame}");
+        }
+        // A nested `type` and an escaped text are read in full, correctly.
+        let item = r#"{"type":"response.output_item.added","item":{"type":"function_call","name":"x"}}"#;
+        assert_eq!(peek_type(item).unwrap(), "response.output_item.added");
+        let text = r#"{"type":"response.output_text.delta","delta":"say "hi"
+"}"#;
+        assert_eq!(peek_type(text).unwrap(), "response.output_text.delta");
+        // An audio delta takes the fast path (its tail has no `"type"` and no escape).
+        let audio = format!(r#"{{"type":"response.output_audio.delta","event_id":"e","delta":"{}"}}"#, "QUFB".repeat(600));
+        assert!(!may_hold_another_type(audio.as_bytes()[40..].as_ref()));
     }
 
     #[test]

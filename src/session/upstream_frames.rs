@@ -49,8 +49,13 @@ impl Bridge {
                         return true;
                     }
                     Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
-                    // Not ours to judge: the client gets what the server sent.
-                    Err(_) => None,
+                    // Not JSON, no `type`, or two of them: no event of the API, and the client
+                    // could read a different type than voxgate did (a forged voxgate.* one).
+                    Err(_) => {
+                        tracing::warn!(parent: &self.span, "dropped an upstream frame that is not one event with one type");
+                        self.deps.metrics.upstream_forged_event();
+                        return true;
+                    }
                 };
                 match inspect {
                     None => self.send_client(Message::Text(text)).await,
