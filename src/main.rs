@@ -36,6 +36,9 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Internal: the PDF text worker the server starts for each document (stdin → stdout).
+    #[command(name = "extract-pdf", hide = true)]
+    ExtractPdf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
             Ok(config) => verify(&file, &voxgate::audit::Chain::new(config.audit.chain_key.as_ref())),
             Err(code) => code,
         },
+        Some(Command::ExtractPdf) => voxgate::tools::files::sandbox::worker_main(),
         Some(Command::Run) | None => {
             let config = match load(cli.config.as_deref()) {
                 Ok(config) => config,
@@ -129,6 +133,11 @@ fn verify(file: &Path, chain: &voxgate::audit::Chain) -> ExitCode {
 
 fn run(mut config: Config) -> anyhow::Result<()> {
     tune_allocator();
+    // PDFs are read by this executable started as a worker with its own limits.
+    match std::env::current_exe() {
+        Ok(exe) => voxgate::tools::files::sandbox::set_worker(exe),
+        Err(err) => eprintln!("voxgate: cannot find its own executable ({err}); PDFs are read in-process"),
+    }
     config.telemetry.instance_id = config.server.instance_id();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async move {

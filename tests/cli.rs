@@ -91,3 +91,83 @@ async fn sigterm_drains_an_open_session() {
         .unwrap();
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
+
+/// `voxgate extract-pdf`, the worker the server reads PDFs with: the document on stdin, its text
+/// on stdout; one that would need more memory than the worker may map fails the worker alone.
+#[test]
+fn the_pdf_worker_reads_a_document_and_dies_alone_on_one_too_large_for_it() {
+    use std::process::{Command, Stdio};
+    let run = |pdf: &[u8]| {
+        let mut child = Command::new(binary())
+            .arg("extract-pdf")
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let pdf = pdf.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&pdf);
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out
+    };
+    let sample = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/data/files/Protocols/diabetes-management-protocol.pdf")).unwrap();
+    let out = run(&sample);
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Metformin"));
+
+    // One page whose content is the same 48 MiB stream (≈ 50 KiB deflated, under the decode
+    // budget once) referenced 64 times: the parser inflates it once per reference, 3 GiB in all.
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(b"BT /F1 12 Tf 72 712 Td (Hello) Tj ET\n").unwrap();
+    let spaces = vec![b' '; 1 << 20];
+    for _ in 0..48 {
+        encoder.write_all(&spaces).unwrap();
+    }
+    let stream = encoder.finish().unwrap();
+    let refs = vec!["4 0 R"; 64].join(" ");
+    let mut content = format!("<< /Filter /FlateDecode /Length {} >>\nstream\n", stream.len()).into_bytes();
+    content.extend_from_slice(&stream);
+    content.extend_from_slice(b"\nendstream");
+    let objects: Vec<Vec<u8>> = vec![
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+        format!("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents [{refs}] >>")
+            .into_bytes(),
+        content,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
+    ];
+    let pdf = pdf_file(&objects);
+    // The same document with the stream referenced once is read, 48 MiB decoded and all.
+    let mut once = objects.clone();
+    once[2] = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>".to_vec();
+    let out = run(&pdf_file(&once));
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Hello"), "{:?}", out.status);
+    let started = std::time::Instant::now();
+    let out = run(&pdf);
+    assert!(!out.status.success(), "the worker read 3 GiB of content: {:?}", out.status);
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+}
+
+/// A PDF file of `objects` (numbered from 1; the first is the catalog), with its xref table.
+fn pdf_file(objects: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = b"%PDF-1.7\n".to_vec();
+    let mut offsets = Vec::new();
+    for (n, object) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n", n + 1).as_bytes());
+        out.extend_from_slice(object);
+        out.extend_from_slice(b"\nendobj\n");
+    }
+    let xref = out.len();
+    out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+    for offset in offsets {
+        out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes());
+    out
+}

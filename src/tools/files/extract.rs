@@ -4,7 +4,8 @@
 //!
 //! Extraction is CPU work on untrusted bytes, so it runs on the blocking pool, and the extractor
 //! crates' panics on malformed input (pdf-extract has several) are caught: a damaged document is a
-//! [`FilesError::Corrupt`], never a crashed worker.
+//! [`FilesError::Corrupt`], never a crashed worker. PDFs are read in a worker process with its own
+//! memory and CPU limits ([`super::sandbox`]).
 
 use std::io::Read;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -23,6 +24,9 @@ const MAX_PDF_DECODED_BYTES: u64 = 64 * 1024 * 1024;
 pub async fn extract_text(kind: DocKind, bytes: Vec<u8>) -> Result<Option<String>, FilesError> {
     if kind == DocKind::Other {
         return Ok(None);
+    }
+    if kind == DocKind::Pdf {
+        return super::sandbox::extract_pdf(bytes).await.map(|text| Some(tidy(&text)));
     }
     let work = move || catch_unwind(AssertUnwindSafe(|| extract_now(kind, &bytes)));
     match tokio::task::spawn_blocking(work).await {
@@ -46,13 +50,17 @@ fn extract_now(kind: DocKind, bytes: &[u8]) -> Result<String, FilesError> {
     match kind {
         DocKind::PlainText | DocKind::Markdown | DocKind::Csv => Ok(decode_text(bytes)),
         DocKind::Html => Ok(html_text(&decode_text(bytes))),
-        DocKind::Pdf => {
-            super::pdf_guard::check(bytes, MAX_PDF_DECODED_BYTES).map_err(|_| FilesError::TooLarge { limit: MAX_PDF_DECODED_BYTES })?;
-            pdf_extract::extract_text_from_mem(bytes).map_err(|_| FilesError::Corrupt)
-        }
+        DocKind::Pdf => pdf_text(bytes),
         DocKind::Docx => docx_text(bytes),
         DocKind::Other => Ok(String::new()),
     }
+}
+
+/// The text of a PDF, once its streams are known to decode within the budget. Run in the
+/// extraction worker ([`super::sandbox`]), or here when there is none.
+pub(super) fn pdf_text(bytes: &[u8]) -> Result<String, FilesError> {
+    super::pdf_guard::check(bytes, MAX_PDF_DECODED_BYTES).map_err(|_| FilesError::TooLarge { limit: MAX_PDF_DECODED_BYTES })?;
+    pdf_extract::extract_text_from_mem(bytes).map_err(|_| FilesError::Corrupt)
 }
 
 /// The text of an HTML page: text nodes outside `<script>`/`<style>`, a line break after blocks.

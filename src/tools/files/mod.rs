@@ -11,6 +11,7 @@ mod backend;
 mod error;
 mod extract;
 mod pdf_guard;
+pub mod sandbox;
 mod file_id;
 mod local;
 mod search;

@@ -1,0 +1,198 @@
+//! PDF text extraction in a child process with its own memory and CPU limits.
+//!
+//! `pdf-extract` (over lopdf) is the one extractor whose work the process cannot bound from the
+//! inside: lopdf inflates every stream it meets whole, may inflate one stream once for every page
+//! that refers to it, decrypts before it decodes, and can loop on a malformed document. An
+//! allocation that fails aborts a Rust process — no `catch_unwind` helps — and a blocking task
+//! cannot be cancelled. So the server runs the extraction in a child: its own executable started
+//! as `voxgate extract-pdf` ([`worker_main`]), the document on its stdin and the text on its
+//! stdout, with an address-space limit ([`WORKER_MEMORY`]) and a CPU-time limit, killed when
+//! [`WORKER_TIMEOUT`] passes or the call is dropped. A document that exhausts either fails the
+//! child, not the sessions.
+//!
+//! The server names the worker once at start ([`set_worker`]); without one (the library used on its
+//! own, unit tests) extraction runs in this process, behind [`super::pdf_guard`]'s budget only.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::FilesError;
+
+/// The subcommand that runs the worker.
+pub const WORKER_COMMAND: &str = "extract-pdf";
+/// Address space the worker may map: the binary, its allocator and the document's decoded streams.
+const WORKER_MEMORY: u64 = 1024 * 1024 * 1024;
+/// CPU seconds the worker may use before the kernel stops it.
+const WORKER_CPU_S: u64 = 20;
+/// Wall time the server waits for the worker, then kills it.
+const WORKER_TIMEOUT: Duration = Duration::from_secs(25);
+/// The most text read back (a document's text is cut far shorter before it reaches the model).
+const MAX_TEXT_BYTES: u64 = 16 * 1024 * 1024;
+/// The most document bytes the worker reads (above `backends.files.max_file_bytes`' ceiling).
+const MAX_INPUT_BYTES: u64 = 128 * 1024 * 1024;
+
+/// Exit status of a worker that read the document and found no text it could extract.
+const EXIT_UNREADABLE: u8 = 3;
+
+static WORKER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Name the executable to run as the worker (the server's own). Later calls change nothing.
+pub fn set_worker(executable: PathBuf) {
+    let _ = WORKER.set(executable);
+}
+
+/// The text of a PDF: in the worker when one is set, else here.
+pub async fn extract_pdf(bytes: Vec<u8>) -> Result<String, FilesError> {
+    match WORKER.get() {
+        Some(worker) => in_worker(worker, &bytes).await,
+        None => in_process(bytes).await,
+    }
+}
+
+async fn in_process(bytes: Vec<u8>) -> Result<String, FilesError> {
+    let work = move || std::panic::catch_unwind(|| super::extract::pdf_text(&bytes));
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_panic)) => Err(FilesError::Corrupt),
+        Err(_) => Err(FilesError::Worker),
+    }
+}
+
+async fn in_worker(worker: &std::path::Path, bytes: &[u8]) -> Result<String, FilesError> {
+    run_worker(worker, bytes, WORKER_TIMEOUT).await
+}
+
+/// Run the worker on `bytes` for at most `timeout`. Its environment is emptied: it needs none of
+/// the server's settings, and must hold none of its secrets.
+async fn run_worker(worker: &std::path::Path, bytes: &[u8], timeout: Duration) -> Result<String, FilesError> {
+    let mut child = tokio::process::Command::new(worker)
+        .arg(WORKER_COMMAND)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|_| FilesError::Worker)?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(FilesError::Worker);
+    };
+    let exchange = async {
+        // Written while the output is read, so a worker that writes before it has read all
+        // cannot stall on a full pipe; dropping stdin tells it the document has ended.
+        let write = async move {
+            let _ = stdin.write_all(bytes).await;
+        };
+        let mut text = Vec::new();
+        let mut stdout = stdout.take(MAX_TEXT_BYTES + 1);
+        let read = stdout.read_to_end(&mut text);
+        let (_, read) = tokio::join!(write, read);
+        let status = child.wait().await;
+        (read.map(|_| text), status)
+    };
+    let Ok((text, status)) = tokio::time::timeout(timeout, exchange).await else {
+        tracing::debug!("PDF extraction took too long; the worker was killed");
+        return Err(FilesError::Corrupt);
+    };
+    match (text, status) {
+        (Ok(text), Ok(status)) if status.success() && text.len() as u64 <= MAX_TEXT_BYTES => {
+            Ok(String::from_utf8_lossy(&text).into_owned())
+        }
+        (_, Ok(status)) if status.code() == Some(i32::from(EXIT_UNREADABLE)) => Err(FilesError::Corrupt),
+        (_, Ok(status)) => {
+            // Killed by a signal (its memory or CPU limit) or failed otherwise: the document.
+            tracing::debug!(?status, "the PDF worker failed on a document");
+            Err(FilesError::Corrupt)
+        }
+        (_, Err(_)) => Err(FilesError::Worker),
+    }
+}
+
+/// `voxgate extract-pdf`: read a PDF on stdin, write its text on stdout, under the limits above.
+/// Exit 0 with the text, [`EXIT_UNREADABLE`] when the document cannot be read; a limit reached
+/// ends the process by signal.
+pub fn worker_main() -> ExitCode {
+    limit(libc::RLIMIT_AS, WORKER_MEMORY);
+    limit(libc::RLIMIT_CPU, WORKER_CPU_S);
+    let mut bytes = Vec::new();
+    if std::io::stdin().take(MAX_INPUT_BYTES).read_to_end(&mut bytes).is_err() {
+        return ExitCode::from(EXIT_UNREADABLE);
+    }
+    match std::panic::catch_unwind(|| super::extract::pdf_text(&bytes)) {
+        Ok(Ok(text)) => match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(EXIT_UNREADABLE),
+        },
+        _ => ExitCode::from(EXIT_UNREADABLE),
+    }
+}
+
+/// Lower one of this process's resource limits (both soft and hard: the worker never raises it).
+fn limit(resource: libc::__rlimit_resource_t, value: u64) {
+    let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+    // SAFETY: setrlimit reads one rlimit through a pointer to a local; it only affects this
+    // process, which runs nothing but the extraction.
+    unsafe {
+        libc::setrlimit(resource, &limit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in worker: a shell script doing what a worker might.
+    fn script(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn the_workers_answer_is_the_text_and_its_failures_are_the_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        // The document arrives on stdin; the text leaves on stdout.
+        let echo = script(&dir, "echo", "cat > /dev/null; printf 'Diabetes protocol'");
+        assert_eq!(in_worker(&echo, b"%PDF-1.7").await.unwrap(), "Diabetes protocol");
+        let unreadable = script(&dir, "unreadable", "cat > /dev/null; exit 3");
+        assert!(matches!(in_worker(&unreadable, b"x").await, Err(FilesError::Corrupt)));
+        // Ended by its limits (a signal), as a memory bomb ends it.
+        let aborted = script(&dir, "aborted", "cat > /dev/null; kill -ABRT $$");
+        assert!(matches!(in_worker(&aborted, b"x").await, Err(FilesError::Corrupt)));
+        // None of the server's environment (its secrets) reaches the worker.
+        assert!(std::env::var_os("PATH").is_some());
+        let env = script(&dir, "env", "cat > /dev/null; /usr/bin/env");
+        assert!(!in_worker(&env, b"x").await.unwrap().contains("PATH="));
+        let missing = dir.path().join("missing");
+        assert!(matches!(in_worker(&missing, b"x").await, Err(FilesError::Worker)));
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_hangs_is_killed_after_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let hang = script(&dir, "hang", "exec sleep 600");
+        let pid_file = dir.path().join("pid");
+        let hang_recording = script(&dir, "hang2", &format!("echo $$ > {}; exec sleep 600", pid_file.display()));
+        let started = std::time::Instant::now();
+        let timeout = Duration::from_secs(1);
+        assert!(matches!(run_worker(&hang, b"%PDF", timeout).await, Err(FilesError::Corrupt)));
+        assert!(started.elapsed() < timeout + Duration::from_secs(10), "{:?}", started.elapsed());
+        // And it is gone, not left running.
+        assert!(run_worker(&hang_recording, b"%PDF", timeout).await.is_err());
+        let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < deadline {
+            // A killed child is reaped by tokio's orphan reaper shortly after.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(state.is_empty() || state.contains(") Z "), "worker still running: {state}");
+    }
+}
