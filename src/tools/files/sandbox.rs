@@ -119,6 +119,9 @@ async fn run_worker(worker: &std::path::Path, bytes: &[u8], timeout: Duration) -
 pub fn worker_main() -> ExitCode {
     limit(libc::RLIMIT_AS, WORKER_MEMORY);
     limit(libc::RLIMIT_CPU, WORKER_CPU_S);
+    // In a container whose memory limit is below the worker's own (512 MiB in the dev overlay), the
+    // kernel's OOM killer must choose the worker, not the server: the most likely victim it can be.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     let mut bytes = Vec::new();
     if std::io::stdin().take(MAX_INPUT_BYTES).read_to_end(&mut bytes).is_err() {
         return ExitCode::from(EXIT_UNREADABLE);
