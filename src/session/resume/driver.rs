@@ -41,7 +41,6 @@ impl Bridge {
     }
 
     async fn start_gap(&mut self, reason: Reason) {
-        tracing::info!(parent: &self.span, reason = reason.as_str(), "upstream gone; resuming the session");
         let span = tracing::info_span!(
             target: "voxgate::upstream",
             parent: &self.span,
@@ -54,7 +53,14 @@ impl Bridge {
         self.upstream_ping_since = None;
         self.upstream_stalled = false;
         self.gate.on_upstream_replaced();
-        self.resume.begin_gap(reason, lost_outputs, span);
+        if !self.resume.begin_gap(reason, lost_outputs, span) {
+            // The upstream went away again soon after a restore that used the last attempt: one
+            // more would only repeat the connect-restore-close cycle (`SETTLED_AFTER`).
+            tracing::warn!(parent: &self.span, reason = reason.as_str(), "upstream gone again soon after the last resume; no attempts left");
+            self.give_up_resume().await;
+            return;
+        }
+        tracing::info!(parent: &self.span, reason = reason.as_str(), "upstream gone; resuming the session");
         self.send_client_event(events::session_resuming(reason.as_str())).await;
     }
 
@@ -94,7 +100,7 @@ impl Bridge {
         tokio::spawn(old.close(Some(close_frame(CloseCode::Normal, "session recycled")), OLD_UPSTREAM_CLOSE));
         let Some(gap) = self.resume.end_gap() else { return };
         let server_tools = self.allowed_tool_definitions();
-        let restore = self.resume.restore(self.deps.settings.protocol, &server_tools);
+        let restore = self.resume.restore(gap.attempt, self.deps.settings.protocol, &server_tools);
         for frame in restore.frames {
             self.send_upstream(Message::text(frame)).await;
         }

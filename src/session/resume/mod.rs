@@ -11,6 +11,10 @@
 //!   loop polls in its `select!`, so confirmations, tool completions and pings go on meanwhile),
 //!   restoring, giving up.
 //!
+//! A resume counts as done only once its new upstream has stayed up [`SETTLED_AFTER`]: one lost
+//! sooner continues that resume's attempts and back-off, so an upstream that accepts and closes at
+//! once ends the session after `upstream.resume_attempts` connections instead of looping.
+//!
 //! This file holds the state the session task owns ([`Resume`]): settings, log, the effective
 //! session configuration, the current gap if any, and which upstream echoes of a restore must not
 //! reach the client (on a pure OpenAI stream a resume shows nothing but a pause).
@@ -42,6 +46,16 @@ use crate::upstream::{UpstreamConn, UpstreamError};
 pub type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<UpstreamConn, UpstreamError>> + Send + Sync>;
 
 type Connecting = BoxFuture<'static, Result<UpstreamConn, UpstreamError>>;
+
+/// How long a resumed upstream must stay up for its resume to count as done. Without this, an
+/// upstream (or a load balancer in front of it) that takes the upgrade and closes at once, or
+/// rejects every restore, would have the session connect, restore up to `resume_max_bytes` and
+/// reconnect at once, forever: each gap would start afresh at attempt 1 with no delay. A loss
+/// sooner than this after a restore continues that resume's attempts and back-off instead, so
+/// such an upstream costs `resume_attempts` connections before the session closes. Long enough to
+/// cover an upstream that dies on the restore or its first turn; short enough that a loss after
+/// a healthy stretch (a network blip, the provider's 60-minute cap) is a fresh resume, at once.
+const SETTLED_AFTER: Duration = Duration::from_secs(30);
 
 /// `upstream.resume*` and `upstream.max_session_age_s`, read once.
 #[derive(Debug, Clone)]
@@ -108,6 +122,28 @@ pub(crate) enum Seen {
     Swallow,
 }
 
+/// The last restore: when, and how many connection attempts its resume had used by then.
+#[derive(Debug, Clone, Copy)]
+struct Restored {
+    at: Instant,
+    attempts: u32,
+}
+
+/// The number of a new gap's first connection attempt: 1 (at once) unless the upstream it lost
+/// was restored less than [`SETTLED_AFTER`] ago, in which case that resume goes on where it
+/// stopped. A recycle for age is never a continuation: its upstream was healthy and still is.
+fn first_attempt(last: Option<Restored>, reason: Reason, now: Instant) -> u32 {
+    match last {
+        Some(last) if reason != Reason::MaxAge && now.saturating_duration_since(last.at) < SETTLED_AFTER => last.attempts.saturating_add(1),
+        _ => 1,
+    }
+}
+
+/// How long attempt `attempt` (1-based) of a resume waits before connecting.
+fn delay_before(attempt: u32) -> Duration {
+    if attempt <= 1 { Duration::ZERO } else { crate::tools::http::backoff(attempt - 1) }
+}
+
 /// The time without an upstream.
 pub(super) struct Gap {
     reason: Reason,
@@ -138,6 +174,8 @@ pub(super) struct Resume {
     session: plan::EffectiveSession,
     upstream_since: Instant,
     gap: Option<Gap>,
+    /// The last restore, so that a loss soon after it continues its back-off ([`SETTLED_AFTER`]).
+    restored: Option<Restored>,
     echoes: Echoes,
     /// The client's last `response.create` that no `response.created` has followed yet: if the
     /// upstream went away without starting it, it is sent again after the restore.
@@ -160,6 +198,7 @@ impl Resume {
             session: plan::EffectiveSession::default(),
             upstream_since: Instant::now(),
             gap: None,
+            restored: None,
             echoes: Echoes::default(),
             client_request: None,
             unanswered_updates: 0,
@@ -251,11 +290,21 @@ impl Resume {
         (!self.in_gap()).then(|| self.upstream_since + max_age)
     }
 
-    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, span: tracing::Span) {
-        let Some(settings) = &self.settings else { return };
+    /// Open a gap and schedule its first connection attempt. False when there is none to make:
+    /// the upstream went away soon after a restore that had used up the attempts, and the caller
+    /// gives up (the gap is open so that giving up is reported like any failed resume).
+    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, span: tracing::Span) -> bool {
+        let Some(settings) = &self.settings else { return false };
         let held = hold::Held::new(settings.audio_window);
-        let connecting = self.attempt(Duration::ZERO);
-        self.gap = Some(Gap { reason, attempt: 1, connecting, held, lost_outputs, overflowed: false, span });
+        let attempt = first_attempt(self.restored, reason, Instant::now());
+        let (attempt, connecting) = if attempt > settings.attempts {
+            (attempt - 1, None)
+        } else {
+            (attempt, self.attempt(delay_before(attempt)))
+        };
+        let started = connecting.is_some();
+        self.gap = Some(Gap { reason, attempt, connecting, held, lost_outputs, overflowed: false, span });
+        started
     }
 
     /// Hold a frame meant for the upstream until the restore.
@@ -287,7 +336,7 @@ impl Resume {
         if attempt > attempts {
             return false;
         }
-        let connecting = self.attempt(crate::tools::http::backoff(attempt - 1));
+        let connecting = self.attempt(delay_before(attempt));
         if let Some(gap) = &mut self.gap {
             gap.attempt = attempt;
             gap.connecting = connecting;
@@ -311,14 +360,16 @@ impl Resume {
         self.gap.take()
     }
 
-    /// The frames that restore the conversation on a new upstream; from now on that upstream's
-    /// echoes of them are kept from the client.
-    fn restore(&mut self, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
+    /// The frames that restore the conversation on a new upstream (the gap's, ended after
+    /// `attempts` connection attempts); from now on that upstream's echoes of them are kept from
+    /// the client.
+    fn restore(&mut self, attempts: u32, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
         let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
         // The restore's `session.updated` answers an update the old upstream never answered.
         let owed = std::mem::take(&mut self.unanswered_updates) > 0;
         self.echoes = Echoes { session_created: true, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
         self.upstream_since = Instant::now();
+        self.restored = Some(Restored { at: self.upstream_since, attempts });
         restore
     }
 }

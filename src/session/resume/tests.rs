@@ -12,6 +12,8 @@ use tokio::io::DuplexStream;
 use tokio::sync::{Mutex, mpsc};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::Connect;
 use crate::session::SessionOutcome;
@@ -358,4 +360,92 @@ async fn a_confirmation_given_while_the_upstream_is_away_is_answered_once_and_au
     let report = crate::audit::verify(&h.audit_path(), &crate::audit::Chain::default()).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(report.calls, 1);
+}
+
+/// A connector whose every upstream takes the upgrade and the restore's first frame, then closes
+/// with 1011 (a server or load balancer that accepts and drops at once); it records when each
+/// connection was asked for.
+fn flapping_connector() -> (Connect, Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>) {
+    let connects = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = connects.clone();
+    let connect: Connect = Arc::new(move || {
+        recorded.lock().unwrap().push(tokio::time::Instant::now());
+        async move {
+            let (proxy_side, mut model) = pair(1 << 20).await;
+            tokio::spawn(async move {
+                let _ = model.next().await;
+                let _ = model.close(Some(CloseFrame { code: CloseCode::Error, reason: "overloaded".into() })).await;
+                while model.next().await.is_some() {}
+            });
+            Ok(upstream_conn(proxy_side))
+        }
+        .boxed()
+    });
+    (connect, connects)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_closes_right_after_every_restore_ends_the_session_after_the_bounded_attempts() {
+    let (connect, connects) = flapping_connector();
+    let mut h = start_with(
+        |c| {
+            c.upstream.resume = true;
+            c.upstream.resume_attempts = 3;
+        },
+        1 << 20,
+        Some(connect),
+        Vec::new(),
+    )
+    .await;
+    h.model.close(Some(CloseFrame { code: CloseCode::Error, reason: "overloaded".into() })).await.unwrap();
+    h.browser_expects("voxgate.session.resuming").await;
+    // Each resume "succeeds" and its upstream closes at once: a resume that did not last continues
+    // the previous one's attempts and back-off, so the session ends instead of reconnecting forever.
+    assert_eq!(close_code(&mut h.browser).await, Some(1011));
+    let at = connects.lock().unwrap().clone();
+    assert_eq!(at.len(), 3, "one connection per attempt, then the session closes");
+    // The back-off carried over: 250 ms then 500 ms (each plus jitter), not at once each time.
+    assert!(at[1] - at[0] >= Duration::from_millis(250), "{:?}", at[1] - at[0]);
+    assert!(at[2] - at[1] >= Duration::from_millis(500), "{:?}", at[2] - at[1]);
+    assert!(h.metrics.render().lines().any(|l| l.starts_with("voxgate_upstream_resumes_total") && l.contains("outcome=\"failed\"") && l.ends_with(" 1")));
+    let outcome = h.ends_within(Duration::from_secs(30)).await;
+    assert!(matches!(outcome, SessionOutcome::UpstreamClosed | SessionOutcome::UpstreamError), "{outcome:?}");
+    // Nothing more was tried after the close.
+    assert_eq!(connects.lock().unwrap().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_upstream_that_lasted_resumes_at_once_when_it_goes_away() {
+    // One attempt per resume: a second loss soon after the first would end the session.
+    let (mut h, offer, attempts) = resumable(|c| c.upstream.resume_attempts = 1).await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.browser_expects("voxgate.session.resumed").await;
+    // A healthy stretch (a network blip after a long call, the provider's cap): the next loss is a
+    // fresh resume, attempted at once.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.browser_expects("voxgate.session.resumed").await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_soon_after_a_restore_continues_its_attempts_and_a_later_one_starts_afresh() {
+    use super::{Reason, Restored, SETTLED_AFTER, delay_before, first_attempt};
+    let at = tokio::time::Instant::now();
+    let last = Some(Restored { at, attempts: 2 });
+    assert_eq!(first_attempt(None, Reason::UpstreamClosed, at), 1, "the session's first loss");
+    assert_eq!(first_attempt(last, Reason::UpstreamClosed, at + Duration::from_secs(1)), 3);
+    assert_eq!(first_attempt(last, Reason::UpstreamError, at + SETTLED_AFTER - Duration::from_millis(1)), 3);
+    assert_eq!(first_attempt(last, Reason::UpstreamClosed, at + SETTLED_AFTER), 1, "a resume that held is done");
+    assert_eq!(first_attempt(last, Reason::MaxAge, at + Duration::from_secs(1)), 1, "a recycle is no failure");
+    assert_eq!(delay_before(1), Duration::ZERO);
+    for _ in 0..20 {
+        let (second, third) = (delay_before(2), delay_before(3));
+        assert!(second >= Duration::from_millis(250) && second <= Duration::from_millis(375), "{second:?}");
+        assert!(third >= Duration::from_millis(500) && third <= Duration::from_millis(750), "{third:?}");
+    }
 }
