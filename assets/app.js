@@ -17,6 +17,11 @@ import {
 const MAX_ERRORS = 5;
 /** Seconds before expiry at which the dialog announces the time left. */
 const WARN_AT_S = 10;
+/**
+ * Milliseconds Approve (and its Enter shortcut) stays disabled after a request is shown: a key
+ * press, a double click or a click meant for the request before cannot approve this one.
+ */
+const ARM_DELAY_MS = 700;
 
 /** @param {string} id @returns {any} */
 const $ = (id) => document.getElementById(id);
@@ -375,6 +380,11 @@ const confirmations = [];
 /** The request shown in the dialog, if any. */
 let current = null;
 let countdownTimer = 0;
+let armTimer = 0;
+/** Counts the requests shown, so that a press can be matched to the very showing it began on. */
+let shownCount = 0;
+/** What the last pointer press on a dialog button began on, until its click: `{callId, shown, enabled}`. */
+let pressedOn = null;
 let warned = false;
 let returnFocusTo = null;
 
@@ -404,6 +414,7 @@ function showNextConfirmation() {
     return;
   }
   warned = false;
+  shownCount += 1;
   els.dialog.dataset.callId = current.call_id;
   els.dialog.dataset.tool = current.name;
   els.dialog.dataset.expired = "false";
@@ -411,7 +422,12 @@ function showNextConfirmation() {
   els.dialogPrompt.textContent = current.prompt || `The assistant wants to ${toolActionLabel(current.name).toLowerCase()}.`;
   renderArguments(current.arguments);
   els.dialogRaw.textContent = JSON.stringify(current.arguments, null, 2);
-  els.approve.disabled = false;
+  // Approve waits ARM_DELAY_MS: input that began before this request was shown cannot approve it.
+  // Decline is never delayed.
+  els.approve.disabled = true;
+  els.dialog.dataset.armed = "false";
+  clearTimeout(armTimer);
+  armTimer = setTimeout(armApprove, ARM_DELAY_MS, current);
   els.decline.disabled = false;
   els.announce.textContent = "";
   updateQueueNote();
@@ -422,7 +438,16 @@ function showNextConfirmation() {
     returnFocusTo = document.activeElement;
     els.dialog.showModal();
   }
-  els.approve.focus();
+  // Focus goes to the dialog itself (a screen reader reads its title and prompt), never to a
+  // button: the next Enter or Space the user meant for something else must not decide.
+  els.dialog.focus();
+}
+
+/** @param {object} request the request shown when the delay began */
+function armApprove(request) {
+  if (current !== request || els.dialog.dataset.expired === "true") return;
+  els.approve.disabled = false;
+  els.dialog.dataset.armed = "true";
 }
 
 /** @param {object} args */
@@ -458,6 +483,8 @@ function tickCountdown() {
     els.countdown.textContent = "Expired — this request can no longer be approved.";
     els.dialog.dataset.expired = "true";
     els.approve.disabled = true;
+    els.dialog.dataset.armed = "false";
+    clearTimeout(armTimer);
     clearInterval(countdownTimer);
     return;
   }
@@ -489,6 +516,7 @@ function dropConfirmation(callId) {
 
 function closeDialog() {
   clearInterval(countdownTimer);
+  clearTimeout(armTimer);
   current = null;
   delete els.dialog.dataset.callId;
   if (els.dialog.open) els.dialog.close();
@@ -496,15 +524,52 @@ function closeDialog() {
   returnFocusTo = null;
 }
 
-els.approve.addEventListener("click", () => decide(true));
-els.decline.addEventListener("click", () => decide(false));
+/**
+ * Note which showing of which request a pointer press on a dialog button began on.
+ * @param {PointerEvent} event
+ */
+function notePress(event) {
+  const button = /** @type {HTMLButtonElement} */ (event.currentTarget);
+  pressedOn = { callId: current ? current.call_id : null, shown: shownCount, enabled: !button.disabled };
+}
+
+/**
+ * Whether a click on a dialog button is for the request shown now. A pointer click counts only if
+ * its press began on this very showing, on an enabled button: a click aimed at a request that
+ * expired, was declined by the server or was decided meanwhile does not land on the next one. A
+ * click without a pointer press (`detail` 0: Enter or Space on the focused button; or assistive
+ * technology) acts on the button as it is now.
+ * @param {MouseEvent} event
+ */
+function clickIsForCurrent(event) {
+  const press = pressedOn;
+  pressedOn = null;
+  if (!current) return false;
+  if (event.detail === 0 || !press) return true;
+  return press.enabled && press.callId === current.call_id && press.shown === shownCount;
+}
+
+els.approve.addEventListener("pointerdown", notePress);
+els.decline.addEventListener("pointerdown", notePress);
+els.approve.addEventListener("click", (event) => {
+  if (clickIsForCurrent(event) && !els.approve.disabled) decide(true);
+});
+els.decline.addEventListener("click", (event) => {
+  if (clickIsForCurrent(event)) decide(false);
+});
 // Escape on a modal dialog fires `cancel`: that is a Decline, never a silent close.
 els.dialog.addEventListener("cancel", (event) => {
   event.preventDefault();
   if (current) decide(false);
 });
 els.dialog.addEventListener("keydown", (event) => {
-  if (event.key !== "Enter" || !current || els.approve.disabled) return;
+  if (event.key !== "Enter" || !current) return;
+  // A held key's auto-repeat never decides: not on the dialog, not on a focused button.
+  if (event.repeat) {
+    event.preventDefault();
+    return;
+  }
+  if (els.approve.disabled) return;
   const target = /** @type {HTMLElement} */ (event.target);
   if (target.closest("button, summary, a")) return; // those act on Enter themselves
   event.preventDefault();

@@ -3,13 +3,17 @@
  * (the model is a fake realtime upstream, so the call and its arguments are fixed; the tool, its
  * policy, the confirmation and the calendar file are voxgate's real ones). The dialog shows the
  * seed's prompt, the arguments as readable rows and a countdown; Approve → the event is in the
- * calendar file and the page shows done; Decline → declined, no event; no answer → expired.
+ * calendar file and the page shows done; Decline → declined, no event; no answer → expired. Queued
+ * requests: input that began before a request was shown (a second Enter, a held Enter, a double
+ * click, a click aimed at the request before) never approves it.
  */
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { FakeUpstream } from "./support/fake-upstream.js";
-import { activityOf, calendarEvents, connectPage, openPage, screenshot, startVoxgate, typeRequest, waitUntil } from "./support/harness.js";
+import {
+  activityOf, approveArmed, calendarEvents, connectPage, openPage, screenshot, sleep, startVoxgate, typeRequest, waitUntil,
+} from "./support/harness.js";
 
 /** Tomorrow (UTC, voxgate's default calendar time zone) at hh:mm, as ISO 8601 local time. */
 function tomorrowAt(hours, minutes = 0) {
@@ -93,7 +97,7 @@ function assertDialog(shown, call) {
   assert.equal(shown.describedBy, "confirm-prompt", "screen readers hear the prompt");
   assert.equal(shown.callId, call.call_id, "the dialog is for the model's call");
   assert.ok(shown.focusInside, "focus moved into the dialog");
-  assert.equal(shown.focused, "confirm-approve", "Approve has focus (Enter approves)");
+  assert.equal(shown.focused, "confirm-dialog", "the dialog has focus, not a button");
   assert.deepEqual(shown.buttons, ["Approve", "Decline"]);
   // The seed's prompt, filled in by voxgate.
   assert.match(shown.prompt, /^I'd like to create a calendar event/, "the seed's prompt is shown");
@@ -134,6 +138,7 @@ test("approve (Enter): the event is in the calendar file and the page shows done
   assert.equal(calendarEvents(voxgate.calendar()).length, 0, "nothing is written before the decision");
   await screenshot(page, "calendar-confirmation");
 
+  await approveArmed(page);
   await page.keyboard.press("Enter");
   await page.getByTestId("confirm-dialog").waitFor({ state: "hidden" });
   const done = await activityReaches(page, "done");
@@ -189,5 +194,129 @@ test("no answer: the request expires in the page, no event", { timeout: 90_000 }
   assert.equal(output.output.error.code, "confirmation_expired", "the model is told");
   assert.equal(calendarEvents(voxgate.calendar()).length, 0, "no event was created");
   await screenshot(page, "calendar-expired");
+  assert.deepEqual(browser.problems, []);
+});
+
+/** Four bookings the fake model asks for at once (parallel calls), each needing confirmation. */
+const QUEUED = ["A", "B", "C", "D"].map((letter, i) => ({
+  title: `Queued meeting ${letter}`,
+  start_datetime: tomorrowAt(9 + i),
+  end_datetime: tomorrowAt(9 + i, 30),
+  location: `Room ${letter}`,
+}));
+
+test("queued requests: input begun before a request was shown never approves it", { timeout: 120_000 }, async (t) => {
+  const fake = new FakeUpstream({
+    rules: [{ match: /book four meetings/i, calls: QUEUED.map((args) => ({ name: "create_calendar_event", arguments: args })) }],
+  });
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+  // Every decision the page sends, as it goes over the WebSocket.
+  const decisions = [];
+  page.on("websocket", (ws) => ws.on("framesent", ({ payload }) => {
+    if (typeof payload !== "string" || !payload.includes("voxgate.tool_call.confirm")) return;
+    const event = JSON.parse(payload);
+    if (event.type === "voxgate.tool_call.confirm") decisions.push({ call_id: event.call_id, approved: event.approved });
+  }));
+  await connectPage(page);
+  // Each showing of a request: when it was shown, where focus was then, and when Approve was enabled.
+  await page.evaluate(() => {
+    const dialog = document.querySelector("[data-testid=confirm-dialog]");
+    const approve = document.querySelector("[data-testid=confirm-approve]");
+    // @ts-ignore
+    const log = (window.__showings = []);
+    let last = null;
+    new MutationObserver(() => {
+      const now = performance.now();
+      if (dialog.open && dialog.dataset.callId && dialog.dataset.callId !== (last && last.callId)) {
+        last = { callId: dialog.dataset.callId, shownAt: now, armedAt: null, approveDisabled: approve.disabled,
+          focused: document.activeElement && document.activeElement.dataset.testid };
+        log.push(last);
+      }
+      if (last && last.armedAt === null && !approve.disabled && dialog.dataset.callId === last.callId) last.armedAt = now;
+    }).observe(dialog, { subtree: true, attributes: true, attributeFilter: ["data-call-id", "disabled", "open"] });
+  });
+  const shownCallId = () => page.evaluate(() => document.querySelector("[data-testid=confirm-dialog]").dataset.callId);
+  const waitShown = (callId) => page.waitForFunction(
+    (id) => document.querySelector("[data-testid=confirm-dialog]").dataset.callId === id, callId, { timeout: 15_000 });
+
+  await typeRequest(page, "Please book four meetings tomorrow morning");
+  await fake.waitFor(() => fake.calls.length === 4, 15_000);
+  const [a, b, c, d] = fake.calls.map((call) => call.call_id);
+  await waitShown(a);
+  await page.locator("[data-testid=confirm-queue]", { hasText: "3 more requests are waiting." }).waitFor();
+
+  // A: Enter twice, quickly — the second press lands on B, just shown, and does nothing.
+  await approveArmed(page);
+  await page.keyboard.press("Enter");
+  await page.keyboard.press("Enter");
+  await sleep(300);
+  assert.deepEqual(decisions, [{ call_id: a, approved: true }], "a double Enter approves only the request it was meant for");
+  assert.equal(await shownCallId(), b);
+
+  // B: Enter held down — pressed while B was arming, then auto-repeating once Approve is enabled.
+  await page.keyboard.down("Enter");
+  await approveArmed(page);
+  await page.keyboard.down("Enter"); // repeat: true
+  await page.keyboard.down("Enter");
+  await page.keyboard.up("Enter");
+  await sleep(300);
+  assert.equal(await shownCallId(), b, "a held Enter does not approve");
+  assert.equal(decisions.length, 1, `no decision from a held key (${JSON.stringify(decisions)})`);
+  // After the arming delay B can be approved; a double click approves B only, never C after it.
+  await page.getByTestId("confirm-approve").dblclick();
+  await sleep(300);
+  assert.deepEqual(decisions.slice(1), [{ call_id: b, approved: true }], "a double click approves only B");
+  assert.equal(await shownCallId(), c);
+
+  // C: a click whose press began on C, released after the server side of things swapped in D
+  // (here Escape declines C while the button is held), does not approve D.
+  await approveArmed(page);
+  const box = await page.getByTestId("confirm-approve").boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.keyboard.press("Escape");
+  await waitShown(d);
+  await approveArmed(page);
+  await page.mouse.up();
+  await sleep(300);
+  assert.equal(await shownCallId(), d, "D is still asking");
+  assert.deepEqual(decisions.slice(2), [{ call_id: c, approved: false }], "a click aimed at C does not land on D");
+
+  // D: Decline acts at once.
+  await page.getByTestId("confirm-decline").click();
+  await page.getByTestId("confirm-dialog").waitFor({ state: "hidden" });
+
+  for (const callId of [a, b, c, d]) await fake.waitFor(() => fake.outputFor(callId), 15_000);
+  await sleep(300);
+  assert.deepEqual(decisions, [
+    { call_id: a, approved: true },
+    { call_id: b, approved: true },
+    { call_id: c, approved: false },
+    { call_id: d, approved: false },
+  ], "exactly one decision per request, each the one meant for it");
+  assert.equal(fake.outputFor(a).output.created, true);
+  assert.equal(fake.outputFor(b).output.created, true);
+  assert.equal(fake.outputFor(c).output.error.code, "user_declined");
+  assert.equal(fake.outputFor(d).output.error.code, "user_declined");
+  const events = await waitUntil(() => {
+    const found = calendarEvents(voxgate.calendar());
+    return found.length >= 2 && found;
+  }, { message: "the approved events in the calendar file" });
+  assert.deepEqual(events.map((e) => e.summary).sort(), [QUEUED[0].title, QUEUED[1].title], "only A and B were booked");
+
+  const showings = await page.evaluate(() => window.__showings);
+  assert.deepEqual(showings.map((s) => s.callId), [a, b, c, d], `each request shown once (${JSON.stringify(showings)})`);
+  for (const shown of showings) {
+    assert.equal(shown.approveDisabled, true, `Approve is disabled when ${shown.callId} is shown`);
+    assert.equal(shown.focused, "confirm-dialog", `focus is on the dialog, not on Approve, when ${shown.callId} is shown`);
+    assert.ok(shown.armedAt - shown.shownAt >= 600, `Approve waits its arming delay (${Math.round(shown.armedAt - shown.shownAt)} ms)`);
+  }
+  await screenshot(page, "calendar-queued-done");
   assert.deepEqual(browser.problems, []);
 });

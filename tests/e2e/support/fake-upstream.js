@@ -78,8 +78,10 @@ export function toneFrequency(pcm) {
 /**
  * @typedef {object} Rule  a function call the fake model makes when the user's text matches
  * @property {RegExp} match
- * @property {string} name
- * @property {object} arguments
+ * @property {string} [name]
+ * @property {object} [arguments]
+ * @property {Array<{name: string, arguments: object}>} [calls]  several calls in one response
+ *   (parallel function calls), instead of `name` and `arguments`
  */
 
 export class FakeUpstream {
@@ -255,7 +257,8 @@ export class FakeUpstream {
     }
     const rule = this.rules.find((r) => r.match.test(this.lastUserText));
     this.lastUserText = "";
-    if (rule) this.respondWithCall(rule.name, rule.arguments);
+    if (rule && rule.calls) this.respondWithCalls(rule.calls);
+    else if (rule) this.respondWithCall(rule.name, rule.arguments);
     else this.respondWithAudio("Hello from the fake model.", this.replyMs);
   }
 
@@ -291,21 +294,32 @@ export class FakeUpstream {
    * @param {object} args
    */
   respondWithCall(name, args) {
+    this.respondWithCalls([{ name, arguments: args }]);
+  }
+
+  /**
+   * Function calls in one response (parallel calls), each as the live service sequences it, one
+   * output item after the other.
+   * @param {Array<{name: string, arguments: object}>} calls
+   */
+  respondWithCalls(calls) {
     const response = this.beginResponse();
-    const itemId = this.nextId("item");
-    const callId = this.nextId("call");
-    const argText = JSON.stringify(args);
-    this.calls.push({ name, call_id: callId, arguments: args });
-    const base = { response_id: response.id, output_index: 0 };
-    const item = { id: itemId, type: "function_call", status: "in_progress", name, call_id: callId, arguments: "" };
-    this.send({ type: "response.output_item.added", ...base, item });
-    this.send({ type: "conversation.item.added", previous_item_id: null, item });
-    this.send({ type: "response.function_call_arguments.delta", ...base, item_id: itemId, call_id: callId, delta: argText });
-    this.send({ type: "response.function_call_arguments.done", ...base, item_id: itemId, call_id: callId, name, arguments: argText });
-    const done = { ...item, status: "completed", arguments: argText };
-    this.send({ type: "conversation.item.done", previous_item_id: null, item: done });
-    this.send({ type: "response.output_item.done", ...base, item: done });
-    response.output.push(done);
+    calls.forEach(({ name, arguments: args }, outputIndex) => {
+      const itemId = this.nextId("item");
+      const callId = this.nextId("call");
+      const argText = JSON.stringify(args);
+      this.calls.push({ name, call_id: callId, arguments: args });
+      const base = { response_id: response.id, output_index: outputIndex };
+      const item = { id: itemId, type: "function_call", status: "in_progress", name, call_id: callId, arguments: "" };
+      this.send({ type: "response.output_item.added", ...base, item });
+      this.send({ type: "conversation.item.added", previous_item_id: null, item });
+      this.send({ type: "response.function_call_arguments.delta", ...base, item_id: itemId, call_id: callId, delta: argText });
+      this.send({ type: "response.function_call_arguments.done", ...base, item_id: itemId, call_id: callId, name, arguments: argText });
+      const done = { ...item, status: "completed", arguments: argText };
+      this.send({ type: "conversation.item.done", previous_item_id: null, item: done });
+      this.send({ type: "response.output_item.done", ...base, item: done });
+      response.output.push(done);
+    });
     response.finish("completed");
   }
 

@@ -284,6 +284,19 @@ export async function typeRequest(page, text) {
 }
 
 /**
+ * Wait until the confirmation dialog's Approve is enabled: after each request is shown it stays
+ * disabled for a short arming delay (and it is disabled for good once the request expires).
+ * @param {import("playwright-core").Page} page
+ * @param {{timeout?: number}} [options]
+ */
+export async function approveArmed(page, { timeout = 5_000 } = {}) {
+  await page.waitForFunction(() => {
+    const approve = document.querySelector("[data-testid=confirm-approve]");
+    return approve && !approve.disabled && document.querySelector("[data-testid=confirm-dialog]").open;
+  }, null, { timeout });
+}
+
+/**
  * The activity item of the first call to `tool`, as {state, label, stateText, code}.
  * @param {import("playwright-core").Page} page
  * @param {string} tool
