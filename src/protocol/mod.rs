@@ -106,19 +106,14 @@ pub fn peek_type(frame: &str) -> Result<Cow<'_, str>, FrameError> {
     peek_checked(frame.as_bytes()).map(|(kind, _)| kind)
 }
 
-/// Could `tail` (a frame after its first `type` value) hold a key that reads as `type`? One pass
-/// for quotes and backslashes: an audio delta has a dozen quotes and no backslash in kilobytes of
-/// base64. Nested `type` keys (an item's) also answer yes; the full parse then tells them apart.
+/// Could `tail` (a frame after its first `type` value) hold a key that reads as `type`: another
+/// `"type"`, or an escape (that could spell one)? Two vectorised searches: stopping at each of an
+/// audio delta's dozen quotes instead cost 2.4 times as much per frame. Nested `type` keys (an
+/// item's) also answer yes; the full parse then tells them apart.
 fn may_hold_another_type(tail: &[u8]) -> bool {
-    let mut from = 0;
-    while let Some(found) = memchr::memchr2(b'"', b'\\', &tail[from..]) {
-        let at = from + found;
-        if tail[at] == b'\\' || tail[at..].starts_with(b"\"type\"") {
-            return true;
-        }
-        from = at + 1;
-    }
-    false
+    static TYPE_KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"type\"").into_owned());
+    memchr::memchr(b'\\', tail).is_some() || TYPE_KEY.find(tail).is_some()
 }
 
 #[cfg(test)]
