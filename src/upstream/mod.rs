@@ -93,7 +93,11 @@ pub async fn connect(config: &UpstreamConfig, model: Option<&str>) -> Result<Ups
     let model = model.filter(|m| !m.is_empty()).unwrap_or(&config.model);
     match config.effective_kind() {
         UpstreamKind::Simulated => {
-            let options = simulated::SimulatedOptions { model: model.to_string(), ..Default::default() };
+            let options = simulated::SimulatedOptions {
+                model: model.to_string(),
+                max_frame_bytes: Some(config.max_frame_bytes),
+                ..Default::default()
+            };
             let socket = tokio::time::timeout(timeout, simulated::connect(options))
                 .await
                 .map_err(|_| UpstreamError::Timeout)?

@@ -46,6 +46,9 @@ pub struct SimulatedOptions {
     pub model: String,
     /// Wait between streamed deltas; `None` = [`DEFAULT_PACING`]. Tests shorten it.
     pub pacing: Option<Duration>,
+    /// The largest frame either end reads (`upstream.max_frame_bytes`); `None` = tungstenite's
+    /// defaults (16 MiB a frame), below what `server.max_frame_bytes` may let a client send.
+    pub max_frame_bytes: Option<usize>,
 }
 
 /// Start a simulated session and return the client end of a WebSocket connected to it. The model
@@ -54,14 +57,15 @@ pub async fn connect(
     options: SimulatedOptions,
 ) -> Result<WebSocketStream<tokio::io::DuplexStream>, tungstenite::Error> {
     let (client_io, server_io) = tokio::io::duplex(PIPE_BYTES);
+    let config = options.max_frame_bytes.map(super::ws_config);
     let server = tokio::spawn(async move {
-        match tokio_tungstenite::accept_async(server_io).await {
+        match tokio_tungstenite::accept_async_with_config(server_io, config).await {
             Ok(ws) => session::run(ws, options).await,
             Err(err) => tracing::debug!(error = %err, "simulated model handshake failed"),
         }
     });
     let url = "ws://simulated.voxgate.invalid/v1/realtime";
-    match tokio_tungstenite::client_async(url, client_io).await {
+    match tokio_tungstenite::client_async_with_config(url, client_io, config).await {
         Ok((ws, _response)) => Ok(ws),
         Err(err) => {
             server.abort();

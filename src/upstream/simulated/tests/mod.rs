@@ -24,7 +24,10 @@ pub(super) struct Client {
 
 impl Client {
     pub(super) async fn start(pacing: Duration) -> Self {
-        let options = SimulatedOptions { model: "gpt-realtime".into(), pacing: Some(pacing) };
+        Self::start_with(SimulatedOptions { model: "gpt-realtime".into(), pacing: Some(pacing), max_frame_bytes: None }).await
+    }
+
+    pub(super) async fn start_with(options: SimulatedOptions) -> Self {
         let ws = connect(options).await.expect("connected");
         Self { ws, seen_ids: HashSet::new() }
     }
@@ -274,6 +277,27 @@ async fn committed_audio_becomes_a_user_item_and_an_honest_answer() {
     assert!(joined(&events, "response.output_audio_transcript.delta").contains("cannot understand speech"));
     client.send(json!({"type": "input_audio_buffer.clear"})).await;
     assert_eq!(client.next().await["type"], "input_audio_buffer.cleared");
+}
+
+/// A client may send frames up to `server.max_frame_bytes` (up to 256 MiB): the simulated model
+/// reads what the upstream settings allow (64 MiB by default), not tungstenite's 16 MiB.
+#[tokio::test]
+async fn an_append_larger_than_sixteen_mib_is_read() {
+    let options = SimulatedOptions {
+        model: "gpt-realtime".into(),
+        pacing: Some(Duration::from_millis(1)),
+        max_frame_bytes: Some(64 * 1024 * 1024),
+    };
+    let mut client = Client::start_with(options).await;
+    assert_eq!(client.next().await["type"], "session.created");
+    let off = json!({"type": "realtime", "audio": {"input": {"turn_detection": null}}});
+    client.send(json!({"type": "session.update", "session": off})).await;
+    client.next().await;
+    let audio = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![0u8; 15 * 1024 * 1024]);
+    assert!(audio.len() > 16 * 1024 * 1024);
+    client.send(json!({"type": "input_audio_buffer.append", "audio": audio})).await;
+    client.send(json!({"type": "input_audio_buffer.commit"})).await;
+    assert_eq!(client.next().await["type"], "input_audio_buffer.committed");
 }
 
 #[tokio::test]
