@@ -8,6 +8,9 @@ use super::events::new_id;
 
 /// Items kept; older ones are forgotten first (the real service truncates old turns too).
 const MAX_ITEMS: usize = 500;
+/// Text kept across all items, in bytes of their strings: a client may create items of several
+/// MiB each, and 500 of them would hold gigabytes for one simulated session.
+const MAX_TEXT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why an item could not be placed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,7 +54,16 @@ impl Conversation {
         if self.items.len() > MAX_ITEMS {
             self.items.remove(0);
         }
+        self.forget_beyond_text_budget();
         Ok(before)
+    }
+
+    /// Forget the oldest items while the text kept is over [`MAX_TEXT_BYTES`] (the newest stays).
+    fn forget_beyond_text_budget(&mut self) {
+        let mut kept: usize = self.items.iter().map(text_bytes).sum();
+        while kept > MAX_TEXT_BYTES && self.items.len() > 1 {
+            kept -= text_bytes(&self.items.remove(0));
+        }
     }
 
     /// Replace the item with the same id (its finished form); returns the id before it.
@@ -61,8 +73,11 @@ impl Conversation {
             return self.place(None, item).ok().flatten();
         };
         self.items[position] = item;
-        position.checked_sub(1).and_then(|i| self.items.get(i)).and_then(item_id).map(str::to_string)
+        let before = position.checked_sub(1).and_then(|i| self.items.get(i)).and_then(item_id).map(str::to_string);
+        self.forget_beyond_text_budget();
+        before
     }
+
 
     pub fn get(&self, id: &str) -> Option<&Value> {
         self.position(id).and_then(|i| self.items.get(i))
@@ -116,6 +131,16 @@ impl Conversation {
     }
 }
 
+/// Bytes of the strings (keys included) in a value: its text, counted without serialising it.
+fn text_bytes(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len(),
+        Value::Array(values) => values.iter().map(text_bytes).sum(),
+        Value::Object(fields) => fields.iter().map(|(key, value)| key.len() + text_bytes(value)).sum(),
+        _ => 8,
+    }
+}
+
 /// An item's `id`.
 pub fn item_id(item: &Value) -> Option<&str> {
     item.get("id").and_then(Value::as_str)
@@ -130,6 +155,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn text_beyond_the_budget_is_forgotten_oldest_first() {
+        let mut conversation = Conversation::default();
+        let big = "x".repeat(4 * 1024 * 1024);
+        for n in 0..10 {
+            let item = json!({"id": format!("item_{n}"), "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": big}]});
+            conversation.place(None, item).unwrap();
+        }
+        let kept: usize = conversation.items.iter().map(text_bytes).sum();
+        assert!(kept <= MAX_TEXT_BYTES, "{kept}");
+        // The newest are kept, the oldest forgotten.
+        assert!(conversation.get("item_9").is_some() && conversation.get("item_0").is_none());
+        assert_eq!(conversation.items.len(), 3);
+    }
 
     fn message(id: &str, role: &str) -> Value {
         json!({"id": id, "type": "message", "role": role, "content": []})
