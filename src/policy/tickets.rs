@@ -129,6 +129,12 @@ impl Tickets {
         if claims.exp <= now_s() {
             return Err(AuthError::Expired);
         }
+        // Known spent here: refused at once, before any cap is looked at or a cluster seat taken
+        // (CONTRACT §2: a used ticket is a 401). `spend` still decides for tickets this instance
+        // has not seen.
+        if self.used.contains_key(&claims.jti) {
+            return Err(AuthError::TicketUsed);
+        }
         Ok(CheckedTicket { claims })
     }
 
@@ -244,9 +250,13 @@ mod tests {
         // Checked (and then refused, e.g. for a cap): dropped without spending.
         drop(tickets.check(&minted.token).unwrap());
         let checked = tickets.check(&minted.token).unwrap();
+        // A second check of the same ticket while the first is not spent yet: both pass the check,
+        // and `spend` admits one of them.
+        let raced = tickets.check(&minted.token).unwrap();
         assert_eq!(tickets.spend(checked).await.unwrap().sub, "dr.who");
-        let again = tickets.check(&minted.token).unwrap();
-        assert_eq!(tickets.spend(again).await.unwrap_err(), AuthError::TicketUsed);
+        assert_eq!(tickets.spend(raced).await.unwrap_err(), AuthError::TicketUsed);
+        // Once spent, the check itself refuses it: a used ticket is a 401 before any cap.
+        assert_eq!(tickets.check(&minted.token).err(), Some(AuthError::TicketUsed));
     }
 
     #[tokio::test]
