@@ -10,6 +10,31 @@ pub const MAX_RESULT_BYTES: usize = 30 * 1024;
 /// makes its item unusable instead.
 pub const MAX_URL_BYTES: usize = 2048;
 
+/// A search tool's output: `{"results", "total_count", "query"}` with results (and their citations)
+/// dropped from the end until it serialises to at most [`MAX_RESULT_BYTES`], and
+/// `"truncated": true` when any was dropped.
+pub fn search_output(
+    mut results: Vec<serde_json::Value>,
+    mut citations: Vec<super::Citation>,
+    total: u64,
+    query: &str,
+) -> super::ToolOutput {
+    let build = |results: &[serde_json::Value], cut: bool| {
+        let mut result = serde_json::json!({"results": results, "total_count": total, "query": query});
+        if cut {
+            result["truncated"] = serde_json::json!(true);
+        }
+        result
+    };
+    let mut result = build(&results, false);
+    while result.to_string().len() > MAX_RESULT_BYTES && !results.is_empty() {
+        results.pop();
+        citations.pop();
+        result = build(&results, true);
+    }
+    super::ToolOutput { result, citations }
+}
+
 /// At most `max` characters, cut at a word boundary with "…"; and whether anything was cut.
 pub fn truncate(text: &str, max: usize) -> (String, bool) {
     if text.chars().count() <= max {

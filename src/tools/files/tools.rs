@@ -12,6 +12,7 @@ use super::error::to_tool_error;
 use super::extract::{decode_text, extract_text, truncate_chars};
 use super::file_id::{MAX_FILE_ID_CHARS, RelPath};
 use super::search::{SearchRequest, search};
+use crate::tools::text::MAX_RESULT_BYTES;
 use crate::tools::{
     CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec,
 };
@@ -28,8 +29,6 @@ const MAX_RESULTS_LIMIT: u64 = 50;
 const DEFAULT_MAX_CHARS: u64 = 10_000;
 /// The most text one call returns: with the other fields it stays under the 32 KiB output bound.
 const MAX_CHARS_LIMIT: u64 = 20_000;
-/// A result's serialised size stays under this, so one `function_call_output` fits in 32 KiB.
-const MAX_RESULT_BYTES: usize = 30 * 1024;
 
 /// Both tools' policy (TOOLS.md): file category, PHI, read-only, low risk, 20 calls per minute.
 fn file_tool_spec(name: &'static str, description: &str, parameters: Value) -> ToolSpec {

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use self::corpus::Guideline;
 use self::index::{Filters, GuidelineIndex};
 use super::registry::RegistryError;
-use super::text::truncate;
+use super::text::{MAX_RESULT_BYTES, truncate};
 use super::{
     CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec,
 };
@@ -37,8 +37,6 @@ const MAX_FILTER_CHARS: u64 = 100;
 const SUMMARY_CHARS: usize = 1_200;
 const RECOMMENDATION_CHARS: usize = 500;
 const RECOMMENDATIONS_SHOWN: usize = 6;
-/// The result JSON stays under this size so the `function_call_output` stays under 32 KiB.
-const MAX_RESULT_BYTES: usize = 30 * 1024;
 
 /// The `search_medical_guidelines` tool: the corpus and its index, shared by every session.
 pub struct SearchGuidelines {

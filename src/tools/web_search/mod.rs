@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use super::registry::RegistryError;
-use super::text::{MAX_RESULT_BYTES, MAX_URL_BYTES, truncate};
+use super::text::{MAX_URL_BYTES, truncate};
 use super::{
     CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput,
     ToolSpec, args, http,
@@ -252,20 +252,7 @@ impl Tool for WebSearchMedical {
         }
         tracing::debug!(returned = results.len(), dropped, "web search done");
         // `total_count` is what was found; results are dropped from the end only to fit 32 KiB.
-        let total = results.len();
-        let build = |results: &[Value], cut: bool| {
-            let mut result = json!({"results": results, "total_count": total, "query": query});
-            if cut {
-                result["truncated"] = json!(true);
-            }
-            result
-        };
-        let mut result = build(&results, false);
-        while result.to_string().len() > MAX_RESULT_BYTES && !results.is_empty() {
-            results.pop();
-            citations.pop();
-            result = build(&results, true);
-        }
-        Ok(ToolOutput { result, citations })
+        let total = results.len() as u64;
+        Ok(super::text::search_output(results, citations, total, &query))
     }
 }
