@@ -5,11 +5,13 @@
 //! through nginx; a killed instance's registry entries expire; every audit file verifies.
 //!
 //! This file holds the shared helpers and the main scenario; the processes are in [`instance`]
-//! (one voxgate) and [`nginx`] (the load balancer), the Redis outage in [`outage`].
+//! (one voxgate) and [`nginx`] (the load balancer), the Redis outage in [`outage`], and Redis away
+//! from the start with in-process instances in [`degrades`].
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod degrades;
 mod instance;
 mod nginx;
 mod outage;

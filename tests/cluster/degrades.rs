@@ -3,25 +3,8 @@
 //! once Redis answers. And a single-use ticket is spent only by a session that is admitted: a
 //! refusal for the per-user cap across instances, or a Redis that cannot answer, leaves it usable.
 
-mod support;
-
-use std::time::Duration;
-
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use serde_json::{Value, json};
-use support::redis::RedisServer;
-use support::{Client, TestProxy};
-
-const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
-const ADMIN: &str = "admin-token-0123456789abcdef";
-/// Every wait in this file is bounded by this.
-const WAIT: Duration = Duration::from_secs(15);
-
-fn jwt(sub: &str) -> String {
-    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 300;
-    let claims = json!({"sub": sub, "roles": ["clinician"], "exp": exp});
-    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
-}
+use super::*;
+use support::TestProxy;
 
 fn toml(redis_url: &str, extra: &str) -> String {
     format!(
@@ -51,19 +34,6 @@ async fn mint_ticket(addr: std::net::SocketAddr, sub: &str) -> String {
     assert_eq!(response.status(), 201);
     let body: Value = response.json().await.unwrap();
     body["token"].as_str().unwrap().to_string()
-}
-
-/// Poll `check` (bounded by [`WAIT`]) until it holds.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Present `ticket` until it opens a session (bounded by [`WAIT`]); every refusal on the way must
