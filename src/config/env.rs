@@ -99,7 +99,7 @@ fn key_case(parents: &[String]) -> KeyCase {
 /// (what every earlier release resolved it to), else the one key equal to it ignoring ASCII case.
 /// Two keys that differ only in case, neither exact nor lower-case (`Lab` and `LAB` for `lAb`),
 /// are ambiguous: the variable could carry one server's credential to the other, so it is refused.
-fn existing_key(table: &toml::Table, written: &str) -> Result<Option<String>, ()> {
+fn existing_key(table: &toml::Table, written: &str) -> Result<Option<String>, AmbiguousKey> {
     let lower = written.to_ascii_lowercase();
     for candidate in [written, lower.as_str()] {
         if table.contains_key(candidate) {
@@ -110,8 +110,15 @@ fn existing_key(table: &toml::Table, written: &str) -> Result<Option<String>, ()
     match (matching.next(), matching.next()) {
         (Some(only), None) => Ok(Some(only.clone())),
         (None, _) => Ok(None),
-        (Some(_), Some(_)) => Err(()),
+        (Some(_), Some(_)) => Err(AmbiguousKey),
     }
+}
+
+/// A variable's level matches more than one entry of the file, differing only in case.
+struct AmbiguousKey;
+
+impl AmbiguousKey {
+    const REASON: &'static str = "names more than one entry of the file (they differ only in case); rename one";
 }
 
 /// Set `value` at the variable's `path` (its levels as written), creating tables on the way.
@@ -121,6 +128,7 @@ fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) -> Resul
         let rest = rest.iter().map(|level| level.to_ascii_lowercase());
         resolved.iter().cloned().chain(rest).collect::<Vec<_>>().join(".")
     };
+    let ambiguous = |resolved: &[String], rest: &[&str]| ConfigError::new(dotted(resolved, rest), AmbiguousKey::REASON);
     let mut resolved: Vec<String> = Vec::with_capacity(path.len());
     let mut current = table;
     let mut rest = path;
@@ -131,27 +139,14 @@ fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) -> Resul
         let (key, below) = match key_case(&resolved) {
             KeyCase::Schema => (level.to_ascii_lowercase(), below),
             KeyCase::Name => {
-                let Ok(existing) = existing_key(current, level) else {
-                    return Err(ConfigError::new(
-                        dotted(&resolved, rest),
-                        "names more than one entry of the file (they differ only in case); rename one",
-                    ));
-                };
+                let existing = existing_key(current, level).map_err(|AmbiguousKey| ambiguous(&resolved, rest))?;
                 (existing.unwrap_or_else(|| level.to_ascii_lowercase()), below)
             }
             KeyCase::Data { case_sensitive } => {
                 let written = rest.join("__");
                 let key = match case_sensitive {
                     true => written,
-                    false => match existing_key(current, &written) {
-                        Ok(existing) => existing.unwrap_or(written),
-                        Err(()) => {
-                            return Err(ConfigError::new(
-                                dotted(&resolved, rest),
-                                "names more than one entry of the file (they differ only in case); rename one",
-                            ));
-                        }
-                    },
+                    false => existing_key(current, &written).map_err(|AmbiguousKey| ambiguous(&resolved, rest))?.unwrap_or(written),
                 };
                 (key, &[][..])
             }

@@ -49,7 +49,7 @@ pub fn set_worker(executable: PathBuf) {
 /// The text of a PDF: in the worker when one is set, else here.
 pub async fn extract_pdf(bytes: Vec<u8>) -> Result<String, FilesError> {
     match WORKER.get() {
-        Some(worker) => in_worker(worker, &bytes).await,
+        Some(worker) => run_worker(worker, &bytes, WORKER_TIMEOUT).await,
         None => in_process(bytes).await,
     }
 }
@@ -61,10 +61,6 @@ async fn in_process(bytes: Vec<u8>) -> Result<String, FilesError> {
         Ok(Err(_panic)) => Err(FilesError::Corrupt),
         Err(_) => Err(FilesError::Worker),
     }
-}
-
-async fn in_worker(worker: &std::path::Path, bytes: &[u8]) -> Result<String, FilesError> {
-    run_worker(worker, bytes, WORKER_TIMEOUT).await
 }
 
 /// Run the worker on `bytes` for at most `timeout`. Its environment is emptied: it needs none of
@@ -163,18 +159,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // The document arrives on stdin; the text leaves on stdout.
         let echo = script(&dir, "echo", "cat > /dev/null; printf 'Diabetes protocol'");
-        assert_eq!(in_worker(&echo, b"%PDF-1.7").await.unwrap(), "Diabetes protocol");
+        assert_eq!(run_worker(&echo, b"%PDF-1.7", WORKER_TIMEOUT).await.unwrap(), "Diabetes protocol");
         let unreadable = script(&dir, "unreadable", "cat > /dev/null; exit 3");
-        assert!(matches!(in_worker(&unreadable, b"x").await, Err(FilesError::Corrupt)));
+        assert!(matches!(run_worker(&unreadable, b"x", WORKER_TIMEOUT).await, Err(FilesError::Corrupt)));
         // Ended by its limits (a signal), as a memory bomb ends it.
         let aborted = script(&dir, "aborted", "cat > /dev/null; kill -ABRT $$");
-        assert!(matches!(in_worker(&aborted, b"x").await, Err(FilesError::Corrupt)));
+        assert!(matches!(run_worker(&aborted, b"x", WORKER_TIMEOUT).await, Err(FilesError::Corrupt)));
         // None of the server's environment (its secrets) reaches the worker.
         assert!(std::env::var_os("PATH").is_some());
         let env = script(&dir, "env", "cat > /dev/null; /usr/bin/env");
-        assert!(!in_worker(&env, b"x").await.unwrap().contains("PATH="));
+        assert!(!run_worker(&env, b"x", WORKER_TIMEOUT).await.unwrap().contains("PATH="));
         let missing = dir.path().join("missing");
-        assert!(matches!(in_worker(&missing, b"x").await, Err(FilesError::Worker)));
+        assert!(matches!(run_worker(&missing, b"x", WORKER_TIMEOUT).await, Err(FilesError::Worker)));
     }
 
     #[tokio::test]
