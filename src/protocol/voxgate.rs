@@ -34,6 +34,7 @@ pub mod codes {
     pub const UPSTREAM_UNAVAILABLE: &str = "voxgate_upstream_unavailable";
     pub const TOO_MANY_FRAMES: &str = "voxgate_too_many_frames";
     pub const HOSTED_MCP_REFUSED: &str = "voxgate_hosted_mcp_refused";
+    pub const UPSTREAM_EVENT_UNREADABLE: &str = "voxgate_upstream_event_unreadable";
 }
 
 /// The standard realtime `error` event (CONTRACT §4).

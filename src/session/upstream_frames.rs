@@ -17,7 +17,7 @@ use super::resume::{Reason, Seen};
 use super::client_frames::sendable;
 use crate::config::UpstreamProtocol;
 use crate::protocol::server::{self as events_in, Item};
-use crate::protocol::voxgate::{self as events, ToolSummary};
+use crate::protocol::voxgate::{self as events, ToolSummary, codes};
 use crate::protocol::peek_type;
 
 /// The `error` code of an upstream session that reached the provider's cap.
@@ -139,12 +139,9 @@ impl Bridge {
         let parsed = events_in::rewrite_response_done(text.as_bytes(), |call_id, name| {
             self.owned_calls.contains_key(call_id) || self.calls.owns(call_id) || self.is_owned_name(name)
         });
-        let done = match parsed {
-            Ok(done) => done,
-            Err(_) => {
-                self.send_client(Message::Text(text)).await;
-                return;
-            }
+        let Ok(done) = parsed else {
+            self.drop_unreadable("response.done").await;
+            return;
         };
         // Servers that announce calls only here (no argument events) are handled the same way.
         for call in &done.calls {
@@ -188,7 +185,7 @@ impl Bridge {
     /// `.done` of an owned call is where it is accepted.
     async fn handle_arguments(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
         let Ok(event) = events_in::parse_arguments(text.as_bytes()) else {
-            self.send_client(Message::Text(text)).await;
+            self.drop_unreadable(kind).await;
             return;
         };
         let call_id = event
@@ -216,11 +213,25 @@ impl Bridge {
     async fn handle_item_event(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
         let hide = match events_in::parse_item(text.as_bytes()) {
             Ok(Some(item)) => self.track_item(kind, &item),
-            _ => false,
+            Ok(None) => false,
+            Err(_) => {
+                self.drop_unreadable(kind).await;
+                return;
+            }
         };
         if !hide {
             self.send_client(Message::Text(text)).await;
         }
+    }
+
+    /// An event voxgate reads to hide server calls did not parse. Forwarded as it came, it could
+    /// show the client a server call (its name, its arguments); so it is dropped, and the client
+    /// is told, by the event's type only (`kind` is one of the API's, never the frame's content).
+    /// A call it announced is still found in `response.done`, if that one reads.
+    async fn drop_unreadable(&mut self, kind: &str) {
+        tracing::warn!(parent: &self.span, kind, "dropped an upstream event that did not parse");
+        let message = format!("The realtime service sent a {kind} event that could not be read; it was dropped.");
+        self.client_error(codes::UPSTREAM_EVENT_UNREADABLE, &message, None).await;
     }
 
     /// Record a function-call item if it is server-owned; true when the event must be hidden.

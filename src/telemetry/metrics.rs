@@ -103,7 +103,7 @@ struct Inner {
     instance_info: Family<[(&'static str, String); 1], Gauge>,
     /// Turns of every session loop: a rate far above the frame rate means a loop is spinning.
     session_loop_turns_total: Counter,
-    /// Upstream events dropped because they carried a `voxgate.` type (forged).
+    /// Upstream frames dropped as forged: a `voxgate.` type, two `type` keys, or no readable one.
     upstream_forged_events_total: Counter,
 }
 
@@ -213,7 +213,7 @@ impl Metrics {
                 "Turns of the session loops (each wakes on a frame, a completion or a due timer)",
                 Counter::default()),
             upstream_forged_events_total: register(&mut r, "voxgate_upstream_forged_events",
-                "Upstream events dropped for carrying a voxgate.* type", Counter::default()),
+                "Upstream frames dropped as forged (a voxgate.* type, two type keys, or none readable)", Counter::default()),
             registry: r,
         };
         inner.prefill();
@@ -246,7 +246,7 @@ impl Metrics {
         )
     }
 
-    /// An upstream event claimed a `voxgate.` type and was dropped.
+    /// An upstream frame was dropped as forged (see the counter).
     pub fn upstream_forged_event(&self) {
         self.inner.upstream_forged_events_total.inc();
     }

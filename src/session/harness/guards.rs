@@ -151,3 +151,40 @@ async fn invalid_utf8_text_closes_with_1007() {
         .unwrap();
     assert_eq!(outcome, SessionOutcome::ClientError);
 }
+
+/// An event voxgate must read to hide a server call (its arguments, its item, `response.done`) that
+/// does not parse is dropped, not forwarded as it came: forwarded, it would show the client a
+/// server call's name and arguments. The client is told in a standard `error`, and the session
+/// goes on.
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_event_that_may_carry_a_server_call_is_dropped_and_the_client_told() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let frames = [
+        // Valid JSON of the wrong shape: `call_id` a number.
+        format!(r#"{{"type":"response.function_call_arguments.done","call_id":7,"name":"{TOOL}","arguments":"{{\"secret\":1}}"}}"#),
+        // An item whose `arguments` is not a string.
+        format!(r#"{{"type":"response.output_item.added","item":{{"type":"function_call","call_id":"call_x","name":"{TOOL}","arguments":5}}}}"#),
+        // Cut short: not JSON past its type. (Cut short with an item in it, the frame holds a second
+        // `type` key and is dropped before this, as not one event with one type.)
+        r#"{"type":"response.done","response":{"id":"resp_1","output":[]"#.to_string(),
+    ];
+    for frame in frames {
+        h.model.send(Message::text(frame)).await.unwrap();
+    }
+    h.model_sends(json!({"type": "response.output_text.delta", "event_id": "e", "delta": "after"})).await;
+    let mut errors = 0;
+    loop {
+        let Some(Ok(Message::Text(text))) = h.browser.next().await else { panic!("browser socket ended") };
+        assert!(!text.contains(TOOL) && !text.contains("secret"), "a server call reached the client: {text}");
+        let event: Value = serde_json::from_str(&text).unwrap();
+        if event["type"] == "error" {
+            assert_eq!(event["error"]["code"], "voxgate_upstream_event_unreadable", "{event}");
+            errors += 1;
+        }
+        if event["type"] == "response.output_text.delta" {
+            break;
+        }
+    }
+    assert_eq!(errors, 3);
+    assert!(h.metrics.render().contains(r#"voxgate_client_errors_total{code="voxgate_upstream_event_unreadable"} 3"#));
+}
