@@ -113,7 +113,8 @@ fn tune_allocator() {
 /// A bad config is reported with its key and reason, exit 2.
 fn load(path: Option<&Path>) -> Result<Config, ExitCode> {
     Config::load(path, &ProcessEnv).map_err(|err| {
-        eprintln!("voxgate: invalid configuration: {err}");
+        // The error's own text starts "invalid configuration:".
+        eprintln!("voxgate: {err}");
         ExitCode::from(2)
     })
 }

@@ -39,7 +39,8 @@ fn a_bad_config_names_the_key_and_exits_2() {
         let out = std::process::Command::new(binary()).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("server.max_sessions"), "{stderr}");
+        assert!(stderr.starts_with("voxgate: invalid configuration: server.max_sessions:"), "{stderr}");
+        assert_eq!(stderr.matches("invalid configuration").count(), 1, "{stderr}");
     }
     let out = std::process::Command::new(binary())
         .arg("check-config")

@@ -78,6 +78,8 @@ fn every_validation_error_names_its_key() {
         ("[upstream]\nresume_attempts = 0", &[], "upstream.resume_attempts"),
         ("[upstream]\nresume_max_items = 0", &[], "upstream.resume_max_items"),
         ("[auth]\nmode = \"jwt\"", &[], "auth.mode"),
+        // JWT mode accepts JWTs only: an admin token alone would start a proxy that refuses everyone.
+        ("[auth]\nmode = \"jwt\"\nadmin_token = \"0123456789abcdef0123456789abcdef\"", &[], "auth.mode"),
         ("[auth]\nmode = \"ticket\"\njwt_secret = \"0123456789abcdef0123456789abcdef\"", &[], "auth.admin_token"),
         ("[auth]\nmode = \"jwt\"\njwt_secret = \"short\"", &[], "auth.jwt_secret"),
         ("[auth]\nadmin_token = \"short\"", &[], "auth.admin_token"),

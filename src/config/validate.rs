@@ -95,6 +95,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "needs auth.jwt_secret, auth.jwt_public_key_pem or (for tickets) auth.admin_token",
         ));
     }
+    // In `jwt` mode only JWTs open sessions: an admin token alone would refuse every one.
+    if auth.mode == AuthMode::Jwt && auth.jwt_secret.is_none() && auth.jwt_public_key_pem.is_none() {
+        return Err(ConfigError::new("auth.mode", "\"jwt\" needs auth.jwt_secret or auth.jwt_public_key_pem"));
+    }
     if auth.mode == AuthMode::Ticket && auth.admin_token.is_none() {
         return Err(ConfigError::new("auth.admin_token", "required for auth.mode = \"ticket\""));
     }

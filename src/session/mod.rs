@@ -128,6 +128,19 @@ pub enum SessionOutcome {
 }
 
 impl SessionOutcome {
+    #[cfg(test)]
+    const ALL: [SessionOutcome; 9] = [
+        SessionOutcome::ClientClosed,
+        SessionOutcome::UpstreamClosed,
+        SessionOutcome::ClientError,
+        SessionOutcome::UpstreamError,
+        SessionOutcome::SlowClient,
+        SessionOutcome::IdleTimeout,
+        SessionOutcome::Drained,
+        SessionOutcome::Killed,
+        SessionOutcome::AuthExpired,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SessionOutcome::ClientClosed => "client_closed",
@@ -162,4 +175,20 @@ where
     C: Stream<Item = Result<Message, tungstenite::Error>> + Sink<Message, Error = tungstenite::Error> + Send + Unpin + 'static,
 {
     bridge::Bridge::run(info, span, client, upstream, deps, cancel, reconnect)
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::SessionOutcome;
+
+    /// Every outcome is in the first scrape at zero, so `rate()` and ratios over outcomes have both
+    /// sides from the start (docs/operations.md).
+    #[test]
+    fn every_outcome_is_scraped_from_the_start() {
+        let scrape = crate::telemetry::metrics::Metrics::new().render();
+        for outcome in SessionOutcome::ALL {
+            let series = format!("voxgate_sessions_total{{outcome=\"{}\"}} 0", outcome.as_str());
+            assert!(scrape.contains(&series), "{series} missing");
+        }
+    }
 }

@@ -44,7 +44,7 @@ const AUDIT_COMMIT_BUCKETS: [f64; 14] = [
 
 /// Series created at zero on start so every CONTRACT name is in the first scrape and ratios and
 /// `rate()` have both sides from the beginning. Other label values appear on first use.
-const SESSION_OUTCOMES: [&str; 8] = [
+const SESSION_OUTCOMES: [&str; 9] = [
     "client_closed",
     "upstream_closed",
     "client_error",
@@ -53,6 +53,7 @@ const SESSION_OUTCOMES: [&str; 8] = [
     "idle_timeout",
     "drained",
     "killed",
+    "auth_expired",
 ];
 const TOOL_STATUSES: [&str; 4] = ["completed", "failed", "declined", "expired"];
 const CONFIRMATION_DECISIONS: [&str; 3] = ["approved", "declined", "expired"];
