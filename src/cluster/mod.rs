@@ -42,12 +42,44 @@ const RELEASE_QUEUE: usize = 1024;
 pub enum ClusterError {
     #[error("redis error ({0:?})")]
     Redis(redis::ErrorKind),
+    /// Redis refused `redis.url`'s credentials ([`credentials_refused`]): not an outage that ends
+    /// by itself, but a configuration an operator must fix.
+    #[error("redis refused the credentials in redis.url ({0})")]
+    Credentials(&'static str),
     #[error("redis did not answer in time")]
     Timeout,
     #[error("a registry entry could not be encoded")]
     Encoding,
     #[error("redis was down at the last attempt; the next refresh tries again")]
     Down,
+}
+
+impl ClusterError {
+    /// A failed Redis call, by kind only (or as refused credentials).
+    pub fn from_redis(err: &redis::RedisError) -> Self {
+        match credentials_refused(err) {
+            Some(code) => Self::Credentials(code),
+            None => Self::Redis(err.kind()),
+        }
+    }
+}
+
+/// `Some(what Redis answered)` when `err` says Redis refused the credentials in `redis.url`, by
+/// kind or error code only: the error's detail may repeat the user name.
+pub fn credentials_refused(err: &redis::RedisError) -> Option<&'static str> {
+    match err.kind() {
+        // redis-rs's verdict on a refused `AUTH` at connection set-up: a wrong password, or a
+        // password Redis does not ask for.
+        redis::ErrorKind::AuthenticationFailed => Some("AuthenticationFailed"),
+        // Codes redis-rs does not know pass through as extensions: NOAUTH when no password was
+        // given where one is required, WRONGPASS when `HELLO … AUTH` (RESP3) is refused.
+        redis::ErrorKind::Extension => match err.code() {
+            Some("NOAUTH") => Some("NOAUTH"),
+            Some("WRONGPASS") => Some("WRONGPASS"),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// What became of an admin kill.
@@ -97,6 +129,8 @@ struct Shared {
     releases: mpsc::Sender<(String, Option<String>)>,
     /// Whether the last Redis round trip succeeded (`voxgate_redis_up`, `/readyz`).
     up: AtomicBool,
+    /// Whether refused credentials were logged in this outage (logged once, at error level).
+    refused_logged: AtomicBool,
     metrics: Metrics,
 }
 
@@ -131,6 +165,7 @@ impl Cluster {
             registry: Registry::new(link.conn, link.ttl),
             releases,
             up: AtomicBool::new(true),
+            refused_logged: AtomicBool::new(false),
             metrics,
         };
         let cluster = Arc::new(Self {
@@ -179,10 +214,10 @@ impl Cluster {
                 false => Err(ClusterError::Down),
             };
             match shared_result {
-                Ok(true) => shared.set_up(true),
+                Ok(true) => shared.set_up(),
                 Ok(false) => return Err(AdmitError::UserLimit),
                 Err(err) => {
-                    shared.set_up(false);
+                    shared.set_down(err);
                     shared.metrics.redis_fallback("session_cap");
                     tracing::debug!(error = %err, "session registry unavailable; admitted on local caps");
                 }
@@ -207,11 +242,11 @@ impl Cluster {
         if let Some(shared) = &self.shared {
             match shared.registry.list().await {
                 Ok(entries) => {
-                    shared.set_up(true);
+                    shared.set_up();
                     return (entries, ListingScope::Cluster);
                 }
                 Err(err) => {
-                    shared.set_up(false);
+                    shared.set_down(err);
                     tracing::warn!(error = %err, "session registry unavailable; listing this instance only");
                 }
             }
@@ -237,7 +272,7 @@ impl Cluster {
             Ok(Some(entry)) => entry.instance,
             Ok(None) => return KillOutcome::NotFound,
             Err(err) => {
-                shared.set_up(false);
+                shared.set_down(err);
                 tracing::warn!(error = %err, "session registry unavailable; cannot forward an admin kill");
                 return KillOutcome::Unreachable;
             }
@@ -246,7 +281,7 @@ impl Cluster {
             Ok(0) => KillOutcome::Unreachable,
             Ok(_) => KillOutcome::Forwarded,
             Err(err) => {
-                shared.set_up(false);
+                shared.set_down(err);
                 tracing::warn!(error = %err, "cannot forward an admin kill");
                 KillOutcome::Unreachable
             }
@@ -255,19 +290,44 @@ impl Cluster {
 }
 
 impl Shared {
-    /// Record Redis's state; transitions are logged once and exported as `voxgate_redis_up`.
-    fn set_up(&self, up: bool) {
-        if self.up.swap(up, Ordering::Relaxed) != up {
-            self.metrics.redis_up(up);
-            if up {
-                tracing::info!(
-                    "redis is back: session caps and the session registry are shared again"
-                );
-            } else {
-                tracing::warn!(
-                    "redis is unreachable: per-instance session caps, admin listing of this instance only"
+    /// Redis answered; the return from an outage is logged once and exported as `voxgate_redis_up`.
+    fn set_up(&self) {
+        self.refused_logged.store(false, Ordering::Relaxed);
+        if !self.up.swap(true, Ordering::Relaxed) {
+            self.metrics.redis_up(true);
+            tracing::info!("redis is back: session caps and the session registry are shared again");
+        }
+    }
+
+    /// Redis did not answer (`err`); the outage is logged once and exported as `voxgate_redis_up`.
+    /// Refused credentials are logged at error level, once per outage even if the outage began
+    /// otherwise: unlike an outage, they do not end by themselves, and redis-rs's connection
+    /// manager reconnects only after I/O errors, so it keeps the refusal until a restart.
+    fn set_down(&self, err: ClusterError) {
+        let was_up = self.up.swap(false, Ordering::Relaxed);
+        if was_up {
+            self.metrics.redis_up(false);
+        }
+        if let ClusterError::Credentials(code) = err {
+            if !self.refused_logged.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    kind = code,
+                    "redis refused the credentials in redis.url: per-instance session caps, \
+                     admin listing of this instance only, until they are fixed and voxgate restarted"
                 );
             }
+        } else if was_up {
+            tracing::warn!(
+                "redis is unreachable: per-instance session caps, admin listing of this instance only"
+            );
+        }
+    }
+
+    /// Record the outcome of a Redis round trip.
+    fn record<T>(&self, result: &Result<T, ClusterError>) {
+        match result {
+            Ok(_) => self.set_up(),
+            Err(err) => self.set_down(*err),
         }
     }
 }
@@ -300,14 +360,14 @@ async fn maintain(
                 let Some(cluster) = cluster.upgrade() else { return };
                 let Some(shared) = &cluster.shared else { return };
                 let result = shared.registry.release(&id, cap_key.as_deref()).await;
-                shared.set_up(result.is_ok());
+                shared.record(&result);
             }
             _ = tick.tick() => {
                 let Some(cluster) = cluster.upgrade() else { return };
                 let Some(shared) = &cluster.shared else { return };
                 let seated: Vec<Seated> = cluster.seats.iter().map(|s| s.value().clone()).collect();
                 let result = shared.registry.refresh(&seated).await;
-                shared.set_up(result.is_ok());
+                shared.record(&result);
             }
         }
     }

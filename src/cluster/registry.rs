@@ -237,7 +237,7 @@ impl Registry {
 async fn bounded<T>(call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, ClusterError> {
     match tokio::time::timeout(REDIS_TIMEOUT, call).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(ClusterError::Redis(err.kind())),
+        Ok(Err(err)) => Err(ClusterError::from_redis(&err)),
         Err(_) => Err(ClusterError::Timeout),
     }
 }

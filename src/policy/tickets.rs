@@ -4,7 +4,8 @@
 //! A ticket is self-contained and signed (`vgt.<claims>.<hmac>`), so any instance sharing the key
 //! can check it; single use is enforced in memory and, with `redis.url`, in Redis with
 //! `SET voxgate:ticket:<id> NX EX <ttl>` — so a ticket minted on one instance is accepted once on
-//! any instance.
+//! any instance. A session refused for a cap asks whether its ticket is spent ([`Tickets::is_spent`],
+//! `EXISTS` in Redis), so that a replay is refused as used (401), not for the cap.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,7 +21,8 @@ use super::auth::AuthError;
 
 const PREFIX: &str = "vgt";
 /// A redemption waits this long for Redis before it is refused as unavailable (the browser may
-/// retry); the same bound as the cluster's own Redis calls.
+/// retry), and a session refused for a cap as long to learn whether its ticket is already spent;
+/// the same bound as the cluster's own Redis calls.
 const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -172,6 +174,25 @@ impl Tickets {
         }
         Ok(Principal::new(claims.sub, claims.roles))
     }
+
+    /// Is this checked ticket already spent, here or (with Redis) on any instance? Asked only for
+    /// a session refused for a cap, so that a replayed ticket is answered as used (CONTRACT §2)
+    /// rather than with the cap's refusal; an admitted session never pays this round trip. When
+    /// Redis cannot answer, `false`: the cap's refusal stands, and the ticket is not spent by it.
+    pub async fn is_spent(&self, ticket: &CheckedTicket) -> bool {
+        let jti = &ticket.claims.jti;
+        if self.used.contains_key(jti) {
+            return true;
+        }
+        let Some(redis) = &self.redis else { return false };
+        match spent_in_redis(redis, jti).await {
+            Ok(spent) => spent,
+            Err(err) => {
+                tracing::debug!(error = %err, "ticket check on a refusal: Redis unavailable");
+                false
+            }
+        }
+    }
 }
 
 /// Why Redis could not say whether a ticket was already spent. Only the kind is kept: a URL may
@@ -184,14 +205,31 @@ enum ClaimError {
     Timeout,
 }
 
+/// The Redis key that marks ticket `jti` as spent, for as long as the ticket could be used.
+fn redis_key(jti: &str) -> String {
+    format!("voxgate:ticket:{jti}")
+}
+
 /// `SET voxgate:ticket:<jti> 1 NX EX <ttl>` under [`REDIS_TIMEOUT`]: `Ok(true)` when this call
 /// claimed the ticket, `Ok(false)` when some instance already had.
 async fn claim_in_redis(redis: &redis::aio::ConnectionManager, jti: &str, ttl: u64) -> Result<bool, ClaimError> {
     let mut conn = redis.clone();
     let mut set = redis::cmd("SET");
-    set.arg(format!("voxgate:ticket:{jti}")).arg(1).arg("NX").arg("EX").arg(ttl);
+    set.arg(redis_key(jti)).arg(1).arg("NX").arg("EX").arg(ttl);
     match tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut conn)).await {
         Ok(Ok(reply)) => Ok(reply.is_some()),
+        Ok(Err(err)) => Err(ClaimError::Redis(err.kind())),
+        Err(_) => Err(ClaimError::Timeout),
+    }
+}
+
+/// `EXISTS voxgate:ticket:<jti>` under [`REDIS_TIMEOUT`]: whether some instance spent the ticket.
+async fn spent_in_redis(redis: &redis::aio::ConnectionManager, jti: &str) -> Result<bool, ClaimError> {
+    let mut conn = redis.clone();
+    let mut exists = redis::cmd("EXISTS");
+    exists.arg(redis_key(jti));
+    match tokio::time::timeout(REDIS_TIMEOUT, exists.query_async::<bool>(&mut conn)).await {
+        Ok(Ok(spent)) => Ok(spent),
         Ok(Err(err)) => Err(ClaimError::Redis(err.kind())),
         Err(_) => Err(ClaimError::Timeout),
     }
@@ -257,6 +295,25 @@ mod tests {
         assert_eq!(tickets.spend(raced).await.unwrap_err(), AuthError::TicketUsed);
         // Once spent, the check itself refuses it: a used ticket is a 401 before any cap.
         assert_eq!(tickets.check(&minted.token).err(), Some(AuthError::TicketUsed));
+    }
+
+    #[tokio::test]
+    async fn a_ticket_is_known_spent_only_once_spent() {
+        let tickets = Tickets::new(b"k", Duration::from_secs(300), None);
+        let minted = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        let checked = tickets.check(&minted.token).unwrap();
+        let replay = tickets.check(&minted.token).unwrap();
+        assert!(!tickets.is_spent(&replay).await, "checked, not spent");
+        tickets.spend(checked).await.unwrap();
+        assert!(tickets.is_spent(&replay).await, "spent here: known in memory");
+    }
+
+    #[tokio::test]
+    async fn a_redis_error_leaves_a_ticket_not_known_spent() {
+        // The cap's refusal then stands: a ticket is never called used on a guess.
+        let tickets = Tickets::new(b"k", Duration::from_secs(300), Some(unreachable_redis()));
+        let minted = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        assert!(!tickets.is_spent(&tickets.check(&minted.token).unwrap()).await);
     }
 
     #[tokio::test]

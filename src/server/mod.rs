@@ -55,8 +55,9 @@ pub enum StartError {
     Auth(String),
     #[error(transparent)]
     Shards(#[from] shards::ShardError),
-    /// `redis.url` cannot be used at all (a configuration error). Redis being unreachable is not
-    /// an error at start: the instance starts degraded and connects when Redis answers.
+    /// `redis.url` cannot be used at all, or Redis refuses its credentials (configuration errors).
+    /// Redis being unreachable is not an error at start: the instance starts degraded and connects
+    /// when Redis answers.
     #[error("redis.url is not usable ({0})")]
     Redis(String),
 }
@@ -91,7 +92,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let config = Arc::new(config);
     let metrics = Metrics::new();
     let redis = match &config.redis.url {
-        Some(url) => Some(connect_redis(url.expose())?),
+        Some(url) => Some(connect_redis(url.expose()).await?),
         None => None,
     };
     let registry = Arc::new(ToolRegistry::from_config(&config)?);
@@ -214,17 +215,43 @@ fn user_hasher(config: &Config) -> UserHasher {
 /// A connection manager that connects on first use, not here: a pod (re)scheduled while Redis is
 /// away must start and serve degraded (docs/operations.md, "When Redis is down") rather than
 /// crash-loop. Every caller bounds its Redis calls and falls back; the cluster's refresh tick
-/// notices the outage at once and `/readyz` reports it. Only a URL that cannot be used at all
-/// fails the start.
-fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, StartError> {
+/// notices the outage at once and `/readyz` reports it. Only a URL that cannot be used at all, or
+/// credentials that Redis refuses ([`probe_redis`]), fail the start.
+async fn connect_redis(url: &str) -> Result<redis::aio::ConnectionManager, StartError> {
     // The URL may hold a password: errors are reported by kind only.
     let client = redis::Client::open(url).map_err(|e| StartError::Redis(format!("{:?}", e.kind())))?;
     let options = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_millis(500)))
         .set_number_of_retries(2);
-    redis::aio::ConnectionManager::new_lazy_with_config(client, options)
-        .map_err(|e| StartError::Redis(format!("{:?}", e.kind())))
+    let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, options)
+        .map_err(|e| StartError::Redis(format!("{:?}", e.kind())))?;
+    probe_redis(&conn).await?;
+    Ok(conn)
+}
+
+/// How long the start waits for Redis's answer to its one `PING`.
+const REDIS_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One bounded `PING` at start. Credentials Redis refuses are a configuration error that no wait
+/// will mend (the instance would run degraded forever): the start fails. Any other failure is an
+/// outage, which the instance starts through, degraded, as documented.
+async fn probe_redis(conn: &redis::aio::ConnectionManager) -> Result<(), StartError> {
+    let mut conn = conn.clone();
+    match tokio::time::timeout(REDIS_PROBE_TIMEOUT, redis::cmd("PING").query_async::<String>(&mut conn)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => match crate::cluster::credentials_refused(&err) {
+            Some(kind) => Err(StartError::Redis(format!("Redis refused the credentials: {kind}"))),
+            None => {
+                tracing::warn!(kind = ?err.kind(), "redis does not answer at start: starting degraded");
+                Ok(())
+            }
+        },
+        Err(_) => {
+            tracing::warn!("redis did not answer in time at start: starting degraded");
+            Ok(())
+        }
+    }
 }
 
 fn announce(config: &Config, state: &AppState, addr: SocketAddr) {

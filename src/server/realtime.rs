@@ -4,8 +4,9 @@
 //!
 //! Order matters: a single-use ticket is spent only after the session is admitted (this instance's
 //! caps, then the per-user cap across instances), so a browser refused for a cap can retry with the
-//! same ticket; a subprotocol is echoed only when the client offered it (RFC 6455: a client fails
-//! a handshake that selects one it did not offer).
+//! same ticket (unless it is already spent: then the answer is 401, not the cap's); a subprotocol
+//! is echoed only when the client offered it (RFC 6455: a client fails a handshake that selects one
+//! it did not offer).
 //!
 //! The upgrade is done here rather than with axum's `WebSocketUpgrade` so the client socket is a
 //! plain tokio-tungstenite stream over the TCP socket itself: the same frame type as the
@@ -27,7 +28,7 @@ use futures::SinkExt;
 use tracing::Instrument;
 
 use super::error::ApiError;
-use super::state::AppState;
+use super::state::{AppState, Authenticated};
 use crate::cluster::{Seat, SessionEntry};
 use crate::config::AuthMode;
 use crate::policy::auth::{self, AuthError};
@@ -75,15 +76,14 @@ pub async fn realtime(
     // In `none` mode every session is the same anonymous user; only the process cap applies.
     let cap_key = if state.config.auth.mode == AuthMode::None { id.clone() } else { user.clone() };
     let model_name = model.clone().unwrap_or_else(|| state.config.upstream.model.clone());
-    let admission = state.live.admit(&id, &cap_key, &model_name, cancel.clone()).map_err(|err| {
-        let (status, code) = match err {
-            AdmitError::Full => (StatusCode::SERVICE_UNAVAILABLE, "too_many_sessions"),
-            AdmitError::UserLimit => (StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions"),
-        };
-        state.deps.metrics.http_rejection(code);
-        ApiError::new(status, code, err.to_string())
-    })?;
-    let seat = admit_in_cluster(&state, &id, &user, &model_name).await?;
+    let admission = match state.live.admit(&id, &cap_key, &model_name, cancel.clone()) {
+        Ok(admission) => admission,
+        Err(err) => return Err(refused_for_cap(&state, &authenticated, err).await),
+    };
+    let seat = match admit_in_cluster(&state, &id, &user, &model_name).await {
+        Ok(seat) => seat,
+        Err(err) => return Err(refused_for_cap(&state, &authenticated, err).await),
+    };
     // Admitted here and across instances: only now is the ticket (if any) spent, so a refusal for
     // either cap leaves it usable. Single use does not depend on this order (`Tickets::spend`
     // claims it atomically); refused here, the admission and the seat are dropped with it.
@@ -155,9 +155,27 @@ fn take_socket(upgraded: hyper::upgrade::Upgraded) -> Option<(TcpStream, Vec<u8>
     Some((parts.io.into_inner(), read_ahead))
 }
 
+/// The answer to a session refused for a cap (this instance's, or the per-user cap across
+/// instances). A ticket already spent, here or on another instance, is refused as used (401,
+/// CONTRACT §2) rather than for the cap: only this path asks, so an admitted session pays no extra
+/// Redis round trip. When Redis cannot say, the cap's refusal stands.
+async fn refused_for_cap(state: &AppState, authenticated: &Authenticated, err: AdmitError) -> ApiError {
+    if authenticated.ticket_spent().await {
+        state.deps.metrics.http_rejection("unauthorized");
+        return ApiError::unauthorized(AuthError::TicketUsed.to_string());
+    }
+    let (status, code) = match err {
+        AdmitError::Full => (StatusCode::SERVICE_UNAVAILABLE, "too_many_sessions"),
+        AdmitError::UserLimit => (StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions"),
+    };
+    state.deps.metrics.http_rejection(code);
+    ApiError::new(status, code, err.to_string())
+}
+
 /// Register the session with the cluster: the per-user cap across instances (not in `none`
 /// mode, where every session is the same anonymous user) and the registry the admin API lists.
-async fn admit_in_cluster(state: &AppState, id: &str, user: &str, model: &str) -> Result<Seat, ApiError> {
+/// Its only refusal is [`AdmitError::UserLimit`].
+async fn admit_in_cluster(state: &AppState, id: &str, user: &str, model: &str) -> Result<Seat, AdmitError> {
     let started_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -170,10 +188,7 @@ async fn admit_in_cluster(state: &AppState, id: &str, user: &str, model: &str) -
         started_at,
     };
     let cap = (state.config.auth.mode != AuthMode::None).then(|| (user.to_string(), state.config.server.max_sessions_per_user));
-    state.cluster.admit(entry, cap).await.map_err(|err| {
-        state.deps.metrics.http_rejection("too_many_user_sessions");
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_user_sessions", err.to_string())
-    })
+    state.cluster.admit(entry, cap).await
 }
 
 /// Connect the session's upstream. One that cannot be reached is reported to the client (an

@@ -95,4 +95,13 @@ impl Authenticated {
             None => Ok(self.principal),
         }
     }
+
+    /// Was the session opened with a ticket that is already spent, here or on another instance?
+    /// Only for a session refused for a cap: a used ticket is answered as such (CONTRACT §2).
+    pub async fn ticket_spent(&self) -> bool {
+        match &self.ticket {
+            Some((tickets, checked)) => tickets.is_spent(checked).await,
+            None => false,
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! Redis away degrades, never refuses (docs/operations.md, "When Redis is down"), from the very
 //! start: an instance whose Redis cannot be reached starts, serves and reports it, and connects
-//! once Redis answers. And a single-use ticket is spent only by a session that is admitted: a
-//! refusal for the per-user cap across instances, or a Redis that cannot answer, leaves it usable.
+//! once Redis answers; only a `redis.url` that cannot be used, or whose credentials Redis refuses,
+//! fails the start. And a single-use ticket is spent only by a session that is admitted: a refusal
+//! for the per-user cap across instances, or a Redis that cannot answer, leaves it usable; a ticket
+//! already spent, on any instance, is refused as used (401) even while its user is at the cap.
 
 use super::*;
 use support::TestProxy;
@@ -71,20 +73,55 @@ async fn an_unreachable_redis_at_start_degrades_instead_of_refusing() {
     proxy.stop().await;
 }
 
-#[tokio::test]
-async fn an_unusable_redis_url_still_fails_the_start() {
+/// Start a server whose `redis.url` is `url`, built without `validate` (which already refuses some
+/// such URLs): the server's own checks are what is tested.
+async fn start_with_redis_url(url: &str) -> Result<voxgate::server::RunningServer, voxgate::server::StartError> {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[redis]\nurl = \"http://not-redis\"\n[audit]\npath = \"{}\"\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\n[redis]\nurl = \"{url}\"\n[audit]\npath = \"{}\"\n",
         dir.path().join("audit.jsonl").display()
     );
-    // Built without `validate`, which already refuses such a URL: the server's own check is tested.
     let config = voxgate::config::Config::from_table(toml::from_str(&text).unwrap()).unwrap();
-    match voxgate::server::start(config).await {
+    voxgate::server::start(config).await
+}
+
+#[tokio::test]
+async fn an_unusable_redis_url_still_fails_the_start() {
+    match start_with_redis_url("http://not-redis").await {
         Err(voxgate::server::StartError::Redis(_)) => {}
         Err(other) => panic!("wrong error: {other}"),
         Ok(_) => panic!("started with an unusable redis.url"),
     }
+}
+
+/// Credentials Redis refuses are a configuration error, not an outage: the start fails, saying so
+/// by kind and never repeating the URL. Checked for a wrong password, a password Redis does not
+/// ask for, and none where Redis asks for one; the right password starts.
+#[tokio::test]
+async fn redis_credentials_that_redis_refuses_fail_the_start() {
+    let locked = RedisServer::start_with_password("the-right-password");
+    let open_redis = RedisServer::start();
+    // What redis-rs makes of each: a refused AUTH at connection set-up, or NOAUTH for the PING.
+    let wrong = |port: u16| format!("redis://:a-wrong-password@127.0.0.1:{port}");
+    let cases = [
+        ("a wrong password", wrong(locked.port), "AuthenticationFailed"),
+        ("no password", locked.url(), "NOAUTH"),
+        ("a password Redis does not ask for", wrong(open_redis.port), "AuthenticationFailed"),
+    ];
+    for (what, url, kind) in cases {
+        match start_with_redis_url(&url).await {
+            Err(err @ voxgate::server::StartError::Redis(_)) => {
+                let message = err.to_string();
+                assert!(message.contains("refused the credentials") && message.contains(kind), "{what}: {message}");
+                assert!(!message.contains("wrong-password") && !message.contains("127.0.0.1"), "{what}: {message}");
+            }
+            Err(other) => panic!("{what}: wrong error: {other}"),
+            Ok(_) => panic!("{what}: started with credentials Redis refuses"),
+        }
+    }
+    let right = format!("redis://:the-right-password@127.0.0.1:{}", locked.port);
+    let server = start_with_redis_url(&right).await.expect("the right password starts");
+    server.shutdown().await.unwrap();
 }
 
 /// Redis down when the instance starts and when the ticket is presented: refused, not spent; Redis
@@ -123,18 +160,33 @@ async fn a_ticket_refused_for_the_cross_instance_cap_can_be_used_again() {
 
     drop(on_a);
     let session = open_eventually(&b.url(""), &ticket, &[429]).await;
-    // The cap is checked first, so while that session lives a reuse is a 429; once it is gone,
-    // the reuse meets the spent ticket.
     drop(session);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match open(&a.url(""), &ticket).await.0 {
-            401 => break,
-            429 => assert!(tokio::time::Instant::now() < deadline, "the cap was never freed"),
-            other => panic!("a spent ticket got {other}: single use must hold on any instance"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Spent: a reuse on any instance is a 401, whether or not the user is at the cap.
+    assert_eq!(open(&a.url(""), &ticket).await.0, 401, "single use must hold on any instance");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A ticket spent on one instance and replayed on another while its user is at the cap: a used
+/// ticket is a 401 (CONTRACT §2), not the cap's 429 or 503. The other instance has never seen the
+/// ticket, so only Redis knows it is spent. Both refusals are covered: the cross-instance per-user
+/// cap, and this instance's own process cap.
+#[tokio::test]
+async fn a_ticket_spent_on_another_instance_is_refused_as_used_while_its_user_is_at_the_cap() {
+    let redis = RedisServer::start();
+    let a = TestProxy::start(&toml(&redis.url(), "[server]\nmax_sessions_per_user = 1\n")).await;
+    let b = TestProxy::start(&toml(&redis.url(), "[server]\nmax_sessions_per_user = 1\nmax_sessions = 1\n")).await;
+    let ticket = mint_ticket(a.addr, "dr.replay").await;
+    let (status, on_a) = open(&a.url(""), &ticket).await;
+    assert_eq!(status, 101, "the ticket is spent on A, whose session holds the user's only seat");
+    assert_eq!(open(&b.url(""), &jwt("dr.replay")).await.0, 429, "the user is at the cap");
+
+    assert_eq!(open(&b.url(""), &ticket).await.0, 401, "replayed on B, refused by the per-user cap");
+    let (status, other) = open(&b.url(""), &jwt("dr.other")).await;
+    assert_eq!(status, 101, "another user takes B's only place");
+    assert_eq!(open(&b.url(""), &ticket).await.0, 401, "replayed on B, refused by B's process cap");
+    assert_eq!(open(&a.url(""), &ticket).await.0, 401, "replayed on A");
+    drop((on_a, other));
     a.stop().await;
     b.stop().await;
 }

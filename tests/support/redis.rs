@@ -7,13 +7,24 @@ pub struct RedisServer {
     pub port: u16,
     child: Option<std::process::Child>,
     dir: tempfile::TempDir,
+    /// `--requirepass`, when the server asks for one.
+    password: Option<String>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_with(None)
+    }
+
+    /// A server that refuses every client that does not authenticate with `password`.
+    pub fn start_with_password(password: &str) -> RedisServer {
+        Self::start_with(Some(password.to_string()))
+    }
+
+    fn start_with(password: Option<String>) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
-        let mut server = RedisServer { port, child: None, dir };
+        let mut server = RedisServer { port, child: None, dir, password };
         server.restart();
         server
     }
@@ -24,10 +35,15 @@ impl RedisServer {
 
     /// Start (again) on the same port.
     pub fn restart(&mut self) {
-        let child = std::process::Command::new("redis-server")
+        let mut command = std::process::Command::new("redis-server");
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(self.dir.path())
+            .arg(self.dir.path());
+        if let Some(password) = &self.password {
+            command.args(["--requirepass", password]);
+        }
+        let child = command
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server is not installed: run scripts/test, which installs it");
