@@ -192,6 +192,8 @@ async fn upstream_refusals_are_reported_without_leaking() {
         let (code, reason) = client.closed().await;
         assert_eq!(code, 1013, "{mode:?}");
         assert!(!reason.contains("SECRET"));
+        let metrics = proxy.http_get("/metrics").await.1;
+        assert!(metrics.contains(r#"voxgate_client_errors_total{code="voxgate_upstream_unavailable"} 1"#), "{mode:?}: {metrics}");
     }
 }
 

@@ -47,6 +47,7 @@ pub async fn realtime(
 ) -> Result<Response, ApiError> {
     let headers = request.headers().clone();
     if state.shutdown.is_draining() {
+        state.deps.metrics.http_rejection("draining");
         return Err(ApiError::unavailable("draining", "the server is shutting down"));
     }
     let key = websocket_key(&headers)?;
@@ -220,6 +221,7 @@ where
             metrics.upstream_connect_failed(err.reason());
             tracing::warn!(session.id = %info.id, reason = err.reason(), "upstream connection failed");
             let message = format!("{err}. Try again later.");
+            metrics.client_error(codes::UPSTREAM_UNAVAILABLE);
             let _ = client.send(Message::text(events::error_event(codes::UPSTREAM_UNAVAILABLE, &message, None))).await;
             let frame = CloseFrame { code: CloseCode::Again, reason: "realtime service unavailable".into() };
             let _ = client.close(Some(frame)).await;
