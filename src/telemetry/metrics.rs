@@ -307,7 +307,7 @@ impl Metrics {
         self.inner.upstream_connect.observe(elapsed.as_secs_f64());
     }
 
-    /// `reason`: e.g. timeout, refused, tls, http_status, protocol.
+    /// `reason`: [`crate::upstream::UpstreamError::reason`] (unauthorized, timeout, refused, …).
     pub fn upstream_connect_failed(&self, reason: &'static str) {
         self.inner
             .upstream_connect_failures_total

@@ -120,7 +120,7 @@ fn increments_show_in_the_scrape() {
     metrics.audit_error();
     metrics.audit_commit(Duration::from_micros(300));
     metrics.audit_commit(Duration::from_millis(300));
-    metrics.http_rejection("origin");
+    metrics.http_rejection("bad_origin");
 
     let body = metrics.render();
     let all: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();
@@ -207,7 +207,7 @@ fn increments_show_in_the_scrape() {
         (r#"voxgate_audit_commit_seconds_bucket{le="0.0005"}"#, 1.0),
         (r#"voxgate_audit_commit_seconds_bucket{le="0.25"}"#, 1.0),
         (r#"voxgate_audit_commit_seconds_bucket{le="0.5"}"#, 2.0),
-        (r#"voxgate_http_rejections_total{reason="origin"}"#, 1.0),
+        (r#"voxgate_http_rejections_total{reason="bad_origin"}"#, 1.0),
     ];
     for (series, want) in expect {
         assert_eq!(value(&body, series), Some(want), "{series}:\n{body}");
