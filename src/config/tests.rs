@@ -84,6 +84,9 @@ fn every_validation_error_names_its_key() {
         ("[auth]\nmode = \"jwt\"\njwt_secret = \"short\"", &[], "auth.jwt_secret"),
         ("[auth]\nadmin_token = \"short\"", &[], "auth.admin_token"),
         ("[auth]\njwt_secret = \"0123456789abcdef0123456789abcdef\"\njwt_public_key_pem = \"x\"", &[], "auth.jwt_public_key_pem"),
+        // A key that does not parse is a config error (exit 2, and check-config says so), not a
+        // failed start.
+        ("[auth]\nmode = \"jwt\"\njwt_public_key_pem = \"not a key\"", &[], "auth.jwt_public_key_pem"),
         ("[server]\nlisten = \"0.0.0.0:8080\"", &[], "auth.mode"),
         ("[audit]\npath = \"\"", &[], "audit.path"),
         ("[redis]\nurl = \"http://x\"", &[], "redis.url"),

@@ -108,6 +108,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "set either auth.jwt_secret or auth.jwt_public_key_pem, not both",
         ));
     }
+    if auth.jwt_public_key_pem.is_some() {
+        // Parsed here as the verifier will parse it, so a bad key is refused like any bad setting.
+        crate::policy::auth::JwtVerifier::from_config(auth)
+            .map_err(|reason| ConfigError::new("auth.jwt_public_key_pem", reason))?;
+    }
     if let Some(secret) = &auth.jwt_secret {
         if secret.expose().len() < 32 {
             return Err(ConfigError::new("auth.jwt_secret", "must be at least 32 bytes"));

@@ -87,7 +87,7 @@ impl JwtVerifier {
                 Ok(key) => (key, Algorithm::RS256),
                 Err(_) => match DecodingKey::from_ec_pem(pem) {
                     Ok(key) => (key, Algorithm::ES256),
-                    Err(_) => return Err("auth.jwt_public_key_pem is neither an RSA nor an EC public key".into()),
+                    Err(_) => return Err("neither an RSA nor an EC public key in PEM form".into()),
                 },
             }
         } else {
