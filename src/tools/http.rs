@@ -1,9 +1,10 @@
 //! Outgoing HTTP for tools that call a backend (PubMed, web search, evidence, the differential
 //! LLM): one way to build the client, send with trace context, read a bounded body, and retry.
 //!
-//! TOOLS.md's retry rule lives here once: connect errors, timeouts, 5xx and 429 (honouring
-//! `Retry-After`) are retried up to [`MAX_ATTEMPTS`] times with exponential back-off and jitter;
-//! any other answer fails at once. The session's per-tool timeout bounds the whole loop.
+//! TOOLS.md's retry rule lives here once ([`retry_delay`]): connect errors, timeouts and 5xx are
+//! retried up to 3 times (so [`MAX_ATTEMPTS`] is 4) with exponential back-off and jitter, a 429
+//! only when it says when (`Retry-After`, honoured); any other answer fails at once. The session's
+//! per-tool timeout bounds the whole loop.
 //!
 //! A reqwest error's `Display` includes the URL, and some APIs carry their key in the query string,
 //! so errors are reduced to a [`Failure`] (kind and status only) before anything logs them.
@@ -15,8 +16,8 @@ use rand::Rng;
 use reqwest::StatusCode;
 use url::Url;
 
-/// Attempts per request, the first included (TOOLS.md: "up to 3 times").
-pub const MAX_ATTEMPTS: u32 = 3;
+/// Attempts per request, the first included: TOOLS.md and the seed retry "up to 3 times".
+pub const MAX_ATTEMPTS: u32 = 4;
 /// First back-off; doubled on each retry, plus up to 50% jitter.
 const BASE_BACKOFF: Duration = Duration::from_millis(250);
 /// A `Retry-After` longer than this is not waited for in full (the tool has a 30 s budget).
@@ -42,7 +43,8 @@ impl Failure {
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Failure::Connect | Failure::Timeout | Failure::Transport => true,
-            Failure::Status(code) => *code == 429 || (500..600).contains(code),
+            // A 429 is retried only with a `Retry-After` ([`retry_delay`]).
+            Failure::Status(code) => (500..600).contains(code),
             Failure::TooLarge => false,
         }
     }
@@ -129,8 +131,7 @@ where
     loop {
         match attempt_once().await {
             Ok(body) => return Ok(body),
-            Err((failure, wait)) if failure.is_transient() && attempt < MAX_ATTEMPTS => {
-                let delay = wait.unwrap_or_else(|| backoff(attempt));
+            Err((failure, wait)) if let Some(delay) = retry_delay(&failure, wait, attempt) => {
                 tracing::debug!(backend, attempt, error = %failure, "backend request failed; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
@@ -141,6 +142,19 @@ where
             }
         }
     }
+}
+
+/// Whether to retry after failed attempt number `attempt`, and how long to wait first. A transient
+/// failure is retried after `retry_after` (the server's `Retry-After`, capped) or [`backoff`]; a 429
+/// only when the server said when to come back (TOOLS.md: "429 with `Retry-After`"), since without
+/// it a retry within the tool's budget would most likely be refused again. Nothing is retried once
+/// [`MAX_ATTEMPTS`] are spent.
+pub(crate) fn retry_delay(failure: &Failure, retry_after: Option<Duration>, attempt: u32) -> Option<Duration> {
+    let retry = match failure {
+        Failure::Status(429) => retry_after.is_some(),
+        other => other.is_transient(),
+    };
+    (retry && attempt < MAX_ATTEMPTS).then(|| retry_after.unwrap_or_else(|| backoff(attempt)))
 }
 
 /// What went wrong, without the URL (it may carry an API key).
@@ -183,7 +197,7 @@ mod tests {
     #[test]
     fn transient_failures_are_the_retryable_ones() {
         assert!(Failure::Status(503).is_transient());
-        assert!(Failure::Status(429).is_transient());
+        assert!(!Failure::Status(429).is_transient(), "only with Retry-After: retry_delay");
         assert!(Failure::Timeout.is_transient());
         assert!(Failure::Connect.is_transient());
         assert!(!Failure::Status(400).is_transient());
@@ -201,27 +215,32 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn retries_stop_after_three_attempts_and_not_on_client_errors() {
+    /// How many attempts `with_retries` makes when every one fails with `failure`.
+    async fn attempts_until_given_up(failure: Failure, retry_after: Option<Duration>) -> u32 {
         let calls = Arc::new(AtomicU32::new(0));
         let counter = calls.clone();
         let result = with_retries("test", || {
             counter.fetch_add(1, Ordering::SeqCst);
-            async { Err((Failure::Status(503), Some(Duration::from_secs(1)))) }
+            let failure = failure.clone();
+            async move { Err((failure, retry_after)) }
         })
         .await;
-        assert_eq!(result, Err(Failure::Status(503)));
-        assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
+        assert_eq!(result, Err(failure));
+        calls.load(Ordering::SeqCst)
+    }
 
-        calls.store(0, Ordering::SeqCst);
-        let counter = calls.clone();
-        let result = with_retries("test", || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { Err((Failure::Status(404), None)) }
-        })
-        .await;
-        assert_eq!(result, Err(Failure::Status(404)));
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    /// TOOLS.md (and the seed): transient failures "are retried up to 3 times", so four attempts in
+    /// all; a 429 only "with `Retry-After`"; other 4xx never.
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_three_times_a_429_only_when_it_says_when() {
+        let second = Some(Duration::from_secs(1));
+        assert_eq!(attempts_until_given_up(Failure::Status(503), second).await, 4);
+        assert_eq!(attempts_until_given_up(Failure::Status(502), None).await, 4);
+        assert_eq!(attempts_until_given_up(Failure::Connect, None).await, 4);
+        assert_eq!(attempts_until_given_up(Failure::Status(429), second).await, 4);
+        assert_eq!(attempts_until_given_up(Failure::Status(429), None).await, 1);
+        assert_eq!(attempts_until_given_up(Failure::Status(404), None).await, 1);
+        assert_eq!(attempts_until_given_up(Failure::TooLarge, None).await, 1);
     }
 
     /// A server that streams a chunked body without end (no `Content-Length`): the read stops at

@@ -224,9 +224,11 @@ impl ToolError {
 }
 
 impl ToolSpec {
-    /// Results that name people (calendar events, files) taint the session for outbound
-    /// screening. A calculator handles PHI in its arguments, but its advice text names no one:
-    /// tainting with it would block ordinary literature searches on the same topic.
+    /// Results that name people (calendar events, files, MCP servers' answers) taint the session
+    /// for outbound screening. A calculator handles PHI in its arguments, but its advice text
+    /// names no one; the differential returns the knowledge base's text and the symptoms the model
+    /// sent. Tainting with either would block ordinary literature searches on the same topic
+    /// (docs/phi.md, "What counts as PHI").
     pub fn results_identify_people(&self) -> bool {
         self.phi && matches!(self.category, Category::Calendar | Category::File | Category::Mcp)
     }

@@ -10,17 +10,19 @@ pub const MAX_RESULT_BYTES: usize = 30 * 1024;
 /// makes its item unusable instead.
 pub const MAX_URL_BYTES: usize = 2048;
 
-/// A search tool's output: `{"results", "total_count", "query"}` with results (and their citations)
-/// dropped from the end until it serialises to at most [`MAX_RESULT_BYTES`], and
-/// `"truncated": true` when any was dropped.
+/// A search tool's output: `{key: [...], "total_count", "query"}` (`key` is the seed's name for
+/// the list: `results`, `files`) with items (and their citations, when each has one) dropped from
+/// the end until it serialises to at most [`MAX_RESULT_BYTES`], and `"truncated": true` when any
+/// was dropped.
 pub fn search_output(
+    key: &str,
     mut results: Vec<serde_json::Value>,
     mut citations: Vec<super::Citation>,
     total: u64,
     query: &str,
 ) -> super::ToolOutput {
     let build = |results: &[serde_json::Value], cut: bool| {
-        let mut result = serde_json::json!({"results": results, "total_count": total, "query": query});
+        let mut result = serde_json::json!({key: results, "total_count": total, "query": query});
         if cut {
             result["truncated"] = serde_json::json!(true);
         }

@@ -233,6 +233,6 @@ impl Tool for SearchEvidence {
             });
         }
         // Summaries are cut by characters: escaped or multi-byte text can still be too long in all.
-        Ok(super::text::search_output(results, citations, total, &query))
+        Ok(super::text::search_output("results", results, citations, total, &query))
     }
 }

@@ -94,7 +94,8 @@ async fn failures_are_retried_then_reported_without_internals() {
     assert!(tool.call(json!({"query": "x"}), ctx()).await.is_ok());
     assert_eq!(fake.seen().len(), 2);
 
-    let (_fake, tool) = start(answer().to_string(), vec![500, 500, 500]).await;
+    // Failing every attempt (the first and three retries) gives up.
+    let (_fake, tool) = start(answer().to_string(), vec![500; crate::tools::http::MAX_ATTEMPTS as usize]).await;
     let err = tool.call(json!({"query": "x"}), ctx()).await.unwrap_err();
     assert_eq!(err.code(), "backend_error");
     assert!(

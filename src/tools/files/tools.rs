@@ -12,7 +12,7 @@ use super::error::to_tool_error;
 use super::extract::{decode_text, extract_text, truncate_chars};
 use super::file_id::{MAX_FILE_ID_CHARS, RelPath};
 use super::search::{SearchRequest, search};
-use crate::tools::text::MAX_RESULT_BYTES;
+use crate::tools::text::{self, MAX_RESULT_BYTES};
 use crate::tools::{
     CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec,
 };
@@ -125,15 +125,8 @@ impl Tool for SearchNextcloudFiles {
         let (found, total) = search(self.backend.as_ref(), &request)
             .await
             .map_err(|e| to_tool_error(SEARCH, e))?;
-        let mut files: Vec<Value> = found.iter().map(file_json).collect();
-        let build =
-            |files: &[Value]| json!({"files": files, "total_count": total, "query": request.query});
-        let mut result = build(&files);
-        while result.to_string().len() > MAX_RESULT_BYTES && !files.is_empty() {
-            files.pop();
-            result = build(&files);
-        }
-        Ok(ToolOutput::new(result))
+        let files: Vec<Value> = found.iter().map(file_json).collect();
+        Ok(text::search_output("files", files, Vec::new(), total as u64, &request.query))
     }
 }
 

@@ -253,6 +253,6 @@ impl Tool for WebSearchMedical {
         tracing::debug!(returned = results.len(), dropped, "web search done");
         // `total_count` is what was found; results are dropped from the end only to fit 32 KiB.
         let total = results.len() as u64;
-        Ok(super::text::search_output(results, citations, total, &query))
+        Ok(super::text::search_output("results", results, citations, total, &query))
     }
 }

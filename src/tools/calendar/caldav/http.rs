@@ -1,5 +1,5 @@
 //! The HTTP side of CalDAV: one reqwest client with Basic auth, bounded retries of transient
-//! failures (the shared policy and helpers of `tools::http`: connect errors, timeouts, 429, 5xx, with exponential
+//! failures (the shared policy and helpers of `tools::http`: connect errors, timeouts, 5xx, 429 with `Retry-After`, with exponential
 //! back-off and jitter), W3C trace context on every request, and a fence around the configured
 //! server: voxgate only ever talks to the scheme, host and port of `backends.calendar.url`.
 //!
@@ -13,7 +13,7 @@ use reqwest::{Method, StatusCode};
 use url::Url;
 
 use crate::config::Secret;
-use crate::tools::http::{Failure, MAX_ATTEMPTS, backoff, classify, read_capped, retry_after};
+use crate::tools::http::{Failure, classify, read_capped, retry_after, retry_delay};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,9 +77,9 @@ impl Dav {
         loop {
             match self.attempt(&method, url, headers, body.as_ref()).await {
                 Ok(answer) => return Ok(answer),
-                Err((failure, retry_after)) if failure.is_transient() && attempt < MAX_ATTEMPTS => {
+                Err((failure, retry_after)) if let Some(delay) = retry_delay(&failure, retry_after, attempt) => {
                     tracing::debug!(%method, attempt, error = %failure, "CalDAV request failed; retrying");
-                    tokio::time::sleep(retry_after.unwrap_or_else(|| backoff(attempt))).await;
+                    tokio::time::sleep(delay).await;
                 }
                 Err((failure, _)) => {
                     tracing::warn!(%method, attempt, error = %failure, "CalDAV request failed");

@@ -79,3 +79,29 @@ fn a_missing_root_is_created_and_a_file_root_refused() {
         Err(FilesError::Config(_))
     ));
 }
+
+/// A search whose files do not all fit in one tool output keeps the best ones and says it was cut
+/// (TOOLS.md: "truncate … with a `truncated: true` flag"), as the other search tools do.
+#[tokio::test]
+async fn a_search_cut_to_fit_says_it_was_truncated() {
+    use crate::tools::Tool;
+    use crate::tools::files::SearchNextcloudFiles;
+    use crate::tools::text::MAX_RESULT_BYTES;
+
+    let dir = tempfile::tempdir().unwrap();
+    // Long folder and file names make each listed file close to a kilobyte (its id encodes the path).
+    let deep = dir.path().join("protocols-".repeat(20)).join("sepsis-".repeat(28));
+    std::fs::create_dir_all(&deep).unwrap();
+    for i in 0..50 {
+        std::fs::write(deep.join(format!("sepsis-protocol-{i:02}-{}.txt", "v".repeat(150))), "text").unwrap();
+    }
+    let backend = std::sync::Arc::new(LocalFiles::open(dir.path()).unwrap());
+    let tool = SearchNextcloudFiles::new(backend, 1 << 20);
+    let args = serde_json::json!({"query": "sepsis protocol", "max_results": 50});
+    let output = tool.call(args, crate::tools::test_support::ctx()).await.unwrap();
+    let files = output.result["files"].as_array().unwrap();
+    assert!(!files.is_empty() && files.len() < 50, "{} files", files.len());
+    assert!(output.result.to_string().len() <= MAX_RESULT_BYTES);
+    assert_eq!(output.result["truncated"], true, "{}", output.result["total_count"]);
+    assert_eq!(output.result["total_count"], 50);
+}

@@ -1,5 +1,5 @@
 //! The HTTP side of the WebDAV backend: one reqwest client with basic auth, bounded retries with
-//! back-off and jitter for transient failures (connect errors, timeouts, 429, 5xx), W3C trace
+//! back-off and jitter for transient failures (connect errors, timeouts, 5xx, 429 with `Retry-After`), W3C trace
 //! context on every request, bodies read under a byte cap, and the server's health as last seen.
 //!
 //! Errors keep only the kind of failure and the status: a reqwest error's `Display` holds the URL,
@@ -141,7 +141,8 @@ impl DavClient {
             StatusCode::UNAUTHORIZED => Failure::fatal(FilesError::CredentialsRefused),
             StatusCode::FORBIDDEN => Failure::fatal(FilesError::Forbidden),
             StatusCode::NOT_FOUND | StatusCode::GONE => Failure::fatal(FilesError::NotFound),
-            StatusCode::TOO_MANY_REQUESTS => Failure::transient(FilesError::Status(429)),
+            // Retried only when the server says when (TOOLS.md: "429 with `Retry-After`").
+            StatusCode::TOO_MANY_REQUESTS if retry_after.is_some() => Failure::transient(FilesError::Status(429)),
             s if s.is_server_error() => {
                 Failure::transient(FilesError::Unreachable("the server kept failing"))
             }
