@@ -1,7 +1,8 @@
 //! `[server]`: the client-facing listener, session limits and timeouts.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
+use ipnet::IpNet;
 use serde::Deserialize;
 
 /// `[server]` (docs/config.md).
@@ -32,8 +33,10 @@ pub struct ServerConfig {
     pub allow_unauthenticated_public: bool,
     /// This instance's name on logs, spans and audit records; unset = the hostname.
     pub instance_id: Option<String>,
-    /// Proxies whose `X-Forwarded-For` names the client address recorded in audit records.
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Proxies whose `X-Forwarded-For` names the client address recorded in audit records:
+    /// addresses, or networks (an ingress controller's pods change addresses within theirs).
+    #[serde(deserialize_with = "addresses_or_networks")]
+    pub trusted_proxies: Vec<IpNet>,
     /// Frames per second one client may send; more are dropped with an `error` event (0 = no limit).
     pub max_client_frames_per_s: u32,
     /// Threads that run client connections and their sessions, each connection pinned to one
@@ -68,4 +71,20 @@ impl ServerConfig {
     pub fn instance_id(&self) -> String {
         self.instance_id.clone().unwrap_or_else(crate::cluster::hostname)
     }
+}
+
+/// `server.trusted_proxies` entries: an address (`10.0.0.1`, `::1`: that host alone) or a network
+/// (`10.42.0.0/16`).
+fn addresses_or_networks<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
+    Vec::<String>::deserialize(deserializer)?
+        .iter()
+        .map(|entry| {
+            let entry = entry.trim();
+            entry
+                .parse::<IpNet>()
+                .map(|net| net.trunc())
+                .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| serde::de::Error::custom(format!("{entry:?} is not an IP address or network")))
+        })
+        .collect()
 }
