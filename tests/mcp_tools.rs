@@ -155,6 +155,9 @@ async fn allowed_tools_are_offered_and_a_read_only_tool_runs_inline() {
     assert_eq!((fin[0]["status"].as_str(), fin[0]["confirmation"].as_str()), (Some("completed"), Some("not_required")));
     assert_eq!(fin[0]["phi"], true, "MCP tools are PHI tools unless configured otherwise");
     assert_eq!(lab.stdio_file("calls.jsonl"), vec![json!({"tool": "lookup_result", "order_id": "ord-17"})]);
+    // Counted under its own name, not as `other`: an operator sees which MCP tool does what.
+    let metrics = lab.proxy.http_get("/metrics").await.1;
+    assert!(metrics.contains(r#"voxgate_tool_calls_total{tool="lab__lookup_result",status="completed"} 1"#), "{metrics}");
 }
 
 #[tokio::test]

@@ -139,6 +139,12 @@ impl McpHub {
     }
 }
 
+/// The model-facing name (`SERVER__TOOL`) of every tool the configuration allows, whether or not
+/// its server is up: the tool labels of metrics and spans ([`crate::telemetry::metrics::Metrics::with_tools`]).
+pub fn tool_names(config: &McpConfig) -> Vec<&'static str> {
+    intern_names(config).into_values().flat_map(BTreeMap::into_values).collect()
+}
+
 /// The model-facing name of every allowed tool, by server and then by the server's tool name.
 fn intern_names(config: &McpConfig) -> BTreeMap<&str, BTreeMap<String, &'static str>> {
     config

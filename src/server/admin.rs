@@ -116,7 +116,7 @@ pub async fn invoke_tool(
                     next.extend(table.on_limit_checked(&call_id, limit, unix_ms()));
                 }
                 Action::Spawn { call_id, tool, args } => {
-                    let span = crate::telemetry::tool_span(&tracing::Span::current(), tool.name(), &call_id);
+                    let span = crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(tool.name()), &call_id);
                     let job = ToolJob {
                         tool,
                         args,

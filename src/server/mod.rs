@@ -90,7 +90,7 @@ pub fn router(state: AppState) -> Router {
 /// Build the shared state from `config`, bind `server.listen` and start serving.
 pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let config = Arc::new(config);
-    let metrics = Metrics::new();
+    let metrics = Metrics::with_tools(&crate::mcp::tool_names(&config.mcp));
     let redis = match &config.redis.url {
         Some(url) => Some(connect_redis(url.expose()).await?),
         None => None,

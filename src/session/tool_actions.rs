@@ -108,7 +108,7 @@ impl Bridge {
     /// Metrics, the tool span and its log line for an audit record about to be written.
     fn observe(&mut self, record: &crate::audit::AuditRecord) {
         if record.event == AuditEvent::CallStarted {
-            let span = crate::telemetry::tool_span(&self.span, &record.tool, &record.call_id);
+            let span = crate::telemetry::tool_span(&self.span, self.deps.metrics.tool_label(&record.tool), &record.call_id);
             self.tool_spans.insert(record.call_id.clone(), span);
         }
         let Some(counted) = super::calls::observe::count(&self.deps.metrics, record) else { return };
@@ -131,7 +131,7 @@ impl Bridge {
             .tool_spans
             .get(&call_id)
             .cloned()
-            .unwrap_or_else(|| crate::telemetry::tool_span(&self.span, tool.name(), &call_id));
+            .unwrap_or_else(|| crate::telemetry::tool_span(&self.span, self.deps.metrics.tool_label(tool.name()), &call_id));
         let job = ToolJob {
             tool,
             args,

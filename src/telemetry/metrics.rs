@@ -2,7 +2,8 @@
 //! registered once in [`Metrics::new`] and rendered for `GET /metrics` by [`Metrics::render`].
 //!
 //! Label values are `&'static str` (codes, outcomes, directions: fixed sets written in the code) or
-//! a tool name mapped onto [`KNOWN_TOOLS`], so no user or model text can ever become a label.
+//! a tool name mapped onto the tools this process knows ([`KNOWN_TOOLS`] and the MCP tools its
+//! configuration allows, [`Metrics::with_tools`]), so no user or model text can ever become a label.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +26,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Label value used for a tool name that is not one of [`KNOWN_TOOLS`] (a model inventing a tool
-/// name must not create a series, nor put its text into one).
+/// Label value used for a tool name this process does not know (a model inventing a tool name must
+/// not create a series, nor put its text into one).
 pub const OTHER_TOOL: &str = "other";
 
 /// Tool-call durations: 1 ms (calculators) to 30 s (the default tool timeout).
@@ -106,6 +107,8 @@ struct Inner {
     session_loop_turns_total: Counter,
     /// Upstream frames dropped as forged: a `voxgate.` type, two `type` keys, or no readable one.
     upstream_forged_events_total: Counter,
+    /// The tool label values: [`KNOWN_TOOLS`], then the configured MCP tools.
+    tools: Vec<&'static str>,
 }
 
 /// Keeps `voxgate_sessions_active` raised while alive; dropping it lowers the gauge, so a session
@@ -120,15 +123,6 @@ impl Drop for ActiveSession {
     fn drop(&mut self) {
         self.gauge.dec();
     }
-}
-
-/// Maps a tool name onto the static [`KNOWN_TOOLS`] entry, or [`OTHER_TOOL`].
-pub fn tool_label(name: &str) -> &'static str {
-    KNOWN_TOOLS
-        .iter()
-        .copied()
-        .find(|known| *known == name)
-        .unwrap_or(OTHER_TOOL)
 }
 
 /// Registers `metric` and hands back the handle that shares its atomics.
@@ -152,9 +146,17 @@ impl Default for Metrics {
 // === impl Metrics ===
 
 impl Metrics {
+    /// The built-in tools' labels only.
+    pub fn new() -> Self {
+        Self::with_tools(&[])
+    }
+
+    /// `mcp_tools`: the model-facing names of the MCP tools the configuration allows
+    /// ([`crate::mcp::tool_names`]). A set the operator wrote, so each may be a label, and each
+    /// gets its series at zero like a built-in tool.
     // A table: every name, its help and its type, one metric per entry.
     #[rustfmt::skip]
-    pub fn new() -> Self {
+    pub fn with_tools(mcp_tools: &[&'static str]) -> Self {
         let mut r = Registry::default();
         let frames: Family<Labels1, Counter> = register(&mut r, "voxgate_frames",
             "WebSocket frames relayed, by direction", Family::default());
@@ -216,6 +218,7 @@ impl Metrics {
             upstream_forged_events_total: register(&mut r, "voxgate_upstream_forged_events",
                 "Upstream frames dropped as forged (a voxgate.* type, two type keys, or none readable)", Counter::default()),
             registry: r,
+            tools: KNOWN_TOOLS.iter().chain(mcp_tools).copied().collect(),
         };
         inner.prefill();
         Self { inner: Arc::new(inner) }
@@ -236,6 +239,11 @@ impl Metrics {
             tracing::warn!("metrics encoding failed; serving a partial scrape");
         }
         body
+    }
+
+    /// Maps a tool name onto its label: a tool this process knows, or [`OTHER_TOOL`].
+    pub fn tool_label(&self, name: &str) -> &'static str {
+        self.inner.tools.iter().copied().find(|known| *known == name).unwrap_or(OTHER_TOOL)
     }
 
     /// A session's frame and loop-turn counters (flushed into the shared ones, see [`FrameCounters`]).
@@ -271,7 +279,7 @@ impl Metrics {
     /// A server tool call reached its terminal state. `duration` is observed for calls that ran
     /// (`Some`); declined or expired calls never executed and pass `None`.
     pub fn tool_call_finished(&self, tool: &str, status: &'static str, duration: Option<Duration>) {
-        let tool = tool_label(tool);
+        let tool = self.tool_label(tool);
         self.inner
             .tool_calls_total
             .get_or_create(&[("tool", tool), ("status", status)])
@@ -286,7 +294,7 @@ impl Metrics {
 
     /// A server tool call failed with `code` (a `ToolError::code()`).
     pub fn tool_error(&self, tool: &str, code: &'static str) {
-        let tool = tool_label(tool);
+        let tool = self.tool_label(tool);
         self.inner
             .tool_errors_total
             .get_or_create(&[("tool", tool), ("code", code)])
@@ -296,7 +304,7 @@ impl Metrics {
     /// A call that needed confirmation was decided: approved, declined, expired, session_closed or
     /// client_cannot_confirm.
     pub fn tool_confirmation(&self, tool: &str, decision: &'static str) {
-        let tool = tool_label(tool);
+        let tool = self.tool_label(tool);
         self.inner
             .tool_confirmations_total
             .get_or_create(&[("tool", tool), ("decision", decision)])
@@ -326,7 +334,7 @@ impl Metrics {
     pub fn rate_limited(&self, tool: &str) {
         self.inner
             .rate_limited_total
-            .get_or_create(&[("tool", tool_label(tool))])
+            .get_or_create(&[("tool", self.tool_label(tool))])
             .inc();
     }
 
@@ -341,7 +349,7 @@ impl Metrics {
     pub fn phi_blocked(&self, tool: &str) {
         self.inner
             .phi_blocked_total
-            .get_or_create(&[("tool", tool_label(tool))])
+            .get_or_create(&[("tool", self.tool_label(tool))])
             .inc();
     }
 
@@ -395,7 +403,7 @@ impl Inner {
             self.sessions_total
                 .get_or_create_owned(&[("outcome", outcome)]);
         }
-        for tool in KNOWN_TOOLS.iter().copied() {
+        for tool in self.tools.iter().copied() {
             for status in TOOL_STATUSES {
                 self.tool_calls_total
                     .get_or_create_owned(&[("tool", tool), ("status", status)]);

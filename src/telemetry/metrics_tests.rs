@@ -252,7 +252,23 @@ fn unknown_tool_names_never_become_labels() {
         value(&body, r#"voxgate_rate_limited_total{tool="other"}"#),
         Some(1.0)
     );
-    assert_eq!(tool_label("search_pubmed"), "search_pubmed");
+    assert_eq!(metrics.tool_label("search_pubmed"), "search_pubmed");
+}
+
+/// The MCP tools the configuration allows are labelled by name (operators see which one fails),
+/// with their series at zero from the first scrape; a name nobody configured is still `other`.
+#[test]
+fn configured_mcp_tools_are_labels() {
+    let metrics = Metrics::with_tools(&["lab__order_test"]);
+    let body = metrics.render();
+    assert!(body.contains(r#"voxgate_tool_calls_total{tool="lab__order_test",status="completed"} 0"#), "{body}");
+    metrics.tool_call_finished("lab__order_test", "failed", None);
+    metrics.tool_call_finished("lab__made_up", "failed", None);
+    let body = metrics.render();
+    assert_eq!(value(&body, r#"voxgate_tool_calls_total{tool="lab__order_test",status="failed"}"#), Some(1.0));
+    assert_eq!(value(&body, r#"voxgate_tool_calls_total{tool="other",status="failed"}"#), Some(1.0));
+    assert_eq!(metrics.tool_label("lab__order_test"), "lab__order_test");
+    assert_eq!(Metrics::new().tool_label("lab__order_test"), "other");
 }
 
 #[test]

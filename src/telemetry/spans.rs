@@ -13,7 +13,6 @@ use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::metrics::tool_label;
 
 /// Recorded instead of an identifier that does not look like one (it might carry user text).
 const REDACTED: &str = "redacted";
@@ -64,14 +63,15 @@ pub fn record_session_outcome(span: &Span, outcome: &'static str, duration: Dura
 }
 
 /// A child span of `parent` for one server tool call (`voxgate.tool_call`). Run the call inside it
-/// (`.instrument(span)`) and finish it with [`record_tool_outcome`]. A tool name that is not a
-/// known tool is recorded as `other`.
-pub fn tool_span(parent: &Span, tool: &str, call_id: &str) -> Span {
+/// (`.instrument(span)`) and finish it with [`record_tool_outcome`]. `tool` is the tool's label
+/// ([`super::metrics::Metrics::tool_label`]): its name when this process knows the tool, else
+/// `other`, so a name the model made up never reaches a trace.
+pub fn tool_span(parent: &Span, tool: &'static str, call_id: &str) -> Span {
     tracing::info_span!(
         target: "voxgate::tool",
         parent: parent,
         "voxgate.tool_call",
-        tool = tool_label(tool),
+        tool,
         call.id = safe_id(call_id),
         status = Empty,
         confirmation = Empty,
