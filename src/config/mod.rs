@@ -378,11 +378,10 @@ impl Config {
         };
         env::overlay(&mut table, env)?;
         let mut config = Self::from_table(table)?;
-        if config.upstream.api_key.is_none() {
-            if let Some(key) = env.get("OPENAI_API_KEY").filter(|k| !k.is_empty()) {
+        if config.upstream.api_key.is_none()
+            && let Some(key) = env.get("OPENAI_API_KEY").filter(|k| !k.is_empty()) {
                 config.upstream.api_key = Some(Secret::new(key));
             }
-        }
         validate(&config)?;
         Ok(config)
     }

@@ -207,11 +207,10 @@ fn widen(existing: &mut Value, other: &Value) {
     for (key, wider) in [("minimum", f64::lt as fn(&f64, &f64) -> bool), ("maximum", f64::gt)] {
         let current = existing.get(key).and_then(Value::as_f64);
         let candidate = other.get(key).and_then(Value::as_f64);
-        if let (Some(current), Some(candidate), Some(raw)) = (current, candidate, other.get(key)) {
-            if wider(&candidate, &current) {
+        if let (Some(current), Some(candidate), Some(raw)) = (current, candidate, other.get(key))
+            && wider(&candidate, &current) {
                 existing.insert(key.to_string(), raw.clone());
             }
-        }
     }
     if let (Some(Value::Array(values)), Some(Value::Array(more))) =
         (existing.get_mut("enum"), other.get("enum"))

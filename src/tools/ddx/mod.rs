@@ -269,11 +269,9 @@ fn reasoning(kb: &KnowledgeBase, chosen: &[Ranked<'_>], recognised: &Recognised)
         .iter()
         .find(|c| c.condition.must_not_miss)
         .map(|c| &c.condition.red_flags)
-    {
-        if !flags.is_empty() {
+        && !flags.is_empty() {
             text.push_str(&format!(" Red flags to check: {}.", flags.join("; ")));
         }
-    }
     if !recognised.unrecognised.is_empty() {
         text.push_str(&format!(
             " Not recognised by the knowledge base: {}.",

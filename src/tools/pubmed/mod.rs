@@ -278,11 +278,10 @@ fn article_json(article: &Article) -> Value {
         "abstract": (!abstract_text.is_empty()).then_some(abstract_text),
         "url": article_url(&article.pmid),
     });
-    if truncated {
-        if let Some(map) = value.as_object_mut() {
+    if truncated
+        && let Some(map) = value.as_object_mut() {
             map.insert("truncated".into(), json!(true));
         }
-    }
     value
 }
 

@@ -188,13 +188,11 @@ pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
                 if let Some(builder) = current.as_mut() {
                     on_end(builder, &stack);
                 }
-                if let Some(closed) = stack.pop() {
-                    if closed.name == "PubmedArticle" {
-                        if let Some(builder) = current.take() {
+                if let Some(closed) = stack.pop()
+                    && closed.name == "PubmedArticle"
+                        && let Some(builder) = current.take() {
                             out.push(finish(builder));
                         }
-                    }
-                }
             }
             Event::Text(text) => push_text(&mut current, &stack, &text.xml10_content()),
             Event::CData(data) => push_text(&mut current, &stack, &data.xml10_content()),
