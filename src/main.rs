@@ -141,7 +141,7 @@ fn run(mut config: Config) -> anyhow::Result<()> {
     }
     config.telemetry.instance_id = config.server.instance_id();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let telemetry = voxgate::telemetry::init(&config.telemetry).context("starting telemetry")?;
         let stop = voxgate::shutdown::signal();
         let server = voxgate::server::start(config).await.context("starting the server")?;
@@ -149,5 +149,13 @@ fn run(mut config: Config) -> anyhow::Result<()> {
         let audit = server.shutdown().await;
         telemetry.shutdown().await;
         audit.context("flushing the audit log")
-    })
+    });
+    // Every step above is bounded, but dropping a runtime waits for its blocking threads without
+    // limit: an audit writer stuck in `fdatasync` on a hung disk would keep the process until the
+    // orchestrator's SIGKILL. What still runs after the bounded shutdown is abandoned instead.
+    runtime.shutdown_timeout(EXIT_GRACE);
+    result
 }
+
+/// How long the runtime's leftover blocking work may take once the bounded shutdown has run.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
