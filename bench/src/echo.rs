@@ -112,16 +112,16 @@ async fn connection(stream: TcpStream) -> anyhow::Result<()> {
                 let item = event.get("item");
                 let is_output = item.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("function_call_output");
                 let call_id = item.and_then(|i| i.get("call_id")).and_then(Value::as_str);
-                if let (true, Some(call)) = (is_output, pending.as_ref()) {
-                    if call_id == Some(call.call_id.as_str()) {
-                        let us = call.sent_at.elapsed().as_micros() as u64;
-                        let output = item.and_then(|i| i.get("output")).and_then(Value::as_str).unwrap_or_default();
-                        // A computed BMI result carries a score; an error output does not.
-                        let ok = output.contains("\"score\"");
-                        let timing = typed("bench.tool_timing", json!({"event_id": event_id(), "call_id": call.call_id, "us": us, "ok": ok}));
-                        pending = None;
-                        ws.send(Message::text(timing)).await.context("send timing")?;
-                    }
+                if let (true, Some(call)) = (is_output, pending.as_ref())
+                    && call_id == Some(call.call_id.as_str())
+                {
+                    let us = call.sent_at.elapsed().as_micros() as u64;
+                    let output = item.and_then(|i| i.get("output")).and_then(Value::as_str).unwrap_or_default();
+                    // A computed BMI result carries a score; an error output does not.
+                    let ok = output.contains("\"score\"");
+                    let timing = typed("bench.tool_timing", json!({"event_id": event_id(), "call_id": call.call_id, "us": us, "ok": ok}));
+                    pending = None;
+                    ws.send(Message::text(timing)).await.context("send timing")?;
                 }
             }
             "response.create" => {

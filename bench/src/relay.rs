@@ -23,10 +23,10 @@ pub async fn serve(listener: TcpListener, upstream: String) -> anyhow::Result<()
         let _ = stream.set_nodelay(true);
         let upstream = upstream.clone();
         tokio::spawn(async move {
-            if let Err(err) = pipe(stream, &upstream).await {
-                if std::env::var_os("BENCH_DEBUG").is_some() {
-                    eprintln!("relay: {err:#}");
-                }
+            if let Err(err) = pipe(stream, &upstream).await
+                && std::env::var_os("BENCH_DEBUG").is_some()
+            {
+                eprintln!("relay: {err:#}");
             }
         });
     }

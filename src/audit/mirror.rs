@@ -134,9 +134,10 @@ fn is_already_added(err: &redis::RedisError) -> bool {
 fn lines_after(path: &Path, after: u64, upto: u64, offset: Option<u64>) -> (Vec<(u64, String)>, Option<u64>) {
     if let Some(offset) = offset
         && let Some((lines, end)) = read_from(path, offset, upto)
-            && lines.first().is_none_or(|(seq, _)| *seq == after + 1) {
-                return (lines, Some(end));
-            }
+        && lines.first().is_none_or(|(seq, _)| *seq == after + 1)
+    {
+        return (lines, Some(end));
+    }
     let mut out = Vec::new();
     for file in super::verify::rotated_files(path).unwrap_or_default() {
         if let Some((lines, _)) = read_from(&file, 0, upto) {

@@ -102,9 +102,10 @@ pub fn verify(path: &Path, chain: &Chain) -> Result<VerifyReport, AuditError> {
                 report.problems.push(format!("{at}: hash chain broken (prev_sha256 does not match the previous line)"));
             }
             if let Some(expected) = expected_seq
-                && line.seq != expected {
-                    report.problems.push(format!("{at}: seq {} where {expected} was expected (lines missing or reordered)", line.seq));
-                }
+                && line.seq != expected
+            {
+                report.problems.push(format!("{at}: seq {} where {expected} was expected (lines missing or reordered)", line.seq));
+            }
             expected_seq = Some(line.seq + 1);
             prev = chain.link(raw);
             if line.event == AuditEvent::Checkpoint {

@@ -421,9 +421,10 @@ pub(super) fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
 
 fn sync_dir(path: &Path) {
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
-        && let Ok(dir) = std::fs::File::open(dir) {
-            let _ = dir.sync_all();
-        }
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
 }
 
 fn first_seq(path: &Path) -> Result<Option<u64>, AuditError> {

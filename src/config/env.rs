@@ -175,9 +175,10 @@ fn parse_value(raw: &str) -> toml::Value {
         || (!raw.is_empty() && raw.chars().all(|c| c.is_ascii_digit() || "+-._eE".contains(c)));
     if (looks_structured || looks_scalar)
         && let Ok(mut doc) = toml::from_str::<toml::Table>(&format!("v = {raw}"))
-            && let Some(value) = doc.remove("v") {
-                return value;
-            }
+        && let Some(value) = doc.remove("v")
+    {
+        return value;
+    }
     toml::Value::String(raw.to_string())
 }
 

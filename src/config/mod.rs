@@ -379,9 +379,10 @@ impl Config {
         env::overlay(&mut table, env)?;
         let mut config = Self::from_table(table)?;
         if config.upstream.api_key.is_none()
-            && let Some(key) = env.get("OPENAI_API_KEY").filter(|k| !k.is_empty()) {
-                config.upstream.api_key = Some(Secret::new(key));
-            }
+            && let Some(key) = env.get("OPENAI_API_KEY").filter(|k| !k.is_empty())
+        {
+            config.upstream.api_key = Some(Secret::new(key));
+        }
         validate(&config)?;
         Ok(config)
     }

@@ -114,13 +114,15 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             .map_err(|reason| ConfigError::new("auth.jwt_public_key_pem", reason))?;
     }
     if let Some(secret) = &auth.jwt_secret
-        && secret.expose().len() < 32 {
-            return Err(ConfigError::new("auth.jwt_secret", "must be at least 32 bytes"));
-        }
+        && secret.expose().len() < 32
+    {
+        return Err(ConfigError::new("auth.jwt_secret", "must be at least 32 bytes"));
+    }
     if let Some(token) = &auth.admin_token
-        && token.expose().len() < 16 {
-            return Err(ConfigError::new("auth.admin_token", "must be at least 16 characters"));
-        }
+        && token.expose().len() < 16
+    {
+        return Err(ConfigError::new("auth.admin_token", "must be at least 16 characters"));
+    }
     if auth.mode == AuthMode::None
         && !server.listen.ip().is_loopback()
         && !server.allow_unauthenticated_public

@@ -97,10 +97,11 @@ pub fn peek_type(frame: &str) -> Result<Cow<'_, str>, FrameError> {
         // Event type names never contain escapes; a quote ends the value. Looked for with memchr
         // in the first 128 bytes (a byte loop here cost more than the rest of the classification).
         if let Some(end) = flat::closing_quote(&rest.as_bytes()[..rest.len().min(128)])
-            && !may_hold_another_type(&rest.as_bytes()[end + 1..]) {
-                // Next to an ASCII quote, so a char boundary.
-                return Ok(Cow::Borrowed(&rest[..end]));
-            }
+            && !may_hold_another_type(&rest.as_bytes()[end + 1..])
+        {
+            // Next to an ASCII quote, so a char boundary.
+            return Ok(Cow::Borrowed(&rest[..end]));
+        }
     }
     peek_checked(frame.as_bytes()).map(|(kind, _)| kind)
 }

@@ -137,9 +137,10 @@ impl ResponseGate {
     /// Nothing answered the pending request in time (see [`Self::wake_at`]): stop waiting for it.
     pub fn on_tick(&mut self, now: Instant) {
         if self.pending_until.is_some_and(|t| now >= t)
-            && let Some(id) = self.pending_request.clone() {
-                self.on_request_failed(&id);
-            }
+            && let Some(id) = self.pending_request.clone()
+        {
+            self.on_request_failed(&id);
+        }
     }
 
     fn release_pending(&mut self, event_id: &str) {

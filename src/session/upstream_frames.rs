@@ -201,11 +201,12 @@ impl Bridge {
             return;
         }
         if kind == "response.function_call_arguments.done"
-            && let (Some(call_id), Some(name)) = (call_id, name) {
-                let arguments = event.arguments.as_deref().unwrap_or("{}").to_string();
-                self.owned_calls.insert(call_id.clone(), name.clone());
-                self.accept_call(&call_id, &name, &arguments).await;
-            }
+            && let (Some(call_id), Some(name)) = (call_id, name)
+        {
+            let arguments = event.arguments.as_deref().unwrap_or("{}").to_string();
+            self.owned_calls.insert(call_id.clone(), name.clone());
+            self.accept_call(&call_id, &name, &arguments).await;
+        }
     }
 
     /// Item-bearing events: hide those that carry a server-owned call or its output.

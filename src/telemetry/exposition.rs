@@ -15,10 +15,11 @@ pub(crate) fn openmetrics_to_prometheus(openmetrics: &str) -> String {
             continue;
         }
         if let Some(rest) = line.strip_prefix("# TYPE ")
-            && let Some(family) = rest.strip_suffix(" counter") {
-                out.push_str(&format!("# TYPE {} counter\n", total_name(family)));
-                continue;
-            }
+            && let Some(family) = rest.strip_suffix(" counter")
+        {
+            out.push_str(&format!("# TYPE {} counter\n", total_name(family)));
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("# HELP ") {
             // prometheus-client writes HELP right before TYPE; a counter's HELP takes the sample
             // name too, or Prometheus sees a family without samples and samples without help.

@@ -156,7 +156,7 @@ fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     let (Some(&low), Some(&high)) = (values.first(), values.last()) else { return (f64::NAN, f64::NAN, f64::NAN) };
     let mid = values.len() / 2;
-    let median = if values.len() % 2 == 0 { (values[mid - 1] + values[mid]) / 2.0 } else { values[mid] };
+    let median = if values.len().is_multiple_of(2) { (values[mid - 1] + values[mid]) / 2.0 } else { values[mid] };
     (median, low, high)
 }
 

@@ -140,9 +140,10 @@ impl ConversationLog {
 
     fn remove(&mut self, id: &str) {
         if let Some(index) = self.items.iter().position(|l| l.id == id)
-            && let Some(gone) = self.items.remove(index) {
-                self.bytes -= gone.id.len() + gone.entry.bytes();
-            }
+            && let Some(gone) = self.items.remove(index)
+        {
+            self.bytes -= gone.id.len() + gone.entry.bytes();
+        }
     }
 
     fn enforce_bounds(&mut self) {

@@ -310,9 +310,10 @@ impl Resume {
     /// Hold a frame meant for the upstream until the restore.
     pub(super) fn hold(&mut self, message: Message) {
         if let Some(gap) = &mut self.gap
-            && gap.held.push(message, Instant::now()).is_err() {
-                gap.overflowed = true;
-            }
+            && gap.held.push(message, Instant::now()).is_err()
+        {
+            gap.overflowed = true;
+        }
     }
 
     /// The pending connection attempt's result; never ready without one.

@@ -208,9 +208,10 @@ fn widen(existing: &mut Value, other: &Value) {
         let current = existing.get(key).and_then(Value::as_f64);
         let candidate = other.get(key).and_then(Value::as_f64);
         if let (Some(current), Some(candidate), Some(raw)) = (current, candidate, other.get(key))
-            && wider(&candidate, &current) {
-                existing.insert(key.to_string(), raw.clone());
-            }
+            && wider(&candidate, &current)
+        {
+            existing.insert(key.to_string(), raw.clone());
+        }
     }
     if let (Some(Value::Array(values)), Some(Value::Array(more))) =
         (existing.get_mut("enum"), other.get("enum"))

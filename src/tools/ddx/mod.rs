@@ -269,9 +269,10 @@ fn reasoning(kb: &KnowledgeBase, chosen: &[Ranked<'_>], recognised: &Recognised)
         .iter()
         .find(|c| c.condition.must_not_miss)
         .map(|c| &c.condition.red_flags)
-        && !flags.is_empty() {
-            text.push_str(&format!(" Red flags to check: {}.", flags.join("; ")));
-        }
+        && !flags.is_empty()
+    {
+        text.push_str(&format!(" Red flags to check: {}.", flags.join("; ")));
+    }
     if !recognised.unrecognised.is_empty() {
         text.push_str(&format!(
             " Not recognised by the knowledge base: {}.",

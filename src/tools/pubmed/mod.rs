@@ -279,9 +279,10 @@ fn article_json(article: &Article) -> Value {
         "url": article_url(&article.pmid),
     });
     if truncated
-        && let Some(map) = value.as_object_mut() {
-            map.insert("truncated".into(), json!(true));
-        }
+        && let Some(map) = value.as_object_mut()
+    {
+        map.insert("truncated".into(), json!(true));
+    }
     value
 }
 

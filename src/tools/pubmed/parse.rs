@@ -190,9 +190,10 @@ pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
                 }
                 if let Some(closed) = stack.pop()
                     && closed.name == "PubmedArticle"
-                        && let Some(builder) = current.take() {
-                            out.push(finish(builder));
-                        }
+                    && let Some(builder) = current.take()
+                {
+                    out.push(finish(builder));
+                }
             }
             Event::Text(text) => push_text(&mut current, &stack, &text.xml10_content()),
             Event::CData(data) => push_text(&mut current, &stack, &data.xml10_content()),

@@ -166,9 +166,10 @@ fn differential(text: &str, lower: &str) -> Understood {
         arguments["patient_sex"] = json!(sex);
     }
     if let Some(history) = captures(&HISTORY, text).and_then(|caps| group(&caps, 1).map(items))
-        && !history.is_empty() {
-            arguments["relevant_history"] = json!(history);
-        }
+        && !history.is_empty()
+    {
+        arguments["relevant_history"] = json!(history);
+    }
     Understood::Call {
         tool: DDX,
         arguments,
