@@ -51,7 +51,9 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     // A non-voxgate span with PHI fields (e.g. from a library) is not exported.
     session.in_scope(|| drop(tracing::info_span!("db_query", sql = PHI[2])));
 
-    let tool = telemetry::tool_span(&session, "get_calendar_events", "call_cal_1");
+    // Tool spans take a label only the metrics can give: a made-up name becomes `other`.
+    let metrics = voxgate::telemetry::metrics::Metrics::new();
+    let tool = telemetry::tool_span(&session, metrics.tool_label("get_calendar_events"), "call_cal_1");
     let backend = format!("{endpoint}/backend/calendar");
     let started = Instant::now();
     let mut headers = http::HeaderMap::new();
@@ -74,7 +76,7 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     drop(tool);
 
     // A model-invented tool name and an id carrying text: recorded as `other` / `redacted`.
-    let failed = telemetry::tool_span(&session, "Jane Roe lookup", "call Jane Roe");
+    let failed = telemetry::tool_span(&session, metrics.tool_label("Jane Roe lookup"), "call Jane Roe");
     telemetry::record_tool_outcome(
         &failed,
         "failed",
@@ -187,9 +189,10 @@ async fn a_dead_collector_never_blocks_spans_or_shutdown() {
         let _scoped = tracing::dispatcher::set_default(&dispatch);
 
         let t = Instant::now();
+        let metrics = voxgate::telemetry::metrics::Metrics::new();
         for i in 0..200 {
             let session = telemetry::session_span(&format!("s-{i}"), "gpt-realtime");
-            let tool = telemetry::tool_span(&session, "search_pubmed", &format!("call_{i}"));
+            let tool = telemetry::tool_span(&session, metrics.tool_label("search_pubmed"), &format!("call_{i}"));
             telemetry::record_tool_outcome(&tool, "completed", "not_required", None, None);
             drop(tool);
             telemetry::record_session_outcome(&session, "client_closed", Duration::ZERO);

@@ -26,6 +26,18 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// A tool's label on metrics and spans: the name of a tool this process knows, or [`OTHER_TOOL`].
+/// Made only by [`Metrics::tool_label`], so a name the model made up (which may hold patient
+/// data) cannot reach a series or a trace by mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLabel(&'static str);
+
+impl ToolLabel {
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
 /// Label value used for a tool name this process does not know (a model inventing a tool name must
 /// not create a series, nor put its text into one).
 pub const OTHER_TOOL: &str = "other";
@@ -242,8 +254,8 @@ impl Metrics {
     }
 
     /// Maps a tool name onto its label: a tool this process knows, or [`OTHER_TOOL`].
-    pub fn tool_label(&self, name: &str) -> &'static str {
-        self.inner.tools.iter().copied().find(|known| *known == name).unwrap_or(OTHER_TOOL)
+    pub fn tool_label(&self, name: &str) -> ToolLabel {
+        ToolLabel(self.inner.tools.iter().copied().find(|known| *known == name).unwrap_or(OTHER_TOOL))
     }
 
     /// A session's frame and loop-turn counters (flushed into the shared ones, see [`FrameCounters`]).
@@ -279,7 +291,7 @@ impl Metrics {
     /// A server tool call reached its terminal state. `duration` is observed for calls that ran
     /// (`Some`); declined or expired calls never executed and pass `None`.
     pub fn tool_call_finished(&self, tool: &str, status: &'static str, duration: Option<Duration>) {
-        let tool = self.tool_label(tool);
+        let tool = self.tool_label(tool).as_str();
         self.inner
             .tool_calls_total
             .get_or_create(&[("tool", tool), ("status", status)])
@@ -294,7 +306,7 @@ impl Metrics {
 
     /// A server tool call failed with `code` (a `ToolError::code()`).
     pub fn tool_error(&self, tool: &str, code: &'static str) {
-        let tool = self.tool_label(tool);
+        let tool = self.tool_label(tool).as_str();
         self.inner
             .tool_errors_total
             .get_or_create(&[("tool", tool), ("code", code)])
@@ -304,7 +316,7 @@ impl Metrics {
     /// A call that needed confirmation was decided: approved, declined, expired, session_closed or
     /// client_cannot_confirm.
     pub fn tool_confirmation(&self, tool: &str, decision: &'static str) {
-        let tool = self.tool_label(tool);
+        let tool = self.tool_label(tool).as_str();
         self.inner
             .tool_confirmations_total
             .get_or_create(&[("tool", tool), ("decision", decision)])
@@ -334,7 +346,7 @@ impl Metrics {
     pub fn rate_limited(&self, tool: &str) {
         self.inner
             .rate_limited_total
-            .get_or_create(&[("tool", self.tool_label(tool))])
+            .get_or_create(&[("tool", self.tool_label(tool).as_str())])
             .inc();
     }
 
@@ -349,7 +361,7 @@ impl Metrics {
     pub fn phi_blocked(&self, tool: &str) {
         self.inner
             .phi_blocked_total
-            .get_or_create(&[("tool", self.tool_label(tool))])
+            .get_or_create(&[("tool", self.tool_label(tool).as_str())])
             .inc();
     }
 

@@ -252,7 +252,7 @@ fn unknown_tool_names_never_become_labels() {
         value(&body, r#"voxgate_rate_limited_total{tool="other"}"#),
         Some(1.0)
     );
-    assert_eq!(metrics.tool_label("search_pubmed"), "search_pubmed");
+    assert_eq!(metrics.tool_label("search_pubmed").as_str(), "search_pubmed");
 }
 
 /// The MCP tools the configuration allows are labelled by name (operators see which one fails),
@@ -267,8 +267,8 @@ fn configured_mcp_tools_are_labels() {
     let body = metrics.render();
     assert_eq!(value(&body, r#"voxgate_tool_calls_total{tool="lab__order_test",status="failed"}"#), Some(1.0));
     assert_eq!(value(&body, r#"voxgate_tool_calls_total{tool="other",status="failed"}"#), Some(1.0));
-    assert_eq!(metrics.tool_label("lab__order_test"), "lab__order_test");
-    assert_eq!(Metrics::new().tool_label("lab__order_test"), "other");
+    assert_eq!(metrics.tool_label("lab__order_test").as_str(), "lab__order_test");
+    assert_eq!(Metrics::new().tool_label("lab__order_test").as_str(), "other");
 }
 
 #[test]

@@ -13,6 +13,8 @@ use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::metrics::ToolLabel;
+
 
 /// Recorded instead of an identifier that does not look like one (it might carry user text).
 const REDACTED: &str = "redacted";
@@ -66,7 +68,8 @@ pub fn record_session_outcome(span: &Span, outcome: &'static str, duration: Dura
 /// (`.instrument(span)`) and finish it with [`record_tool_outcome`]. `tool` is the tool's label
 /// ([`super::metrics::Metrics::tool_label`]): its name when this process knows the tool, else
 /// `other`, so a name the model made up never reaches a trace.
-pub fn tool_span(parent: &Span, tool: &'static str, call_id: &str) -> Span {
+pub fn tool_span(parent: &Span, tool: ToolLabel, call_id: &str) -> Span {
+    let tool = tool.as_str();
     tracing::info_span!(
         target: "voxgate::tool",
         parent: parent,
@@ -195,7 +198,7 @@ mod tests {
 
     #[test]
     fn no_subscriber_means_no_headers() {
-        let span = tool_span(&Span::none(), "search_pubmed", "call_1");
+        let span = tool_span(&Span::none(), crate::telemetry::metrics::Metrics::new().tool_label("search_pubmed"), "call_1");
         assert!(trace_headers(&span).is_empty());
     }
 }

@@ -337,7 +337,7 @@ async fn requests_carry_traceparent_of_the_tool_span() {
 
     let fake = Arc::new(Fake::new(ESEARCH, EFETCH));
     let tool = tool_for(fake.clone(), Some(50)).await;
-    let span = crate::telemetry::tool_span(&tracing::Span::none(), "search_pubmed", "call_1");
+    let span = crate::telemetry::tool_span(&tracing::Span::none(), crate::telemetry::metrics::Metrics::new().tool_label("search_pubmed"), "call_1");
     let trace_id = {
         use opentelemetry::trace::TraceContextExt;
         span.context().span().span_context().trace_id().to_string()

@@ -161,7 +161,7 @@ async fn requests_carry_traceparent_of_the_tool_span() {
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
 
     let (script, backend) = serve(&[(207, COLLECTION), (207, EVENTS)]).await;
-    let span = crate::telemetry::tool_span(&tracing::Span::none(), "get_calendar_events", "call_1");
+    let span = crate::telemetry::tool_span(&tracing::Span::none(), crate::telemetry::metrics::Metrics::new().tool_label("get_calendar_events"), "call_1");
     let trace_id = {
         use opentelemetry::trace::TraceContextExt;
         span.context().span().span_context().trace_id().to_string()
