@@ -15,6 +15,15 @@ import {
 
 /** Errors shown at once; older ones are dropped. */
 const MAX_ERRORS = 5;
+/**
+ * Entries each list (transcript, activity, sources) keeps; older ones leave the page and the maps
+ * behind it, so a long session neither slows the page nor keeps more patient details than needed.
+ */
+const MAX_LIST_ENTRIES = 200;
+/** Single-use session tickets (`POST /v1/sessions`) start with this; a spent one never works again. */
+const TICKET_PREFIX = "vgt.";
+/** voxgate's reason when the JWT that admitted the session expires: the same token cannot reconnect. */
+const AUTH_EXPIRED = /authori[sz]ation expired/i;
 /** Seconds before expiry at which the dialog announces the time left. */
 const WARN_AT_S = 10;
 /**
@@ -73,6 +82,10 @@ window.voxgate = client;
 
 /** The last connect parameters, for Reconnect. */
 let lastConnect = null;
+/** Whether the last session opened (a ticket it carried is spent). */
+let sessionOpened = false;
+/** Set when the server said the sign-in that admitted the session expired. */
+let authExpired = false;
 
 // ------------------------------------------------------------------ small DOM helpers
 
@@ -100,6 +113,8 @@ function syncEmpty(list, empty) {
 async function connect(params) {
   lastConnect = params;
   closingAnnounced = false;
+  sessionOpened = false;
+  authExpired = false;
   els.reconnect.hidden = true;
   try {
     await client.connect({ token: params.token || undefined, model: params.model || undefined });
@@ -110,6 +125,10 @@ async function connect(params) {
 
 els.connectForm.addEventListener("submit", (event) => {
   event.preventDefault();
+  // A manual Connect may be the next user at a shared workstation: the previous conversation's
+  // patient details leave the screen. (Automatic reconnects and Reconnect keep them.)
+  clearConversation();
+  micWanted = false;
   connect({ token: els.token.value.trim(), model: els.model.value.trim() });
 });
 els.disconnect.addEventListener("click", () => client.disconnect());
@@ -117,13 +136,35 @@ els.reconnect.addEventListener("click", () => {
   if (lastConnect) connect(lastConnect);
 });
 
+/** @returns {boolean} whether the last session's token was a single-use ticket it has spent */
+function ticketSpent() {
+  return sessionOpened && !!lastConnect && lastConnect.token.startsWith(TICKET_PREFIX);
+}
+
+/** @returns {boolean} whether Reconnect with the same token can work */
+function reconnectUsable() {
+  return !!lastConnect && !authExpired && !ticketSpent();
+}
+
+/**
+ * The close in words, with the server's reason when it gave one.
+ * @param {{description?: string, reason?: string}} detail
+ */
+function closedText({ description, reason }) {
+  const words = `Disconnected — ${description || "the connection closed"}`;
+  return reason ? `${words}: ${reason}` : words;
+}
+
 const STATUS_TEXT = { idle: "Not connected", connecting: "Connecting…", open: "Connected" };
 
 client.addEventListener("status", (event) => {
-  const { state, byClient, description } = event.detail;
+  const { state, byClient } = event.detail;
   els.status.dataset.state = state;
+  if (state === "open") sessionOpened = true;
+  // Also without a `voxgate.session.closing` first (the close reason is the same words).
+  if (state === "closed" && AUTH_EXPIRED.test(event.detail.reason || "")) authExpired = true;
   if (state === "closed") {
-    els.statusText.textContent = byClient ? "Disconnected" : `Disconnected — ${description || "the connection closed"}`;
+    els.statusText.textContent = byClient ? "Disconnected" : closedText(event.detail);
   } else {
     els.statusText.textContent = STATUS_TEXT[state] || state;
   }
@@ -136,9 +177,15 @@ client.addEventListener("status", (event) => {
   els.mic.disabled = !open;
   els.textInput.disabled = !open;
   els.send.disabled = !open;
-  els.reconnect.hidden = !(state === "closed" && !byClient && lastConnect);
+  els.reconnect.hidden = !(state === "closed" && !byClient && reconnectUsable());
+  if (state === "closed" && !byClient && ticketSpent() && !closingAnnounced) showTicketSpent("The session ended.");
   if (open) els.textInput.focus();
 });
+
+/** @param {string} what the first sentence: what happened */
+function showTicketSpent(what) {
+  showError({ source: "connection", code: "ticket_spent", message: `${what} Your single-use ticket has been used: get a new ticket, then connect.` });
+}
 
 client.addEventListener("session", (event) => {
   const count = event.detail.tools.length;
@@ -157,13 +204,24 @@ let autoReconnects = 0;
 
 client.addEventListener("closing", (event) => {
   closingAnnounced = true;
-  const reconnect = event.detail.reconnect === true && lastConnect !== null;
+  const { reason } = event.detail;
+  authExpired = AUTH_EXPIRED.test(reason);
+  // A spent ticket is refused on every instance: retrying with it only fails again.
+  const reconnect = event.detail.reconnect === true && lastConnect !== null && !ticketSpent();
   autoReconnects = reconnect ? AUTO_RECONNECT_DELAYS_MS.length : 0;
-  const message = reconnect
-    ? "The server is restarting; reconnecting to another one…"
-    : "The server ended this session.";
+  if (ticketSpent()) {
+    showTicketSpent(event.detail.reconnect === true ? "The server is restarting." : endedText(reason));
+    return;
+  }
+  const message = reconnect ? "The server is restarting; reconnecting to another one…"
+    : authExpired ? `${endedText(reason)} Sign in again to get a new token, then connect.` : endedText(reason);
   showError({ source: "server", code: "closing", message });
 });
+
+/** @param {string} reason the server's, from `voxgate.session.closing` (may be empty) */
+function endedText(reason) {
+  return reason ? `The server ended this session (${reason}).` : "The server ended this session.";
+}
 
 client.addEventListener("status", (event) => {
   const { state, byClient } = event.detail;
@@ -175,13 +233,58 @@ client.addEventListener("status", (event) => {
   setTimeout(() => { if (lastConnect) connect(lastConnect); }, delay + Math.random() * delay);
 });
 
+client.addEventListener("resume", (event) => {
+  const { state, audio_dropped_ms: droppedMs } = event.detail;
+  removeMessages("resuming");
+  removeMessages("resumed");
+  if (state === "resuming") {
+    showError({ source: "connection", code: "resuming", message: "Reconnecting to the model…" });
+    return;
+  }
+  const lost = droppedMs > 0 ? ` ${(droppedMs / 1000).toFixed(1)} s of your speech was lost: please repeat it.` : "";
+  showError({ source: "connection", code: "resumed", message: `Reconnected to the model.${lost}` });
+});
+
+// ------------------------------------------------------------------ assistant audio
+
+/** Set while a click anywhere is waiting to resume the assistant's audio. */
+let resumeOnClick = false;
+
+client.addEventListener("audio", (event) => {
+  if (event.detail.state === "running") {
+    removeMessages("audio_suspended");
+    return;
+  }
+  if (resumeOnClick) return;
+  resumeOnClick = true;
+  // Browsers resume audio only from a user gesture: the next click or key press does it.
+  const resume = () => {
+    document.removeEventListener("pointerdown", resume, true);
+    document.removeEventListener("keydown", resume, true);
+    resumeOnClick = false;
+    client.resumeAudio().catch(() => {
+      showError({ source: "audio", code: "audio_resume_failed", message: "the assistant's audio could not be resumed" });
+    });
+  };
+  document.addEventListener("pointerdown", resume, true);
+  document.addEventListener("keydown", resume, true);
+});
+
 // ------------------------------------------------------------------ microphone
 
-els.mic.addEventListener("click", async () => {
+/** Whether the user has the microphone on: it is turned on again after an automatic reconnect. */
+let micWanted = false;
+
+els.mic.addEventListener("click", () => {
   if (client.microphoneActive) {
+    micWanted = false;
     client.stopMicrophone();
     return;
   }
+  startMicrophone();
+});
+
+async function startMicrophone() {
   els.mic.disabled = true;
   try {
     await client.startMicrophone({
@@ -189,11 +292,24 @@ els.mic.addEventListener("click", async () => {
       noiseSuppression: els.noise.checked,
       autoGainControl: els.gain.checked,
     });
+    micWanted = true;
   } catch {
     // Reported through the `error` event.
+    micWanted = false;
   } finally {
     els.mic.disabled = !client.connected;
   }
+}
+
+client.addEventListener("status", (event) => {
+  const { state, byClient } = event.detail;
+  if (state === "closed" && byClient) micWanted = false;
+  if (state === "open" && micWanted && !client.microphoneActive) startMicrophone();
+});
+
+client.addEventListener("error", (event) => {
+  // The device went away: it is not turned on again by itself.
+  if (event.detail.code === "microphone_ended") micWanted = false;
 });
 
 client.addEventListener("microphone", (event) => {
@@ -241,14 +357,44 @@ client.addEventListener("transcript", (event) => {
     entry.append(el("span", { class: "words", "data-testid": "transcript-text" }));
     els.transcript.append(entry);
     transcriptEntries.set(key, entry);
+    trimTranscript();
   }
-  entry.querySelector(".words").textContent = text;
+  entry.querySelector(".words").textContent = event.detail.failed ? "(not transcribed)" : text;
   entry.dataset.final = String(!!final);
   entry.setAttribute("aria-busy", String(!final));
+  if (event.detail.interrupted) entry.dataset.interrupted = "true";
   if (final) transcriptEntries.delete(key);
   els.transcriptEmpty.hidden = true;
   els.transcript.scrollTop = els.transcript.scrollHeight;
 });
+
+/** Drop the oldest transcript entries past MAX_LIST_ENTRIES, and their map entries. */
+function trimTranscript() {
+  const entries = els.transcript.querySelectorAll("[data-testid=transcript-entry]");
+  for (let i = 0; i < entries.length - MAX_LIST_ENTRIES; i += 1) forgetEntry(transcriptEntries, entries[i]);
+}
+
+/**
+ * Remove a list entry from the page and from its map (whatever its key).
+ * @param {Map<string, HTMLElement>} map
+ * @param {Element} node
+ */
+function forgetEntry(map, node) {
+  for (const [key, value] of map) if (value === node) map.delete(key);
+  node.remove();
+}
+
+/** Empty the transcript, the activity list and the sources, in the page and in the maps. */
+function clearConversation() {
+  for (const entry of els.transcript.querySelectorAll("[data-testid=transcript-entry]")) entry.remove();
+  transcriptEntries.clear();
+  els.transcriptEmpty.hidden = false;
+  els.activity.replaceChildren();
+  activityItems.clear();
+  syncEmpty(els.activity, els.activityEmpty);
+  els.citations.replaceChildren();
+  syncEmpty(els.citations, els.citationsEmpty);
+}
 
 els.textForm.addEventListener("submit", (event) => {
   event.preventDefault();
@@ -276,6 +422,7 @@ function activityItem(callId, name) {
     item.append(el("span", { class: "activity-state", "data-testid": "activity-state" }));
     els.activity.prepend(item);
     activityItems.set(callId, item);
+    while (els.activity.children.length > MAX_LIST_ENTRIES) forgetEntry(activityItems, els.activity.lastElementChild);
     syncEmpty(els.activity, els.activityEmpty);
   }
   return item;
@@ -303,6 +450,13 @@ client.addEventListener("tool", (event) => {
     case "started":
       setActivityState(item, "running");
       break;
+    case "progress":
+      // Advisory, and only while the call runs: a late one never reopens a finished row.
+      if (item.dataset.state === "running") item.querySelector(".activity-state").textContent = `${STATE_LABELS.running} — ${progressText(detail)}`;
+      break;
+    case "interrupted":
+      setActivityState(item, "interrupted");
+      break;
     case "completed":
       setActivityState(item, "done");
       if (typeof detail.duration_ms === "number") item.title = `took ${detail.duration_ms} ms`;
@@ -322,6 +476,16 @@ client.addEventListener("tool", (event) => {
   }
   if (detail.phase !== "confirmation_requested") dropConfirmation(detail.call_id);
 });
+
+/**
+ * MCP progress as "2/5 — step 2 of 5" (`total` and `message` may be null).
+ * @param {{progress?: number, total?: number|null, message?: string|null}} detail
+ * @returns {string}
+ */
+function progressText({ progress, total, message }) {
+  const count = typeof total === "number" ? `${progress}/${total}` : String(progress ?? "");
+  return [count, typeof message === "string" ? message.slice(0, 200) : ""].filter(Boolean).join(" — ");
+}
 
 // ------------------------------------------------------------------ citations
 
@@ -350,6 +514,7 @@ client.addEventListener("citations", (event) => {
     if (meta) li.append(el("span", { class: "citation-meta" }, meta));
     els.citations.append(li);
   }
+  while (els.citations.children.length > MAX_LIST_ENTRIES) els.citations.firstElementChild.remove();
   syncEmpty(els.citations, els.citationsEmpty);
 });
 
@@ -370,8 +535,15 @@ function showError(detail) {
 
 client.addEventListener("error", (event) => {
   if (event.detail.code === "connection_closed" && closingAnnounced) return;
+  // One message for a paused audio output, however often the browser pauses it.
+  if (event.detail.code === "audio_suspended") removeMessages("audio_suspended");
   showError(event.detail);
 });
+
+/** @param {string} code remove the messages shown with this code */
+function removeMessages(code) {
+  for (const box of els.errors.querySelectorAll(`[data-code="${code}"]`)) box.remove();
+}
 
 // ------------------------------------------------------------------ confirmation dialog
 
@@ -445,7 +617,7 @@ function showNextConfirmation() {
 
 /** @param {object} request the request shown when the delay began */
 function armApprove(request) {
-  if (current !== request || els.dialog.dataset.expired === "true") return;
+  if (current !== request) return;
   els.approve.disabled = false;
   els.dialog.dataset.armed = "true";
 }
@@ -480,11 +652,11 @@ function tickCountdown() {
   const left = current.expires_at_ms - Date.now();
   els.countdownFill.style.width = `${Math.max(0, Math.min(100, (left / total) * 100))}%`;
   if (left <= 0) {
-    els.countdown.textContent = "Expired — this request can no longer be approved.";
+    // This device's clock says time is up, but it may run fast: the server's expiry decides (it
+    // refuses a late approval and sends `declined`/`expired`, which closes the dialog), so Approve
+    // stays as it is.
+    els.countdown.textContent = "Time is up — the server may refuse a late approval.";
     els.dialog.dataset.expired = "true";
-    els.approve.disabled = true;
-    els.dialog.dataset.armed = "false";
-    clearTimeout(armTimer);
     clearInterval(countdownTimer);
     return;
   }
@@ -502,7 +674,7 @@ function decide(approved) {
   const callId = current.call_id;
   client.confirm(callId, approved);
   const item = activityItems.get(callId);
-  if (item) item.querySelector(".activity-state").textContent = approved ? "approved — starting…" : "declining…";
+  if (item) setActivityState(item, approved ? "approved" : "declining");
   showNextConfirmation();
 }
 

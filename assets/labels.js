@@ -93,6 +93,9 @@ export const FAILURE_REASONS = Object.freeze({
 export const STATE_LABELS = Object.freeze({
   running: "running",
   awaiting_confirmation: "waiting for your confirmation",
+  approved: "approved — starting…",
+  declining: "declining…",
+  interrupted: "interrupted — outcome unknown",
   done: "done",
   failed: "failed",
   declined: "declined",

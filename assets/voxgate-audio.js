@@ -57,6 +57,26 @@ export function levelFromRms(rms) {
   return Math.max(0, Math.min(1, (db + 60) / 60));
 }
 
+/** How long starting the capture's AudioContext may take before the capture fails, in ms. */
+const CONTEXT_START_TIMEOUT_MS = 3000;
+
+/**
+ * A promise that rejects with `message` if `promise` has not settled within `ms`: the browser may
+ * leave `AudioContext.resume()` pending for good (no user gesture, the device gone).
+ * @template T
+ * @param {Promise<T>} promise
+ * @param {number} ms
+ * @param {string} message
+ * @returns {Promise<T>}
+ */
+export function withTimeout(promise, ms, message) {
+  let timer = 0;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(message)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
 /**
  * @typedef {object} Capture  a running microphone capture
  * @property {MediaStream} stream
@@ -86,7 +106,9 @@ export async function openCapture(stream, { chunkMs, workletUrl, onChunk }) {
     });
     node.port.onmessage = (event) => onChunk(event.data);
     source.connect(node);
-    if (context.state !== "running") await context.resume();
+    if (context.state !== "running") {
+      await withTimeout(context.resume(), CONTEXT_START_TIMEOUT_MS, "the capture's audio context did not start");
+    }
     return { stream, context, source, node };
   } catch (err) {
     context.close().catch(() => {});
@@ -127,14 +149,18 @@ export function closeCapture(capture) {
  */
 export class PcmPlayer {
   /**
-   * @param {{stats: () => PlayerStats, onState: (detail: {state: string, item_id: string|null, audio_end_ms?: number}) => void}} hooks
+   * @param {{stats: () => PlayerStats, onState: (detail: {state: string, item_id: string|null, audio_end_ms?: number}) => void, onContextState?: (state: string) => void}} hooks
    *   `stats` returns the counters to update (the client replaces them per session); `onState`
    *   hears `started` (a new item begins), `ended` (everything queued has played) and
-   *   `interrupted` (stopped early).
+   *   `interrupted` (stopped early); `onContextState` hears the context's state each time it
+   *   changes from the last one reported (`running`, `suspended`, `interrupted`, `closed`).
    */
-  constructor({ stats, onState }) {
+  constructor({ stats, onState, onContextState = () => {} }) {
     this.stats = stats;
     this.onState = onState;
+    this.onContextState = onContextState;
+    /** The context state last reported: a context that starts suspended is reported on first use. */
+    this.reportedState = "running";
     this.context = null;
     this.playHead = 0;
     /** @type {Set<{source: AudioBufferSourceNode, start: number, duration: number, cut: boolean}>} */
@@ -146,9 +172,33 @@ export class PcmPlayer {
 
   /** Create (or resume) the playback context; call from a user gesture for autoplay rules. */
   ensureContext() {
-    if (!this.context) this.context = new AudioContext({ latencyHint: "interactive" });
-    if (this.context.state === "suspended") this.context.resume().catch(() => {});
+    const ctx = this.createContext();
+    if (ctx.state !== "running") ctx.resume().catch(() => {});
+    return ctx;
+  }
+
+  /** @returns {AudioContext} the playback context, created on first use (not resumed) */
+  createContext() {
+    if (!this.context) {
+      this.context = new AudioContext({ latencyHint: "interactive" });
+      // The browser suspends the context (another app took the device, a phone call, power
+      // saving): say so rather than queue audio that would play late or never.
+      this.context.addEventListener("statechange", () => this.reportState());
+    }
     return this.context;
+  }
+
+  /** Tell `onContextState` when the context's state differs from the one last reported. */
+  reportState() {
+    const state = this.context ? this.context.state : "running";
+    if (state === this.reportedState) return;
+    this.reportedState = state;
+    this.onContextState(state);
+  }
+
+  /** @returns {boolean} whether the context plays (audio scheduled now is heard now) */
+  get running() {
+    return !!this.context && this.context.state === "running";
   }
 
   /** @returns {boolean} whether audio is playing or queued */
@@ -168,7 +218,12 @@ export class PcmPlayer {
     stats.audioChunksReceived += 1;
     stats.audioMsReceived += (samples.length / WIRE_SAMPLE_RATE) * 1000;
     if (samples.length === 0) return;
-    const ctx = this.ensureContext();
+    const ctx = this.createContext();
+    if (ctx.state !== "running") {
+      // Not scheduled: it would pile up and play late, all at once, when the context resumes.
+      this.reportState();
+      return;
+    }
     if (this.itemId !== itemId) {
       this.itemId = itemId;
       this.contentIndex = contentIndex || 0;

@@ -18,7 +18,7 @@
  */
 
 import {
-  PcmPlayer, WIRE_SAMPLE_RATE, bytesToBase64, closeCapture, decodePcm16, levelFromRms, openCapture,
+  PcmPlayer, WIRE_SAMPLE_RATE, bytesToBase64, closeCapture, decodePcm16, levelFromRms, openCapture, withTimeout,
 } from "./voxgate-audio.js";
 
 export { WIRE_SAMPLE_RATE, bytesToBase64, decodePcm16, levelFromRms };
@@ -51,6 +51,36 @@ export const DEFAULT_SESSION_CONFIG = Object.freeze({
 
 /** Upstream error codes the client handles itself (they never reach the `error` event). */
 const QUIET_ERROR_CODES = new Set(["response_cancel_not_active"]);
+
+/** How long `resumeAudio()` waits for the browser before giving up, in ms. */
+const RESUME_TIMEOUT_MS = 3000;
+
+/** `response.done` statuses that mean the answer did not arrive whole. */
+const BAD_RESPONSE_STATUSES = new Set(["failed", "incomplete"]);
+
+/**
+ * A wire identifier (a status, a reason, an error type or code) fit to show: only short
+ * identifier characters pass, so no free text from the model or the service reaches the page.
+ * @param {unknown} value
+ * @returns {string}
+ */
+function identifier(value) {
+  return typeof value === "string" && /^[A-Za-z0-9_.-]{1,64}$/.test(value) ? value : "";
+}
+
+/**
+ * Words for a `response.done` that failed or was cut short: its status and, from
+ * `status_details`, the reason and the error's type and code (never the error's message).
+ * @param {object} response
+ * @returns {string}
+ */
+export function describeBadResponse(response) {
+  const details = response.status_details || {};
+  const error = details.error || {};
+  const why = [identifier(details.reason), identifier(error.type), identifier(error.code)].filter(Boolean);
+  const words = response.status === "incomplete" ? "the answer is incomplete" : "the answer failed";
+  return why.length > 0 ? `${words} (${why.join(", ")})` : words;
+}
 
 /**
  * @typedef {object} ClientOptions
@@ -144,12 +174,18 @@ export function describeCloseCode(code) {
  * - `session`      `{session_id, tools}` from `voxgate.session.ready`
  * - `closing`      `{reason, reconnect}` from `voxgate.session.closing` (the server will close soon;
  *                  `reconnect: true` means another instance will take a new session at once)
- * - `transcript`   `{role: "user"|"assistant", item_id, text, delta?, final, typed?}`
+ * - `transcript`   `{role: "user"|"assistant", item_id, text, delta?, final, typed?, interrupted?, failed?}`
  * - `tool`         `{phase, call_id, name, ...}` — phase is `confirmation_requested`, `started`,
- *                  `completed`, `failed` or `declined`; the other fields are the wire event's
+ *                  `progress`, `completed`, `failed` or `declined` (the other fields are the wire
+ *                  event's), or `interrupted` (local: the socket closed while the call was open)
+ * - `resume`       `{state: "resuming"|"resumed", reason, items_restored?, audio_dropped_ms?}` from
+ *                  `voxgate.session.resuming/resumed` (voxgate moved the session to a new upstream)
+ * - `audio`        `{state}` the playback AudioContext's state when it changes (`running`,
+ *                  `suspended`, `interrupted`); while not running, output audio is dropped
  * - `confirmation` `{call_id, name, arguments, prompt, expires_at_ms}` (answer with {@link confirm})
  * - `citations`    `{call_id, name, citations: [{title, url, source, ...}]}`
  * - `error`        `{source: "server"|"connection"|"microphone"|"audio"|"client", code, message, type?, event_id?}`
+ *                  (also `response_failed`/`response_incomplete` for a `response.done` that says so)
  * - `level`        `{level, rms, peak}` microphone level per chunk (0..1)
  * - `microphone`   `{active}`
  * - `speech`       `{state: "started"|"stopped", audio_start_ms?, audio_end_ms?, item_id?}` (server VAD)
@@ -181,6 +217,8 @@ export class VoxgateClient extends EventTarget {
     this.tools = [];
     /** @type {Map<string, object>} calls awaiting the user's decision, by call_id */
     this.pendingConfirmations = new Map();
+    /** @type {Map<string, string>} server calls announced and not yet ended: call_id → name */
+    this.openCalls = new Map();
     this.ws = null;
     this.closedByClient = false;
     this.eventCounter = 0;
@@ -197,7 +235,11 @@ export class VoxgateClient extends EventTarget {
     this.micCancelled = false;
     /** @type {PcmPlayer|null} the assistant's audio (null with `playback: false`) */
     this.player = this.options.playback
-      ? new PcmPlayer({ stats: () => this.stats, onState: (detail) => this.emit("playback", detail) })
+      ? new PcmPlayer({
+        stats: () => this.stats,
+        onState: (detail) => this.emit("playback", detail),
+        onContextState: (state) => this.onAudioState(state),
+      })
       : null;
   }
 
@@ -364,6 +406,14 @@ export class VoxgateClient extends EventTarget {
       autoGainControl: !!opts.autoGainControl,
     };
     if (opts.deviceId) audio.deviceId = { exact: opts.deviceId };
+    if (!navigator.mediaDevices || typeof navigator.mediaDevices.getUserMedia !== "function") {
+      // Browsers hide getUserMedia on pages served over plain http (other than localhost).
+      const insecure = globalThis.isSecureContext === false;
+      this.emitError("microphone", insecure ? "microphone_insecure" : "microphone_unavailable",
+        insecure ? "the microphone needs a secure page: open it over https (or on localhost)"
+          : "this browser cannot capture audio");
+      throw new Error("no mediaDevices");
+    }
     let stream;
     try {
       stream = await navigator.mediaDevices.getUserMedia({ audio, video: false });
@@ -388,7 +438,18 @@ export class VoxgateClient extends EventTarget {
       return;
     }
     this.mic = mic;
+    // A device unplugged or a permission withdrawn ends the track without a word otherwise.
+    for (const track of stream.getAudioTracks()) {
+      track.addEventListener("ended", () => this.onMicrophoneEnded(mic), { once: true });
+    }
     this.emit("microphone", { active: true });
+  }
+
+  /** @param {object} mic the capture whose track ended */
+  onMicrophoneEnded(mic) {
+    if (this.mic !== mic) return;
+    this.stopMicrophone();
+    this.emitError("microphone", "microphone_ended", "the microphone stopped (unplugged, or access to it was withdrawn)");
   }
 
   /**
@@ -454,6 +515,28 @@ export class VoxgateClient extends EventTarget {
     return cut.audioEndMs;
   }
 
+  /**
+   * Resume the assistant's audio after the browser suspended it; call from a click or key press.
+   * Rejects if the browser does not resume it within a few seconds.
+   * @returns {Promise<void>}
+   */
+  resumeAudio() {
+    if (!this.player) return Promise.resolve();
+    const context = this.player.ensureContext();
+    return withTimeout(context.resume(), RESUME_TIMEOUT_MS, "the audio output did not resume");
+  }
+
+  /** @param {string} state the playback AudioContext's new state */
+  onAudioState(state) {
+    if (state !== "running") {
+      // What was queued would play late, all at once, when the context resumes: cut it now and
+      // tell the model how much was heard.
+      this.stopPlayback({ truncate: true });
+      this.emitError("audio", "audio_suspended", "the browser paused the assistant's audio: click anywhere on the page to resume it");
+    }
+    this.emit("audio", { state });
+  }
+
   // ---------------------------------------------------------------- incoming events
 
   /** @param {string|ArrayBuffer|Blob} data */
@@ -482,6 +565,8 @@ export class VoxgateClient extends EventTarget {
     } else if (TERMINAL_PHASES.includes(phase) || phase === "started") {
       this.pendingConfirmations.delete(event.call_id);
     }
+    if (TERMINAL_PHASES.includes(phase)) this.openCalls.delete(event.call_id);
+    else if (phase === "confirmation_requested" || phase === "started") this.openCalls.set(event.call_id, event.name);
     this.emit("tool", { phase, ...fields });
     if (phase === "confirmation_requested") this.emit("confirmation", fields);
     if (phase === "completed" && Array.isArray(event.citations) && event.citations.length > 0) {
@@ -503,10 +588,41 @@ export class VoxgateClient extends EventTarget {
     this.emit("transcript", { role: "assistant", item_id: itemId, text, final: true });
   }
 
+  /**
+   * Lines still streaming will get no more words (their response ended early, or the upstream went
+   * away): end them as they are, so that nothing stays "busy" for assistive technology.
+   * @param {{user?: boolean}} [options] also the user's lines
+   */
+  finishPartialLines({ user = false } = {}) {
+    for (const [itemId, text] of this.assistantText) {
+      this.emit("transcript", { role: "assistant", item_id: itemId, text, final: true, interrupted: true });
+    }
+    this.assistantText.clear();
+    if (!user) return;
+    for (const [itemId, text] of this.userText) {
+      this.emit("transcript", { role: "user", item_id: itemId, text, final: true, interrupted: true });
+    }
+    this.userText.clear();
+  }
+
+  /**
+   * The running response is over though no `response.done` said so (the upstream forgot it, lost
+   * it, or went away): ask for the response a typed message is waiting for, if any.
+   */
+  onResponseGone() {
+    this.activeResponseId = null;
+    if (this.responseCreatePending) this.requestResponse();
+  }
+
   /** @param {object} event an `error` event */
   onServerError(event) {
     const error = event.error || {};
     const code = error.code || error.type || "error";
+    // Nothing to cancel: the response the client waited on is gone (the upstream that ran it went
+    // away, or its response.done was lost). Without this, a typed message would wait forever.
+    if (code === "response_cancel_not_active") this.onResponseGone();
+    // voxgate dropped an event it could not read; it may have been the response.done.
+    if (code === "voxgate_upstream_event_unreadable" && this.activeResponseId) this.onResponseGone();
     if (QUIET_ERROR_CODES.has(code)) return;
     if (code === "conversation_already_has_active_response" && this.ourResponseCreates.has(error.event_id)) {
       // Ours collided with a response the server (or voxgate) started: ask again after it.
@@ -532,8 +648,16 @@ export class VoxgateClient extends EventTarget {
     this.stopPlayback({ truncate: false });
     for (const [callId, pending] of this.pendingConfirmations) {
       this.emit("tool", { phase: "declined", call_id: callId, name: pending.name, reason: "session_closed", local: true });
+      this.openCalls.delete(callId);
     }
     this.pendingConfirmations.clear();
+    // Calls running (or approved and not yet started) may still finish on the server, but this
+    // socket will never hear how: their outcome is unknown here.
+    for (const [callId, name] of this.openCalls) {
+      this.emit("tool", { phase: "interrupted", call_id: callId, name, local: true });
+    }
+    this.openCalls.clear();
+    this.finishPartialLines({ user: true });
     this.activeResponseId = null;
     const byClient = this.closedByClient;
     if (!byClient && !opened) {
@@ -565,6 +689,7 @@ export class VoxgateClient extends EventTarget {
     this.sessionId = null;
     this.tools = [];
     this.pendingConfirmations.clear();
+    this.openCalls.clear();
     this.activeResponseId = null;
     this.responseCreatePending = false;
     this.ourResponseCreates.clear();
@@ -616,6 +741,21 @@ VoxgateClient.prototype.handlers = {
   "voxgate.session.closing"(event) {
     this.emit("closing", { reason: event.reason || "", reconnect: event.reconnect === true });
   },
+  "voxgate.session.resuming"(event) {
+    // The response in flight died with the old upstream: its response.done will never come.
+    this.stopPlayback({ truncate: false });
+    this.finishPartialLines({ user: true });
+    this.onResponseGone();
+    this.emit("resume", { state: "resuming", reason: identifier(event.reason) });
+  },
+  "voxgate.session.resumed"(event) {
+    this.emit("resume", {
+      state: "resumed",
+      reason: identifier(event.reason),
+      items_restored: Number(event.items_restored) || 0,
+      audio_dropped_ms: Number(event.audio_dropped_ms) || 0,
+    });
+  },
   "error"(event) {
     this.onServerError(event);
   },
@@ -626,7 +766,12 @@ VoxgateClient.prototype.handlers = {
   "response.done"(event) {
     const response = event.response || {};
     this.activeResponseId = null;
+    // A response that did not complete sends no transcript .done for what it had begun.
+    if (response.status && response.status !== "completed") this.finishPartialLines();
     this.emit("response", { state: "done", response_id: response.id, status: response.status });
+    if (BAD_RESPONSE_STATUSES.has(response.status)) {
+      this.emitError("server", `response_${response.status}`, describeBadResponse(response));
+    }
     if (this.responseCreatePending) this.requestResponse();
   },
   "response.output_audio.delta"(event) {
@@ -673,6 +818,11 @@ VoxgateClient.prototype.handlers = {
   "conversation.item.input_audio_transcription.completed"(event) {
     this.userText.delete(event.item_id);
     this.emit("transcript", { role: "user", item_id: event.item_id, text: event.transcript || "", final: true });
+  },
+  "conversation.item.input_audio_transcription.failed"(event) {
+    // The model still heard the audio; only its words for the transcript are missing.
+    this.userText.delete(event.item_id);
+    this.emit("transcript", { role: "user", item_id: event.item_id, text: "", final: true, failed: true });
   },
   "input_audio_buffer.speech_started"(event) {
     // Barge-in: the user talks over the assistant; stop at once and report what was heard.

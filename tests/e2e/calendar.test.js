@@ -320,3 +320,20 @@ test("queued requests: input begun before a request was shown never approves it"
   await screenshot(page, "calendar-queued-done");
   assert.deepEqual(browser.problems, []);
 });
+
+test("a fast local clock does not disable Approve: the server's expiry decides", { timeout: 90_000 }, async (t) => {
+  const { voxgate, browser, page } = await bookingDialog(t);
+  // This device's clock runs five minutes ahead of the server's.
+  await page.evaluate(() => {
+    const real = Date.now;
+    Date.now = () => real() + 300_000;
+  });
+  await page.waitForFunction(() => document.querySelector("[data-testid=confirm-dialog]").dataset.expired === "true");
+  await approveArmed(page);
+  assert.match(await page.getByTestId("confirm-countdown").textContent(), /server/);
+  await page.getByTestId("confirm-approve").click();
+  const item = await activityReaches(page, "done");
+  assert.equal(item.state, "done");
+  await waitUntil(() => calendarEvents(voxgate.calendar()).length === 1, { message: "the event in the calendar file" });
+  assert.deepEqual(browser.problems, []);
+});

@@ -7,16 +7,13 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { FakeUpstream } from "./support/fake-upstream.js";
-import { ROOT, activityOf, connectPage, openPage, startVoxgate, typeRequest, waitUntil } from "./support/harness.js";
+import { activityOf, connectPage, openPage, startVoxgate, typeRequest, waitUntil } from "./support/harness.js";
+import { fakeModel, labConfig } from "./support/session.js";
 
 const ORDER_ARGS = { test_code: "K-PLASMA", priority: "urgent" };
 const RULES = [{ match: /order a potassium/i, name: "lab__order_test", arguments: ORDER_ARGS }];
-
-const python = process.env.VOXGATE_TEST_PYTHON || path.join(ROOT, ".venv-test", "bin", "python");
 
 /** JSON Lines the lab server wrote. */
 function records(dir, name) {
@@ -26,20 +23,8 @@ function records(dir, name) {
 }
 
 async function orderDialog(t) {
-  assert.ok(existsSync(python), `${python} is missing: run scripts/test to create the test venv`);
-  const labDir = mkdtempSync(path.join(tmpdir(), "voxgate-e2e-lab-"));
-  const fake = new FakeUpstream({ rules: RULES });
-  const upstreamUrl = await fake.start();
-  t.after(() => fake.stop());
-  const toml = [
-    "[mcp]",
-    "connect_timeout_ms = 60000", // start-up waits for Python on a loaded machine
-    "[mcp.servers.lab]",
-    `command = [${JSON.stringify(python)}, ${JSON.stringify(path.join(ROOT, "tests", "mcp", "lab_server.py"))}]`,
-    `env = { LAB_DIR = ${JSON.stringify(labDir)} }`,
-    'allow = ["order_test"]',
-    "",
-  ].join("\n");
+  const { toml, labDir } = labConfig(["order_test"]);
+  const { fake, upstreamUrl } = await fakeModel(t, { rules: RULES });
   const voxgate = await startVoxgate({ upstreamUrl, toml });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });

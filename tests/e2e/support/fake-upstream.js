@@ -9,6 +9,12 @@
  * `conversation.item.truncated`, responses with `response.output_audio.delta` (a tone, generated
  * faster than real time like the real service) plus transcript deltas, function calls chosen by
  * `rules` on the last user text, and `response.done` (cancelled on `response.cancel`).
+ *
+ * For what goes wrong in real life: an answer that never ends (`hang` rules,
+ * `respondWithoutEnd`), one that ends `failed`/`incomplete` (`respondAndEndWith`), a response
+ * forgotten without its `response.done` (`forgetResponse`), a frame that does not parse
+ * (`sendRaw`), and the connection dropped (`dropConnection`: voxgate resumes on a new one, which
+ * starts with no response running).
  */
 
 import { WebSocketServer } from "ws";
@@ -82,6 +88,8 @@ export function toneFrequency(pcm) {
  * @property {object} [arguments]
  * @property {Array<{name: string, arguments: object}>} [calls]  several calls in one response
  *   (parallel function calls), instead of `name` and `arguments`
+ * @property {string} [hang]  instead of a call: an answer that starts with this text and never
+ *   finishes (no `response.done`), like a response cut off when the upstream goes away
  */
 
 export class FakeUpstream {
@@ -173,6 +181,10 @@ export class FakeUpstream {
     this.headers.push(request.headers);
     this.urls.push(request.url || "");
     this.socket = socket;
+    // A new connection is a new upstream session: nothing of the old one is running in it.
+    if (this.activeResponse) for (const t of this.activeResponse.timers) clearTimeout(t);
+    this.activeResponse = null;
+    this.outputsSinceResponse = [];
     socket.on("message", (data, isBinary) => {
       if (isBinary) return;
       let event;
@@ -257,7 +269,8 @@ export class FakeUpstream {
     }
     const rule = this.rules.find((r) => r.match.test(this.lastUserText));
     this.lastUserText = "";
-    if (rule && rule.calls) this.respondWithCalls(rule.calls);
+    if (rule && rule.hang) this.respondWithoutEnd(rule.hang);
+    else if (rule && rule.calls) this.respondWithCalls(rule.calls);
     else if (rule) this.respondWithCall(rule.name, rule.arguments);
     else this.respondWithAudio("Hello from the fake model.", this.replyMs);
   }
@@ -324,13 +337,10 @@ export class FakeUpstream {
   }
 
   /**
-   * An assistant message with `ms` of audio (in 100 ms deltas, sent at once — faster than real
-   * time) and its transcript.
-   * @param {string} text
-   * @param {number} ms
-   * @returns {{responseId: string, itemId: string}}
+   * A new response with one assistant audio message begun: its item added and its audio part
+   * opened, nothing in it yet.
    */
-  respondWithAudio(text, ms) {
+  beginAudioMessage() {
     const response = this.beginResponse();
     const itemId = this.nextId("item");
     const base = { response_id: response.id, item_id: itemId, output_index: 0, content_index: 0 };
@@ -338,6 +348,18 @@ export class FakeUpstream {
     this.send({ type: "response.output_item.added", response_id: response.id, output_index: 0, item });
     this.send({ type: "conversation.item.added", previous_item_id: null, item });
     this.send({ type: "response.content_part.added", ...base, part: { type: "audio", transcript: "" } });
+    return { response, itemId, base, item };
+  }
+
+  /**
+   * An assistant message with `ms` of audio (in 100 ms deltas, sent at once — faster than real
+   * time) and its transcript.
+   * @param {string} text
+   * @param {number} ms
+   * @returns {{responseId: string, itemId: string}}
+   */
+  respondWithAudio(text, ms) {
+    const { response, itemId, base, item } = this.beginAudioMessage();
     const pcm = tone(ms);
     const step = 4800; // 100 ms
     for (let offset = 0; offset < pcm.length; offset += step) {
@@ -355,6 +377,58 @@ export class FakeUpstream {
       response.finish("completed");
     }, 100));
     return { responseId: response.id, itemId };
+  }
+
+  /**
+   * An assistant message that begins (`text` as its transcript so far) and never ends: no
+   * `response.done`. The response stays active here until {@link forgetResponse} or a new connection.
+   * @param {string} text
+   * @returns {{responseId: string, itemId: string}}
+   */
+  respondWithoutEnd(text) {
+    const { response, itemId, base } = this.beginAudioMessage();
+    this.send({ type: "response.output_audio_transcript.delta", ...base, delta: text });
+    return { responseId: response.id, itemId };
+  }
+
+  /**
+   * A response that ends badly: its start, a little transcript, then `response.done` with `status`
+   * (`failed`, `incomplete`) and `status_details`.
+   * @param {string} status
+   * @param {object} statusDetails
+   * @returns {{responseId: string, itemId: string}}
+   */
+  respondAndEndWith(status, statusDetails) {
+    const started = this.respondWithoutEnd("I was about to");
+    this.activeResponse = null;
+    this.send({
+      type: "response.done",
+      response: { object: "realtime.response", id: started.responseId, status, status_details: statusDetails, output: [] },
+    });
+    return started;
+  }
+
+  /** The running response ends here without a word to the client (as if its `response.done` was lost). */
+  forgetResponse() {
+    if (this.activeResponse) for (const t of this.activeResponse.timers) clearTimeout(t);
+    this.activeResponse = null;
+  }
+
+  /**
+   * A frame exactly as given (e.g. one that does not parse).
+   * @param {string} text
+   */
+  sendRaw(text) {
+    if (this.socket && this.socket.readyState === 1) this.socket.send(text);
+  }
+
+  /**
+   * Close the current connection as a failing service would (voxgate resumes on a new one).
+   * @param {number} [code]
+   * @param {string} [reason]
+   */
+  dropConnection(code = 1011, reason = "internal error") {
+    if (this.socket) this.socket.close(code, reason);
   }
 
   /**

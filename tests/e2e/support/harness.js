@@ -177,9 +177,9 @@ export function toneWav(freq, dir) {
 /**
  * A browser with a page on voxgate. The page's console errors, uncaught exceptions and CSP
  * violations are collected in `problems`.
- * @param {{baseUrl: string, wav?: string}} options
+ * @param {{baseUrl: string, wav?: string, args?: string[]}} options  `args`: more Chromium switches
  */
-export async function openPage({ baseUrl, wav }) {
+export async function openPage({ baseUrl, wav, args: extraArgs = [] }) {
   const userDataDir = mkdtempSync(path.join(tmpdir(), "voxgate-chromium-"));
   const args = [
     "--headless",
@@ -195,6 +195,7 @@ export async function openPage({ baseUrl, wav }) {
     "--use-fake-device-for-media-stream",
   ];
   if (wav) args.push(`--use-file-for-fake-audio-capture=${wav}`);
+  args.push(...extraArgs);
   const context = await chromium.launchPersistentContext(userDataDir, {
     executablePath: process.env.CHROMIUM_BIN || "/usr/bin/chromium",
     headless: process.env.E2E_HEADFUL !== "1",

@@ -1,0 +1,138 @@
+/**
+ * Responses that never end the normal way, as the page must survive them: the upstream goes away in
+ * the middle of an answer and voxgate resumes the session on a new one (`voxgate.session.resuming`
+ * / `resumed`, docs/protocol.md "Sessions that outlive their upstream"); a running response the
+ * upstream forgot (`response_cancel_not_active`); a `response.done` voxgate could not read
+ * (`voxgate_upstream_event_unreadable`); a response that ends `failed` or `incomplete`; a user turn
+ * whose transcription failed. In each case the next typed question must still be answered.
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { screenshot, typeRequest } from "./support/harness.js";
+import { connectedSession } from "./support/session.js";
+
+/** A question the fake model starts to answer and never finishes. */
+const RULES = [{ match: /never finishes/i, hang: "Let me think about that" }];
+
+/**
+ * A fake model with [`RULES`], voxgate and a connected page.
+ * @param {import("node:test").TestContext} t
+ */
+const session = (t) => connectedSession(t, { rules: RULES });
+
+/**
+ * Ask the question that is never answered; wait until its partial answer is on the page.
+ * @param {import("playwright-core").Page} page
+ */
+async function askHangingQuestion(page) {
+  await typeRequest(page, "A question that never finishes");
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=false]", { hasText: "Let me think" }).waitFor();
+}
+
+/**
+ * Type a question; the fake model's usual answer must arrive.
+ * @param {import("playwright-core").Page} page
+ */
+async function answered(page) {
+  await typeRequest(page, "Hello again");
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]", { hasText: "Hello from the fake model." })
+    .waitFor({ timeout: 10_000 });
+}
+
+/** @param {import("playwright-core").Page} page */
+const messages = (page) => page.evaluate(() => [...document.querySelectorAll("[data-testid=error-message]")]
+  .map((m) => ({ code: m.dataset.code, text: m.textContent })));
+
+test("the upstream goes away mid-answer: the page says so, finalises the answer, and the next question is answered", { timeout: 90_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await askHangingQuestion(page);
+  await page.evaluate(() => {
+    // Every message shown, also those replaced since ("Reconnecting…" gives way to "Reconnected").
+    // @ts-ignore
+    window.__notices = [];
+    new MutationObserver((records) => {
+      for (const r of records) {
+        // @ts-ignore
+        for (const n of r.addedNodes) if (n.nodeType === 1) window.__notices.push({ code: n.dataset.code, text: n.textContent });
+      }
+    }).observe(document.querySelector("[data-testid=errors]"), { childList: true });
+  });
+  fake.dropConnection(1011, "internal error");
+  await page.locator("[data-testid=error-message][data-code=resumed]").waitFor({ timeout: 20_000 });
+  assert.equal(fake.connections, 2, "voxgate resumed on a new upstream connection");
+  const notices = await page.evaluate(() => window.__notices);
+  assert.deepEqual(notices.map((n) => n.code), ["resuming", "resumed"], JSON.stringify(notices));
+  assert.match(notices[0].text, /Reconnecting to the model…/);
+  const shown = await messages(page);
+  assert.deepEqual(shown.map((m) => m.code), ["resumed"], "the reconnecting message gives way");
+  assert.match(shown[0].text, /Reconnected to the model\./);
+  const partial = page.locator("[data-testid=transcript-entry][data-role=assistant]", { hasText: "Let me think" });
+  assert.equal(await partial.getAttribute("aria-busy"), "false", "the cut-off answer is no longer busy");
+  assert.equal(await partial.getAttribute("data-final"), "true");
+  assert.equal(await page.getByTestId("connection-status").getAttribute("data-state"), "open", "the session goes on");
+
+  await answered(page);
+  assert.equal(fake.eventsOf("response.cancel").length, 0, "nothing to cancel after a resume");
+  await screenshot(page, "resilience-resumed");
+  assert.deepEqual(browser.problems, []);
+});
+
+test("a running response the upstream forgot (response_cancel_not_active): the next question is still answered", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await askHangingQuestion(page);
+  fake.forgetResponse();
+  await answered(page);
+  assert.equal(fake.eventsOf("response.cancel").length, 1, "the page cancelled what it thought was running");
+  assert.equal(await page.locator("[data-testid=error-message][data-code=response_cancel_not_active]").count(), 0, "handled quietly");
+  assert.deepEqual(browser.problems, []);
+});
+
+test("an unreadable response.done (voxgate_upstream_event_unreadable) does not leave the page waiting", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await askHangingQuestion(page);
+  fake.forgetResponse();
+  fake.sendRaw('{"type":"response.done","response":{"id":"resp_cut","output":[]');
+  await page.locator("[data-testid=error-message][data-code=voxgate_upstream_event_unreadable]").waitFor();
+  await answered(page);
+  assert.deepEqual(browser.problems, []);
+});
+
+test("a response that fails or is cut short is reported with its status; no free text from the model", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  fake.respondAndEndWith("failed", {
+    type: "failed", error: { type: "server_error", code: "model_overloaded", message: "Patient Jane Doe, DOB 1970-01-01" },
+  });
+  const failed = page.locator("[data-testid=error-message][data-code=response_failed]");
+  await failed.waitFor();
+  const failedText = await failed.textContent();
+  assert.match(failedText, /failed/);
+  assert.match(failedText, /model_overloaded|server_error/);
+  assert.doesNotMatch(failedText, /Jane Doe/, "the error's free text is not shown");
+
+  fake.respondAndEndWith("incomplete", { type: "incomplete", reason: "max_output_tokens" });
+  const incomplete = page.locator("[data-testid=error-message][data-code=response_incomplete]");
+  await incomplete.waitFor();
+  assert.match(await incomplete.textContent(), /incomplete.*max_output_tokens/);
+  const partials = await page.locator("[data-testid=transcript-entry][data-role=assistant][aria-busy=true]").count();
+  assert.equal(partials, 0, "no answer stays busy after its response is done");
+  await answered(page);
+  assert.deepEqual(browser.problems, []);
+});
+
+test("a failed transcription finalises the user's line as not transcribed", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  const itemId = fake.nextId("item");
+  fake.send({ type: "conversation.item.input_audio_transcription.delta", item_id: itemId, content_index: 0, delta: "Book a" });
+  const line = page.locator("[data-testid=transcript-entry][data-role=user]", { hasText: "Book a" });
+  await line.waitFor();
+  assert.equal(await line.getAttribute("aria-busy"), "true");
+  fake.send({
+    type: "conversation.item.input_audio_transcription.failed", item_id: itemId, content_index: 0,
+    error: { type: "transcription_error", code: "audio_unintelligible", message: "Audio could not be transcribed." },
+  });
+  const done = page.locator("[data-testid=transcript-entry][data-role=user][data-final=true]", { hasText: "(not transcribed)" });
+  await done.waitFor();
+  assert.equal(await done.getAttribute("aria-busy"), "false");
+  assert.deepEqual(browser.problems, []);
+});
