@@ -22,7 +22,11 @@ impl ToolJob {
     pub async fn run(self) -> Result<ToolOutput, ToolError> {
         let ToolJob { tool, args, ctx, span } = self;
         async move {
-            match tokio::time::timeout(tool.policy.timeout, tool.tool.call(args, ctx)).await {
+            // The deadline goes with the call, so its backend retries stop in time to report a
+            // failure instead of being cut off (`tools::http`).
+            let deadline = tokio::time::Instant::now() + tool.policy.timeout;
+            let call = crate::tools::http::within_deadline(deadline, tool.tool.call(args, ctx));
+            match tokio::time::timeout_at(deadline, call).await {
                 Ok(result) => result,
                 Err(_) => Err(ToolError::Timeout),
             }

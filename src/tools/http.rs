@@ -3,8 +3,11 @@
 //!
 //! TOOLS.md's retry rule lives here once ([`retry_delay`]): connect errors, timeouts and 5xx are
 //! retried up to 3 times (so [`MAX_ATTEMPTS`] is 4) with exponential back-off and jitter, a 429
-//! only when it says when (`Retry-After`, honoured); any other answer fails at once. The session's
-//! per-tool timeout bounds the whole loop.
+//! only when it says when (`Retry-After`, honoured); any other answer fails at once. All of it
+//! "inside the tool's timeout": the call runs [`within_deadline`] of its timeout, and a retry that
+//! would not end before it (waiting, then taking as long as the attempt before it) is not started,
+//! so a backend that hangs is reported as failing (`backend_error`, with its advice to the model)
+//! rather than cut off as a `timeout`.
 //!
 //! A reqwest error's `Display` includes the URL, and some APIs carry their key in the query string,
 //! so errors are reduced to a [`Failure`] (kind and status only) before anything logs them.
@@ -12,6 +15,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 use rand::Rng;
 use reqwest::StatusCode;
 use url::Url;
@@ -39,7 +43,26 @@ pub enum Failure {
     Transport,
 }
 
+tokio::task_local! {
+    /// When the running tool call's timeout ends ([`within_deadline`]).
+    static DEADLINE: Instant;
+}
+
+/// Run a tool call whose timeout ends at `deadline`: the retry loops inside it start no retry that
+/// could not end before then.
+pub async fn within_deadline<F: Future>(deadline: Instant, call: F) -> F::Output {
+    DEADLINE.scope(deadline, call).await
+}
+
 impl Failure {
+    /// Whether another attempt may help: a transient failure, or a 429 that says when to come back.
+    pub(crate) fn retryable(&self, retry_after: Option<Duration>) -> bool {
+        match self {
+            Failure::Status(429) => retry_after.is_some(),
+            other => other.is_transient(),
+        }
+    }
+
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Failure::Connect | Failure::Timeout | Failure::Transport => true,
@@ -129,9 +152,10 @@ where
 {
     let mut attempt = 1;
     loop {
+        let started = Instant::now();
         match attempt_once().await {
             Ok(body) => return Ok(body),
-            Err((failure, wait)) if let Some(delay) = retry_delay(&failure, wait, attempt) => {
+            Err((failure, wait)) if let Some(delay) = retry_delay(failure.retryable(wait), wait, attempt, started.elapsed()) => {
                 tracing::debug!(backend, attempt, error = %failure, "backend request failed; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
@@ -144,17 +168,18 @@ where
     }
 }
 
-/// Whether to retry after failed attempt number `attempt`, and how long to wait first. A transient
-/// failure is retried after `retry_after` (the server's `Retry-After`, capped) or [`backoff`]; a 429
-/// only when the server said when to come back (TOOLS.md: "429 with `Retry-After`"), since without
-/// it a retry within the tool's budget would most likely be refused again. Nothing is retried once
-/// [`MAX_ATTEMPTS`] are spent.
-pub(crate) fn retry_delay(failure: &Failure, retry_after: Option<Duration>, attempt: u32) -> Option<Duration> {
-    let retry = match failure {
-        Failure::Status(429) => retry_after.is_some(),
-        other => other.is_transient(),
-    };
-    (retry && attempt < MAX_ATTEMPTS).then(|| retry_after.unwrap_or_else(|| backoff(attempt)))
+/// Whether to retry after failed attempt number `attempt`, which took `took`, and how long to wait
+/// first: `retry_after` (the server's `Retry-After`, capped) or [`backoff`]. Not when the failure
+/// is not `retryable` ([`Failure::retryable`]: a 429 only with `Retry-After`, since without it a
+/// retry would most likely be refused again), once [`MAX_ATTEMPTS`] are spent, or when waiting and
+/// then taking as long again would end past the call's deadline ([`within_deadline`]).
+pub(crate) fn retry_delay(retryable: bool, retry_after: Option<Duration>, attempt: u32, took: Duration) -> Option<Duration> {
+    if !retryable || attempt >= MAX_ATTEMPTS {
+        return None;
+    }
+    let delay = retry_after.unwrap_or_else(|| backoff(attempt));
+    let fits = DEADLINE.try_with(|deadline| Instant::now() + delay + took < *deadline).unwrap_or(true);
+    fits.then_some(delay)
 }
 
 /// What went wrong, without the URL (it may carry an API key).
@@ -168,16 +193,18 @@ pub(crate) fn classify(err: &reqwest::Error) -> Failure {
     }
 }
 
-/// `Retry-After` in seconds, capped.
+/// `Retry-After`, capped: in seconds, or as an HTTP date. A header that is there but reads as
+/// neither still says "come back later": the first back-off step.
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().unwrap_or_default().trim();
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => match httpdate::parse_http_date(value) {
+            Ok(at) => at.duration_since(std::time::SystemTime::now()).unwrap_or_default(),
+            Err(_) => BASE_BACKOFF,
+        },
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// 250 ms, 500 ms, … plus up to 50% jitter so that sessions retrying together spread out.
@@ -227,6 +254,44 @@ mod tests {
         .await;
         assert_eq!(result, Err(failure));
         calls.load(Ordering::SeqCst)
+    }
+
+    /// "Inside the tool's timeout": a backend that takes 10 s to fail each time gets a retry that
+    /// can end before the call's 30 s (10 s, a back-off, 10 s), but not a third attempt, which would
+    /// end past it; the failure is reported before the deadline, not cut off as a timeout.
+    #[tokio::test(start_paused = true)]
+    async fn no_retry_starts_that_could_not_end_before_the_calls_deadline() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let slow_failures = with_retries("test", || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Err((Failure::Status(503), None))
+            }
+        });
+        assert_eq!(within_deadline(deadline, slow_failures).await, Err(Failure::Status(503)));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(Instant::now() < deadline);
+    }
+
+    /// `Retry-After` as seconds or as an HTTP date (RFC 9110 §10.2.3), capped; a value that is
+    /// neither still means "later".
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let header = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::RETRY_AFTER, value.parse().unwrap());
+            retry_after(&headers)
+        };
+        assert_eq!(header("2"), Some(Duration::from_secs(2)));
+        assert_eq!(header("120"), Some(MAX_RETRY_AFTER));
+        let soon = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3));
+        assert!(header(&soon).is_some_and(|d| d > Duration::from_secs(1) && d <= Duration::from_secs(3)), "{soon}");
+        assert_eq!(header("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO), "a date past");
+        assert_eq!(header("soon"), Some(BASE_BACKOFF));
+        assert_eq!(retry_after(&reqwest::header::HeaderMap::new()), None);
     }
 
     /// TOOLS.md (and the seed): transient failures "are retried up to 3 times", so four attempts in

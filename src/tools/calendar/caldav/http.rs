@@ -75,9 +75,12 @@ impl Dav {
         let method = Method::from_bytes(method.as_bytes()).map_err(|_| Failure::Transport)?;
         let mut attempt = 1;
         loop {
+            let started = tokio::time::Instant::now();
             match self.attempt(&method, url, headers, body.as_ref()).await {
                 Ok(answer) => return Ok(answer),
-                Err((failure, retry_after)) if let Some(delay) = retry_delay(&failure, retry_after, attempt) => {
+                Err((failure, retry_after))
+                    if let Some(delay) = retry_delay(failure.retryable(retry_after), retry_after, attempt, started.elapsed()) =>
+                {
                     tracing::debug!(%method, attempt, error = %failure, "CalDAV request failed; retrying");
                     tokio::time::sleep(delay).await;
                 }

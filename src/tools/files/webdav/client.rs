@@ -12,7 +12,7 @@ use reqwest::{Method, Response, StatusCode};
 use url::Url;
 
 use crate::config::Secret;
-use crate::tools::http::{MAX_ATTEMPTS, backoff, retry_after};
+use crate::tools::http::{retry_after, retry_delay};
 use crate::tools::files::FilesError;
 use crate::tools::files::backend::Health;
 
@@ -77,12 +77,11 @@ impl DavClient {
     ) -> Result<Response, FilesError> {
         let mut attempt = 1;
         loop {
+            let started = tokio::time::Instant::now();
             let outcome = self.attempt(method.clone(), url.clone(), depth, body).await;
             let retry = match &outcome {
-                Err((failure, after)) if failure.transient && attempt < MAX_ATTEMPTS => {
-                    Some(after.unwrap_or_else(|| backoff(attempt)))
-                }
-                _ => None,
+                Err((failure, after)) => retry_delay(failure.transient, *after, attempt, started.elapsed()),
+                Ok(_) => None,
             };
             match (outcome, retry) {
                 (Ok(response), _) => {
