@@ -190,3 +190,35 @@ async fn a_ticket_spent_on_another_instance_is_refused_as_used_while_its_user_is
     a.stop().await;
     b.stop().await;
 }
+
+/// A managed Redis speaks TLS (`rediss://`), checked against the system's trust store (here a test
+/// CA given to the real binary by `SSL_CERT_FILE`, which the TLS stack reads like the system's):
+/// tickets and the session registry work over it as over plain Redis.
+#[tokio::test]
+async fn redis_over_tls_is_used_like_plain_redis() {
+    let redis = RedisServer::start_with_tls();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{}\n[audit]\npath = {:?}\n",
+        toml(&redis.tls_url(), ""),
+        dir.path().join("audit.jsonl").display().to_string()
+    );
+    let (_child, addr) = support::spawn_voxgate_with_env(&config, dir.path(), &[("SSL_CERT_FILE", &redis.ca_file())]).await;
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let ticket = mint_ticket(addr, "dr.tls").await;
+    // Spending a ticket needs Redis to answer (without it the ticket is refused as unavailable).
+    let (status, client) = open(&format!("ws://{addr}/v1/realtime"), &ticket).await;
+    assert_eq!(status, 101, "the ticket was claimed in Redis over TLS");
+    let listing: Value = reqwest::Client::new()
+        .get(format!("http://{addr}/admin/sessions"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listing["scope"], "cluster", "listed from Redis: {listing}");
+    assert_eq!(listing["sessions"].as_array().map(Vec::len), Some(1), "{listing}");
+    drop(client);
+}

@@ -410,11 +410,17 @@ pub fn binary() -> PathBuf {
 
 /// Start the binary; returns the child and the address it logged.
 pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::process::Child, String) {
+    spawn_voxgate_with_env(config, dir, &[]).await
+}
+
+/// [`spawn_voxgate`] with more environment variables for the process.
+pub async fn spawn_voxgate_with_env(config: &str, dir: &std::path::Path, env: &[(&str, &std::path::Path)]) -> (tokio::process::Child, String) {
     let path = dir.join("voxgate.toml");
     std::fs::write(&path, config).unwrap();
     let mut child = tokio::process::Command::new(binary())
         .arg("--config")
         .arg(&path)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
