@@ -86,13 +86,13 @@ mod tests {
         );
         assert!(!config.server.instance_id().is_empty(), "the hostname");
         let config = parse(
-            "[server]\ninstance_id = \"vg-2\"\ntrusted_proxies = [\"10.0.0.1\", \"10.42.7.0/16\", \"::1\"]\n[audit]\non_error = \"fail_open\"\nchain_key = \"0123456789abcdef\"",
+            "[server]\ninstance_id = \"vg-2\"\ntrusted_proxies = [\"10.0.0.1\", \"10.42.7.0/16\", \"::1\", \"::ffff:10.0.0.2\"]\n[audit]\non_error = \"fail_open\"\nchain_key = \"0123456789abcdef\"",
         )
         .unwrap();
         assert_eq!(config.audit.on_error, AuditOnError::FailOpen);
         assert_eq!(config.server.instance_id(), "vg-2");
         let proxies: Vec<String> = config.server.trusted_proxies.iter().map(ToString::to_string).collect();
-        assert_eq!(proxies, ["10.0.0.1/32", "10.42.0.0/16", "::1/128"]);
+        assert_eq!(proxies, ["10.0.0.1/32", "10.42.0.0/16", "::1/128", "10.0.0.2/32"]);
         assert_eq!(parse("[server]\ntrusted_proxies = [\"ingress\"]").unwrap_err().key, "server.trusted_proxies");
         assert_eq!(
             parse("[audit]\nchain_key = \"short\"").unwrap_err().key,

@@ -83,7 +83,8 @@ fn addresses_or_networks<'de, D: serde::Deserializer<'de>>(deserializer: D) -> R
             entry
                 .parse::<IpNet>()
                 .map(|net| net.trunc())
-                .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                // An IPv4 host written IPv4-mapped (`::ffff:10.0.0.1`) is matched as IPv4, like peers.
+                .or_else(|_| entry.parse::<IpAddr>().map(|ip| IpNet::from(ip.to_canonical())))
                 .map_err(|_| serde::de::Error::custom(format!("{entry:?} is not an IP address or network")))
         })
         .collect()
