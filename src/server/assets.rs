@@ -1,6 +1,6 @@
 //! The browser client, embedded in the binary: `GET /` (the page) and `GET /assets/{file}` (its
-//! ES modules — the client, its audio half, the page's logic and labels —, the capture
-//! AudioWorklet, the stylesheet, the icon).
+//! ES modules — the client and its internals, its audio half, the page's wiring, views and
+//! labels —, the capture AudioWorklet, the stylesheet, the icon).
 //!
 //! Every response carries `cache-control: no-cache` (a new binary serves new assets at once) and a
 //! strict `content-security-policy`: everything from this origin only, no inline scripts or styles,
@@ -41,10 +41,23 @@ pub const INDEX: Asset = Asset {
 /// Every file served under `/assets/`.
 pub const ASSETS: &[Asset] = &[
     INDEX,
+    // The client module (the public entry point) and the modules it imports.
     Asset { name: "voxgate-client.js", content_type: JS, body: include_str!("../../assets/voxgate-client.js") },
+    Asset { name: "voxgate-protocol.js", content_type: JS, body: include_str!("../../assets/voxgate-protocol.js") },
+    Asset { name: "voxgate-server-events.js", content_type: JS, body: include_str!("../../assets/voxgate-server-events.js") },
+    Asset { name: "voxgate-tool-calls.js", content_type: JS, body: include_str!("../../assets/voxgate-tool-calls.js") },
+    Asset { name: "voxgate-microphone.js", content_type: JS, body: include_str!("../../assets/voxgate-microphone.js") },
     Asset { name: "voxgate-audio.js", content_type: JS, body: include_str!("../../assets/voxgate-audio.js") },
     Asset { name: "pcm-capture-worklet.js", content_type: JS, body: include_str!("../../assets/pcm-capture-worklet.js") },
+    // The page: its wiring, its views and the words it shows.
     Asset { name: "app.js", content_type: JS, body: include_str!("../../assets/app.js") },
+    Asset { name: "dom.js", content_type: JS, body: include_str!("../../assets/dom.js") },
+    Asset { name: "errors-view.js", content_type: JS, body: include_str!("../../assets/errors-view.js") },
+    Asset { name: "audio-controls.js", content_type: JS, body: include_str!("../../assets/audio-controls.js") },
+    Asset { name: "transcript-view.js", content_type: JS, body: include_str!("../../assets/transcript-view.js") },
+    Asset { name: "activity-view.js", content_type: JS, body: include_str!("../../assets/activity-view.js") },
+    Asset { name: "sources-view.js", content_type: JS, body: include_str!("../../assets/sources-view.js") },
+    Asset { name: "confirm-dialog.js", content_type: JS, body: include_str!("../../assets/confirm-dialog.js") },
     Asset { name: "labels.js", content_type: JS, body: include_str!("../../assets/labels.js") },
     Asset { name: "style.css", content_type: "text/css; charset=utf-8", body: include_str!("../../assets/style.css") },
     Asset { name: "favicon.svg", content_type: "image/svg+xml", body: include_str!("../../assets/favicon.svg") },
@@ -137,9 +150,29 @@ mod tests {
         assert!(body.contains(r#"<script type="module" src="/assets/app.js">"#));
     }
 
+    /// The JavaScript files of the client and the page, each by name.
+    const JS_FILES: [&str; 16] = [
+        "voxgate-client.js",
+        "voxgate-protocol.js",
+        "voxgate-server-events.js",
+        "voxgate-tool-calls.js",
+        "voxgate-microphone.js",
+        "voxgate-audio.js",
+        "pcm-capture-worklet.js",
+        "app.js",
+        "dom.js",
+        "errors-view.js",
+        "audio-controls.js",
+        "transcript-view.js",
+        "activity-view.js",
+        "sources-view.js",
+        "confirm-dialog.js",
+        "labels.js",
+    ];
+
     #[tokio::test]
     async fn modules_and_worklet_are_javascript() {
-        for name in ["voxgate-client.js", "voxgate-audio.js", "pcm-capture-worklet.js", "app.js", "labels.js"] {
+        for name in JS_FILES {
             let response = asset(Path(name.to_string())).await;
             assert_eq!(response.status(), StatusCode::OK, "{name}");
             assert_eq!(header_of(&response, header::CONTENT_TYPE), "text/javascript; charset=utf-8", "{name}");
@@ -180,6 +213,23 @@ mod tests {
                 assert!(!asset.body.contains("http://") && !asset.body.contains("https://"), "{}", asset.name);
             }
         }
+    }
+
+    /// Every file under `assets/` is embedded and served: a new module cannot be left out.
+    #[test]
+    fn every_file_in_the_assets_folder_is_served() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
+        let mut names: Vec<String> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let mut served: Vec<String> = ASSETS.iter().map(|asset| asset.name.to_string()).collect();
+        served.sort();
+        assert_eq!(names, served);
+        let js: Vec<&String> = names.iter().filter(|name| name.ends_with(".js")).collect();
+        assert_eq!(js.len(), JS_FILES.len(), "{js:?}");
+        assert!(JS_FILES.iter().all(|name| names.iter().any(|n| n == name)));
     }
 
     /// The routes answer over real HTTP when merged into a router with state.

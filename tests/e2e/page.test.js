@@ -53,7 +53,11 @@ test("the page and its modules are served with a strict CSP and load without err
   assert.match(csp, /script-src 'self'(;|$)/);
   assert.match(csp, /connect-src 'self' ws: wss:/);
   assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
-  for (const file of ["voxgate-client.js", "voxgate-audio.js", "pcm-capture-worklet.js", "app.js", "labels.js"]) {
+  for (const file of [
+    "voxgate-client.js", "voxgate-protocol.js", "voxgate-server-events.js", "voxgate-tool-calls.js", "voxgate-microphone.js",
+    "voxgate-audio.js", "pcm-capture-worklet.js", "app.js", "dom.js", "errors-view.js", "audio-controls.js",
+    "transcript-view.js", "activity-view.js", "sources-view.js", "confirm-dialog.js", "labels.js",
+  ]) {
     const res = await fetch(`${voxgate.baseUrl}/assets/${file}`);
     assert.equal(res.status, 200, file);
     assert.equal(res.headers.get("content-type"), "text/javascript; charset=utf-8", file);
