@@ -28,6 +28,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use identity::hostname;
 pub use registry::SessionEntry;
+pub(crate) use registry::bounded;
 use registry::{Registry, Seated};
 
 use crate::session::live::{AdmitError, LiveSessions};

@@ -233,8 +233,8 @@ impl Registry {
 }
 
 /// One Redis round trip under [`REDIS_TIMEOUT`]; errors keep only their kind (a URL may hold a
-/// password).
-async fn bounded<T>(call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, ClusterError> {
+/// password). Also the tickets' (`policy::tickets`).
+pub(crate) async fn bounded<T>(call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, ClusterError> {
     match tokio::time::timeout(REDIS_TIMEOUT, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => Err(ClusterError::from_redis(&err)),

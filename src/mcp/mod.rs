@@ -81,10 +81,10 @@ pub struct ServerHealth {
 impl McpHub {
     /// Start one supervisor per configured server and wait (at most `mcp.connect_timeout_ms`)
     /// until each has connected or failed once; late servers keep connecting in the background.
-    pub async fn start(config: &McpConfig, builtin: Arc<ToolRegistry>) -> Arc<Self> {
+    /// `names`: [`intern_names`] of the same `config`.
+    pub async fn start(config: &McpConfig, names: &ToolNames<'_>, builtin: Arc<ToolRegistry>) -> Arc<Self> {
         let (current, _) = watch::channel(builtin.clone());
         let (per_server, _) = watch::channel(BTreeMap::new());
-        let names = intern_names(config);
         let links: Vec<Arc<ServerLink>> = config
             .servers
             .iter()
@@ -139,14 +139,18 @@ impl McpHub {
     }
 }
 
-/// The model-facing name (`SERVER__TOOL`) of every tool the configuration allows, whether or not
-/// its server is up: the tool labels of metrics and spans ([`crate::telemetry::metrics::Metrics::with_tools`]).
-pub fn tool_names(config: &McpConfig) -> Vec<&'static str> {
-    intern_names(config).into_values().flat_map(BTreeMap::into_values).collect()
+/// The model-facing name (`SERVER__TOOL`) of every allowed tool, by server and then by the
+/// server's tool name.
+pub type ToolNames<'a> = BTreeMap<&'a str, BTreeMap<String, &'static str>>;
+
+/// Every name of `names`, whether or not its server is up: the tool labels of metrics and spans
+/// ([`crate::telemetry::metrics::Metrics::with_tools`]).
+pub fn all_names(names: &ToolNames<'_>) -> Vec<&'static str> {
+    names.values().flat_map(|tools| tools.values().copied()).collect()
 }
 
-/// The model-facing name of every allowed tool, by server and then by the server's tool name.
-fn intern_names(config: &McpConfig) -> BTreeMap<&str, BTreeMap<String, &'static str>> {
+/// Each allowed tool's model-facing name, interned once at start.
+pub fn intern_names(config: &McpConfig) -> ToolNames<'_> {
     config
         .servers
         .iter()

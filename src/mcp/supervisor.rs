@@ -206,7 +206,7 @@ read -r line"#;
             ..Default::default()
         };
         let config = McpConfig { connect_timeout_ms: 10_000, servers: BTreeMap::from([("dies".to_string(), server)]) };
-        let hub = McpHub::start(&config, Arc::new(ToolRegistry::default())).await;
+        let hub = McpHub::start(&config, &crate::mcp::intern_names(&config), Arc::new(ToolRegistry::default())).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let restarts = hub.health()[0].restarts;
         // Waits of 250, 500, 1000, 2000 ms (+ up to 25 % jitter): at most 4 lost connections

@@ -18,12 +18,9 @@ use sha2::Sha256;
 
 use super::Principal;
 use super::auth::AuthError;
+use crate::cluster::{ClusterError, bounded};
 
 const PREFIX: &str = "vgt";
-/// A redemption waits this long for Redis before it is refused as unavailable (the browser may
-/// retry), and a session refused for a cap as long to learn whether its ticket is already spent;
-/// the same bound as the cluster's own Redis calls.
-const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -195,44 +192,24 @@ impl Tickets {
     }
 }
 
-/// Why Redis could not say whether a ticket was already spent. Only the kind is kept: a URL may
-/// hold a password.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-enum ClaimError {
-    #[error("redis error ({0:?})")]
-    Redis(redis::ErrorKind),
-    #[error("redis did not answer in time")]
-    Timeout,
-}
-
 /// The Redis key that marks ticket `jti` as spent, for as long as the ticket could be used.
 fn redis_key(jti: &str) -> String {
     format!("voxgate:ticket:{jti}")
 }
 
-/// `SET voxgate:ticket:<jti> 1 NX EX <ttl>` under [`REDIS_TIMEOUT`]: `Ok(true)` when this call
-/// claimed the ticket, `Ok(false)` when some instance already had.
-async fn claim_in_redis(redis: &redis::aio::ConnectionManager, jti: &str, ttl: u64) -> Result<bool, ClaimError> {
+/// `SET voxgate:ticket:<jti> 1 NX EX <ttl>`, bounded: `Ok(true)` when this call claimed the
+/// ticket, `Ok(false)` when some instance already had.
+async fn claim_in_redis(redis: &redis::aio::ConnectionManager, jti: &str, ttl: u64) -> Result<bool, ClusterError> {
     let mut conn = redis.clone();
     let mut set = redis::cmd("SET");
     set.arg(redis_key(jti)).arg(1).arg("NX").arg("EX").arg(ttl);
-    match tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut conn)).await {
-        Ok(Ok(reply)) => Ok(reply.is_some()),
-        Ok(Err(err)) => Err(ClaimError::Redis(err.kind())),
-        Err(_) => Err(ClaimError::Timeout),
-    }
+    bounded(set.query_async::<Option<String>>(&mut conn)).await.map(|reply| reply.is_some())
 }
 
-/// `EXISTS voxgate:ticket:<jti>` under [`REDIS_TIMEOUT`]: whether some instance spent the ticket.
-async fn spent_in_redis(redis: &redis::aio::ConnectionManager, jti: &str) -> Result<bool, ClaimError> {
+/// `EXISTS voxgate:ticket:<jti>`, bounded: whether some instance spent the ticket.
+async fn spent_in_redis(redis: &redis::aio::ConnectionManager, jti: &str) -> Result<bool, ClusterError> {
     let mut conn = redis.clone();
-    let mut exists = redis::cmd("EXISTS");
-    exists.arg(redis_key(jti));
-    match tokio::time::timeout(REDIS_TIMEOUT, exists.query_async::<bool>(&mut conn)).await {
-        Ok(Ok(spent)) => Ok(spent),
-        Ok(Err(err)) => Err(ClaimError::Redis(err.kind())),
-        Err(_) => Err(ClaimError::Timeout),
-    }
+    bounded(redis::cmd("EXISTS").arg(redis_key(jti)).query_async::<bool>(&mut conn)).await
 }
 
 #[cfg(test)]

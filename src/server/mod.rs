@@ -90,7 +90,8 @@ pub fn router(state: AppState) -> Router {
 /// Build the shared state from `config`, bind `server.listen` and start serving.
 pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let config = Arc::new(config);
-    let metrics = Metrics::with_tools(&crate::mcp::tool_names(&config.mcp));
+    let mcp_names = crate::mcp::intern_names(&config.mcp);
+    let metrics = Metrics::with_tools(&crate::mcp::all_names(&mcp_names));
     let redis = match &config.redis.url {
         Some(url) => Some(connect_redis(url.expose()).await?),
         None => None,
@@ -115,7 +116,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         None => Arc::new(LocalLimiter::new()),
     };
     let shutdown = Shutdown::new();
-    let mcp = crate::mcp::McpHub::start(&config.mcp, registry.clone()).await;
+    let mcp = crate::mcp::McpHub::start(&config.mcp, &mcp_names, registry.clone()).await;
     let deps = SessionDeps {
         registry,
         audit,

@@ -128,8 +128,8 @@ pub enum SessionOutcome {
 }
 
 impl SessionOutcome {
-    #[cfg(test)]
-    const ALL: [SessionOutcome; 9] = [
+    /// Every outcome: the series `voxgate_sessions_total` has at zero from the start.
+    pub const ALL: [SessionOutcome; 9] = [
         SessionOutcome::ClientClosed,
         SessionOutcome::UpstreamClosed,
         SessionOutcome::ClientError,

@@ -16,6 +16,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry, Unit};
 
 pub use super::frame_counters::{FLUSH_EVERY, FrameCounters};
+use crate::session::SessionOutcome;
 use crate::tools::KNOWN_TOOLS;
 
 /// Content type of [`Metrics::render`]: the classic Prometheus text format (CONTRACT §2), read by
@@ -55,19 +56,9 @@ const AUDIT_COMMIT_BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
-/// Series created at zero on start so every CONTRACT name is in the first scrape and ratios and
-/// `rate()` have both sides from the beginning. Other label values appear on first use.
-const SESSION_OUTCOMES: [&str; 9] = [
-    "client_closed",
-    "upstream_closed",
-    "client_error",
-    "upstream_error",
-    "slow_client",
-    "idle_timeout",
-    "drained",
-    "killed",
-    "auth_expired",
-];
+/// Series created at zero on start (with every `SessionOutcome`) so every CONTRACT name is in the
+/// first scrape and ratios and `rate()` have both sides from the beginning. Other label values
+/// appear on first use.
 const TOOL_STATUSES: [&str; 4] = ["completed", "failed", "declined", "expired"];
 const CONFIRMATION_DECISIONS: [&str; 3] = ["approved", "declined", "expired"];
 const AUDIT_EVENTS: [&str; 2] = ["call_started", "call_finished"];
@@ -411,9 +402,9 @@ impl Metrics {
 impl Inner {
     fn prefill(&self) {
         // `_owned`: creating the series is the point; the handle itself is not needed.
-        for outcome in SESSION_OUTCOMES {
+        for outcome in SessionOutcome::ALL {
             self.sessions_total
-                .get_or_create_owned(&[("outcome", outcome)]);
+                .get_or_create_owned(&[("outcome", outcome.as_str())]);
         }
         for tool in self.tools.iter().copied() {
             for status in TOOL_STATUSES {

@@ -26,16 +26,7 @@ async fn open(url: &str, token: &str) -> (u16, Option<Client>) {
 }
 
 async fn mint_ticket(addr: std::net::SocketAddr, sub: &str) -> String {
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/sessions"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"sub": sub, "roles": ["clinician"], "ttl_s": 120}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    let body: Value = response.json().await.unwrap();
-    body["token"].as_str().unwrap().to_string()
+    support::mint_ticket(addr, ADMIN, json!({"sub": sub, "roles": ["clinician"], "ttl_s": 120})).await
 }
 
 /// Present `ticket` until it opens a session (bounded by [`WAIT`]); every refusal on the way must
@@ -209,15 +200,7 @@ async fn redis_over_tls_is_used_like_plain_redis() {
     // Spending a ticket needs Redis to answer (without it the ticket is refused as unavailable).
     let (status, client) = open(&format!("ws://{addr}/v1/realtime"), &ticket).await;
     assert_eq!(status, 101, "the ticket was claimed in Redis over TLS");
-    let listing: Value = reqwest::Client::new()
-        .get(format!("http://{addr}/admin/sessions"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listing = support::admin_sessions(addr, ADMIN).await;
     assert_eq!(listing["scope"], "cluster", "listed from Redis: {listing}");
     assert_eq!(listing["sessions"].as_array().map(Vec::len), Some(1), "{listing}");
     drop(client);

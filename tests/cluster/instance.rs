@@ -80,17 +80,7 @@ rate_limit_per_minute = 3
     }
 
     pub(crate) async fn mint_ticket(&self, sub: &str) -> String {
-        let url = format!("http://{}/v1/sessions", self.addr);
-        let response = reqwest::Client::new()
-            .post(url)
-            .bearer_auth(ADMIN)
-            .json(&json!({"sub": sub}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 201);
-        let body: Value = response.json().await.unwrap();
-        body["token"].as_str().unwrap().to_string()
+        support::mint_ticket(&self.addr, ADMIN, json!({"sub": sub})).await
     }
 
     pub(crate) async fn signal(&self, signal: &str) {

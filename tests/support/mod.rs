@@ -403,6 +403,20 @@ pub async fn admin_sessions(addr: impl std::fmt::Display, admin_token: &str) -> 
         .unwrap()
 }
 
+/// A single-use ticket minted by `POST /v1/sessions` with `body` (`{"sub", "roles"?, "ttl_s"?}`).
+pub async fn mint_ticket(addr: impl std::fmt::Display, admin_token: &str, body: Value) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/sessions"))
+        .bearer_auth(admin_token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    body["token"].as_str().unwrap().to_string()
+}
+
 /// The voxgate binary under test (`VOXGATE_BIN` overrides the one cargo built).
 pub fn binary() -> PathBuf {
     std::env::var_os("VOXGATE_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_voxgate")))
