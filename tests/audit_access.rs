@@ -189,3 +189,54 @@ async fn a_rate_limit_refuses_before_the_user_is_asked() {
     assert_eq!(second.last().unwrap()["error_code"], "rate_limited");
     assert_eq!(second.last().unwrap()["confirmation"], "not_required");
 }
+
+/// An admin whose HTTP client gives up (a load balancer's timeout, Ctrl-C) while the tool runs
+/// does not cut the call short of its record: the call finishes and is audited exactly once.
+#[tokio::test]
+async fn an_admin_call_abandoned_by_its_client_is_still_audited_once() {
+    use axum::Router;
+    use axum::routing::get;
+    use std::time::Duration;
+    // A web search backend that answers after 1.5 s.
+    let app = Router::new().fallback(get(|| async {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        ([("content-type", "application/json")], r#"{"web":{"results":[]}}"#)
+    }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let brave = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let fake = FakeUpstream::start().await;
+    let toml = format!(
+        "[auth]\nadmin_token = \"{ADMIN}\"\n[backends.web_search]\nprovider = \"brave\"\nbase_url = \"{brave}\"\napi_key = \"brave-key\"\n"
+    );
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
+    let gave_up = reqwest::Client::new()
+        .post(format!("http://{}/admin/tools/web_search_medical/invoke", proxy.addr))
+        .bearer_auth(ADMIN)
+        .timeout(Duration::from_millis(300))
+        .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client gave up before the tool answered");
+    let admin_records = || {
+        proxy
+            .audit_records()
+            .into_iter()
+            .filter(|r| r["admin"] == true)
+            .collect::<Vec<Value>>()
+    };
+    let finished = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let records = admin_records();
+            if records.iter().any(|r| r["event"] == "call_finished") {
+                return records;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the abandoned admin call was never finished in the audit log");
+    let events: Vec<&Value> = finished.iter().map(|r| &r["event"]).collect();
+    assert_eq!(events, ["call_started", "call_finished"], "{finished:?}");
+    assert_eq!(finished[1]["status"], "completed");
+}

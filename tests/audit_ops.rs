@@ -187,19 +187,37 @@ async fn metrics_move_as_a_scripted_session_says() {
     panic!("the session did not end");
 }
 
+/// A proxy that mirrors to a Redis whose stream key holds a string, so that every `XADD` is
+/// refused (WRONGTYPE) until the test deletes the key; a session on it, and a connection to Redis.
+struct Refusing {
+    redis: RedisServer,
+    conn: redis::aio::MultiplexedConnection,
+    proxy: TestProxy,
+    up: support::FakeConn,
+    _client: Client,
+    _fake: FakeUpstream,
+}
+
+impl Refusing {
+    async fn start() -> Self {
+        let redis = RedisServer::start();
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("SET").arg(STREAM).arg("not a stream").query_async(&mut conn).await.unwrap();
+        let mut fake = FakeUpstream::start().await;
+        let toml = format!("[server]\ninstance_id = \"itest\"\n[redis]\nurl = \"{}\"\n", redis.url());
+        let proxy = TestProxy::with_upstream(&fake, &toml).await;
+        let (client, up) = proxy.ready_session(&mut fake).await;
+        Refusing { redis, conn, proxy, up, _client: client, _fake: fake }
+    }
+}
+
 /// Only Redis's exact "ID equal or smaller" answer means a line is already in the stream: any
 /// other refusal (here WRONGTYPE, the key holding a string) is a failure the mirror retries, so
 /// once the key is fixed every line arrives — none is skipped as "already mirrored".
 #[tokio::test]
 async fn only_the_exact_already_added_error_counts_as_mirrored() {
-    let redis = RedisServer::start();
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("SET").arg(STREAM).arg("not a stream").query_async(&mut conn).await.unwrap();
-    let mut fake = FakeUpstream::start().await;
-    let toml = format!("[server]\ninstance_id = \"itest\"\n[redis]\nurl = \"{}\"\n", redis.url());
-    let proxy = TestProxy::with_upstream(&fake, &toml).await;
-    let (_client, mut up) = proxy.ready_session(&mut fake).await;
+    let Refusing { redis, mut conn, proxy, mut up, _client: _session, _fake: _upstream } = Refusing::start().await;
     model_calls(&mut up, &[("w1", "calculate_medical_score", BMI)]).await;
     up.until("conversation.item.create").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -207,4 +225,72 @@ async fn only_the_exact_already_added_error_counts_as_mirrored() {
     model_calls(&mut up, &[("w2", "calculate_medical_score", BMI)]).await;
     up.until("conversation.item.create").await;
     assert_mirrored(&proxy, &redis.url()).await;
+}
+
+/// The count of `cmd` Redis has served since its statistics were reset.
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await.unwrap();
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// While Redis refuses the mirror's writes, new audit lines do not cut its back-off short: a
+/// busy instance retries on the back-off's schedule (200 ms, doubling), not once per flush, each
+/// time re-reading its log from the start.
+#[tokio::test]
+async fn a_refusing_redis_is_retried_on_the_back_off_not_on_every_flush() {
+    let Refusing { redis, mut conn, proxy, mut up, _client: _session, _fake: _upstream } = Refusing::start().await;
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+    let started = std::time::Instant::now();
+    // 20 calls, one after another: 20 or more flushes in about a second.
+    for i in 0..20 {
+        model_calls(&mut up, &[(&format!("b{i}"), "calculate_medical_score", BMI)]).await;
+        up.until("conversation.item.create").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = started.elapsed();
+    let attempts = command_calls(&mut conn, "xrevrange").await;
+    // 200 + 400 + 800 + 1,600 ms: at most five attempts in the first 3 s.
+    let bound = if elapsed < Duration::from_secs(3) { 5 } else { 5 + elapsed.as_secs() };
+    assert!(attempts <= bound, "{attempts} catch-up attempts in {elapsed:?}");
+    let _: () = redis::cmd("DEL").arg(STREAM).query_async(&mut conn).await.unwrap();
+    assert_mirrored(&proxy, &redis.url()).await;
+}
+
+/// `audit.redis_stream_maxlen` keeps the stream from growing without bound in a Redis that also
+/// holds tickets and rate limits: older entries are trimmed (the file keeps every line).
+#[tokio::test]
+async fn the_stream_is_trimmed_to_its_configured_length() {
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // Trimming with `~` removes whole nodes: small nodes make it visible with few lines.
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("stream-node-max-entries").arg(4).query_async(&mut conn).await.unwrap();
+    let mut fake = FakeUpstream::start().await;
+    let toml = format!(
+        "[server]\ninstance_id = \"itest\"\n[audit]\nredis_stream_maxlen = 8\n[redis]\nurl = \"{}\"\n",
+        redis.url()
+    );
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
+    let (_client, mut up) = proxy.ready_session(&mut fake).await;
+    for i in 0..15 {
+        model_calls(&mut up, &[(&format!("t{i}"), "calculate_medical_score", BMI)]).await;
+        up.until("conversation.item.create").await;
+    }
+    let file = read_jsonl(&proxy.audit_path());
+    assert!(file.len() >= 30, "the file keeps every line: {}", file.len());
+    let last_seq = file.last().and_then(|line| line["seq"].as_u64()).unwrap();
+    for _ in 0..100 {
+        let entries = stream_entries(&redis.url()).await;
+        let top = entries.last().and_then(|(id, _)| id.split('-').next()?.parse::<u64>().ok()).unwrap_or(0);
+        if top >= last_seq {
+            assert!(entries.len() <= 8 + 4, "trimmed to about 8 entries: {}", entries.len());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the stream did not catch up");
 }

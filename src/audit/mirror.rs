@@ -5,6 +5,11 @@
 //! "already mirrored". Nothing in a session waits on this: when Redis is down the mirror retries
 //! with back-off and, once it is back, catches up from the file — the source of truth — reading
 //! on from the byte offset it reached instead of the whole log.
+//!
+//! The stream is capped (`audit.redis_stream_maxlen`, trimmed with `MAXLEN ~`): the Redis that
+//! holds it also holds tickets and rate limits, and a stream that grew until Redis reached its
+//! memory limit would make every ticket refused. Readers of the stream have that many lines of
+//! slack; the file keeps them all.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -25,11 +30,20 @@ struct Position {
     seq: Option<u64>,
     /// Byte offset in the current file just after that line, when known.
     offset: Option<u64>,
+    /// The sequence number `offset` is just after: kept across a reconnect, so that a stream
+    /// found where it was is read on from there, not from the start of every file.
+    reached: Option<u64>,
+}
+
+/// Where the mirror writes: the stream's name and the length it is trimmed to (0 = untrimmed).
+pub(super) struct Target {
+    pub(super) stream: String,
+    pub(super) maxlen: u64,
 }
 
 pub(super) fn spawn(
     url: String,
-    stream: String,
+    sink: Target,
     path: PathBuf,
     mut flushed: watch::Receiver<u64>,
 ) -> tokio::task::JoinHandle<()> {
@@ -41,7 +55,7 @@ pub(super) fn spawn(
         loop {
             let target = *flushed.borrow_and_update();
             if at.seq.is_none_or(|m| m < target) {
-                match catch_up(&url, &stream, &path, &mut conn, &mut at, target).await {
+                match catch_up(&url, &sink, &path, &mut conn, &mut at, target).await {
                     Ok(()) => {
                         if down {
                             tracing::info!("audit mirror: Redis is back; the stream has caught up");
@@ -55,12 +69,12 @@ pub(super) fn spawn(
                             tracing::warn!(error.kind = ?err.kind(), "audit mirror: Redis unavailable; records stay in the file and will be re-sent");
                             down = true;
                         }
-                        let closed = tokio::select! {
-                            _ = tokio::time::sleep(backoff) => false,
-                            changed = flushed.changed() => changed.is_err(),
-                        };
+                        // The whole back-off, even as new lines are flushed: each attempt
+                        // reconnects and may re-read the log, so a busy instance must not retry
+                        // once per flush. Lines flushed meanwhile are in the next attempt.
+                        tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(MAX_BACKOFF);
-                        if closed {
+                        if flushed.has_changed().is_err() {
                             return;
                         }
                         continue;
@@ -70,7 +84,7 @@ pub(super) fn spawn(
             if flushed.changed().await.is_err() {
                 // The writer is gone: one last catch-up of what is on disk, then stop.
                 let target = *flushed.borrow();
-                let _ = catch_up(&url, &stream, &path, &mut conn, &mut at, target).await;
+                let _ = catch_up(&url, &sink, &path, &mut conn, &mut at, target).await;
                 return;
             }
         }
@@ -79,7 +93,7 @@ pub(super) fn spawn(
 
 async fn catch_up(
     url: &str,
-    stream: &str,
+    stream: &Target,
     path: &Path,
     conn: &mut Option<redis::aio::MultiplexedConnection>,
     at: &mut Position,
@@ -93,24 +107,36 @@ async fn catch_up(
                 .await
                 .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))??,
         );
-        // Where the stream stands (it may be empty after a Redis restart without persistence).
-        *at = Position::default();
+        // Where the stream stands (it may be empty after a Redis restart without persistence):
+        // asked again below, and the offset reached is kept only if the stream is where it was.
+        at.seq = None;
     }
     let Some(c) = conn.as_mut() else { return Ok(()) };
     if at.seq.is_none() {
         let top: Vec<(String, Vec<(String, String)>)> =
-            redis::cmd("XREVRANGE").arg(stream).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
-        at.seq = Some(top.first().and_then(|(id, _)| id.split('-').next()?.parse().ok()).unwrap_or(0));
-        at.offset = None;
+            redis::cmd("XREVRANGE").arg(&stream.stream).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
+        let seq = top.first().and_then(|(id, _)| id.split('-').next()?.parse().ok()).unwrap_or(0);
+        if at.reached != Some(seq) {
+            at.offset = None;
+        }
+        at.seq = Some(seq);
     }
     let from = at.seq.unwrap_or(0);
     if from >= target {
         return Ok(());
     }
-    let (lines, end) = lines_after(path, from, target, at.offset);
+    // The log may be large after a long outage: read it off the runtime's threads.
+    let (file, offset) = (path.to_path_buf(), at.offset);
+    let (lines, end) = tokio::task::spawn_blocking(move || lines_after(&file, from, target, offset))
+        .await
+        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "reading the audit log failed")))?;
     for (seq, line) in lines {
-        let added: redis::RedisResult<String> =
-            redis::cmd("XADD").arg(stream).arg(record_id(seq)).arg("record").arg(&line).query_async(c).await;
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(&stream.stream);
+        if stream.maxlen > 0 {
+            xadd.arg("MAXLEN").arg("~").arg(stream.maxlen);
+        }
+        let added: redis::RedisResult<String> = xadd.arg(record_id(seq)).arg("record").arg(&line).query_async(c).await;
         match added {
             Ok(_) => {}
             Err(err) if is_already_added(&err) => {}
@@ -119,6 +145,7 @@ async fn catch_up(
         at.seq = Some(seq);
     }
     at.offset = end;
+    at.reached = at.seq;
     Ok(())
 }
 

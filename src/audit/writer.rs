@@ -150,7 +150,8 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
     let (flushed_tx, flushed_rx) = watch::channel(state.seq);
     let mirror = options.redis_url.map(|url| {
         let stream = config.redis_stream.clone().unwrap_or_else(|| format!("voxgate:audit:{instance}"));
-        super::mirror::spawn(url.expose().to_string(), stream, path.clone(), flushed_rx)
+        let sink = super::mirror::Target { stream, maxlen: config.redis_stream_maxlen };
+        super::mirror::spawn(url.expose().to_string(), sink, path.clone(), flushed_rx)
     });
     let healthy = Arc::new(AtomicBool::new(true));
     spawn_ticker(tx.downgrade());

@@ -142,6 +142,8 @@ pub struct AuditConfig {
     pub on_error: AuditOnError,
     /// The Redis stream records are mirrored to; unset = `voxgate:audit:{instance_id}`.
     pub redis_stream: Option<String>,
+    /// The stream is trimmed to about this many lines (`XADD MAXLEN ~`); 0 = never trimmed.
+    pub redis_stream_maxlen: u64,
     /// Key of the HMAC-SHA256 chain; unset = plain SHA-256 (which only proves accidents).
     pub chain_key: Option<Secret>,
     /// A `checkpoint` record with the chain head after this many records (0 = never)...
@@ -157,6 +159,7 @@ impl Default for AuditConfig {
             rotate_bytes: 64 * 1024 * 1024,
             on_error: AuditOnError::FailClosed,
             redis_stream: None,
+            redis_stream_maxlen: 100_000,
             chain_key: None,
             checkpoint_records: 1000,
             checkpoint_interval_s: 60,

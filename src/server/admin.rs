@@ -20,6 +20,7 @@ use crate::cluster::KillOutcome;
 use crate::policy::Principal;
 use crate::session::calls::observe::count;
 use crate::session::calls::{Action, CallTable, unix_ms};
+use crate::session::SessionDeps;
 use crate::session::runner::ToolJob;
 use crate::tools::{CallContext, ToolError};
 
@@ -78,7 +79,7 @@ pub async fn invoke_tool(
     let user = state.hasher.hash(&principal.sub);
     let session_id = format!("admin_{}", uuid::Uuid::new_v4().simple());
     let call_id = format!("call_admin_{}", uuid::Uuid::new_v4().simple());
-    let deps = &state.session_deps();
+    let deps = state.session_deps();
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, &extensions, &headers, true);
     let mut table = CallTable::new(
         session_id.clone(),
@@ -90,51 +91,12 @@ pub async fn invoke_tool(
     )
     .without_confirmation()
     .with_origin(origin);
-    let mut pending = table.accept(&call_id, &name, &request.arguments.to_string(), Instant::now());
-    let mut output = None;
-    // The same actions a session performs, in order, awaited one by one.
-    while !pending.is_empty() {
-        let mut next = Vec::new();
-        for action in pending {
-            match action {
-                Action::Audit { record, gates } => {
-                    count(&deps.metrics, &record);
-                    let written = deps.audit.record(record).await;
-                    if let Err(err) = &written {
-                        tracing::error!(error = %err, "audit record could not be written");
-                        deps.metrics.audit_error();
-                    }
-                    if let Some(call) = gates {
-                        next.extend(match written {
-                            Err(_) if deps.audit.on_error() == AuditOnError::FailClosed => table.on_audit_failed(&call),
-                            _ => table.on_audited(&call),
-                        });
-                    }
-                }
-                Action::CheckLimit { call_id, tool } => {
-                    let limit = deps.limiter.check(&user, tool.name(), tool.policy.rate_limit_per_minute).await;
-                    next.extend(table.on_limit_checked(&call_id, limit, unix_ms()));
-                }
-                Action::Spawn { call_id, tool, args } => {
-                    let span = crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(tool.name()), &call_id);
-                    let job = ToolJob {
-                        tool,
-                        args,
-                        ctx: CallContext { session_id: session_id.clone(), call_id: call_id.clone(), principal: principal.clone() },
-                        span,
-                    };
-                    let result = match tokio::spawn(job.run()).await {
-                        Ok(result) => result,
-                        Err(_) => Err(ToolError::Internal),
-                    };
-                    next.extend(table.on_tool_finished(&call_id, result));
-                }
-                Action::Output { output: text, .. } => output = Some(text),
-                Action::Client(_) | Action::Expire { .. } => {}
-            }
-        }
-        pending = next;
-    }
+    let pending = table.accept(&call_id, &name, &request.arguments.to_string(), Instant::now());
+    // The call runs as its own task, tracked by the drain: if the admin's HTTP client goes away
+    // (a load balancer's timeout, Ctrl-C), hyper drops this handler, and the tool would finish
+    // without its `call_finished` record.
+    let call = Invocation { deps, table, session_id, principal, user };
+    let output = state.shutdown.tracker().spawn(call.run(pending)).await.ok().flatten();
     let Some(text) = output else {
         return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the call did not finish"));
     };
@@ -151,6 +113,66 @@ pub async fn invoke_tool(
         Some(_) => StatusCode::BAD_GATEWAY,
     };
     Ok((status, Json(value)).into_response())
+}
+
+/// An admin call: the same actions a session performs, in order, awaited one by one.
+struct Invocation {
+    deps: SessionDeps,
+    table: CallTable,
+    session_id: String,
+    principal: Principal,
+    user: String,
+}
+
+impl Invocation {
+    /// Performs `pending` and what follows from it until the call is answered; the output.
+    async fn run(mut self, mut pending: Vec<Action>) -> Option<String> {
+        let deps = &self.deps;
+        let mut output = None;
+        while !pending.is_empty() {
+            let mut next = Vec::new();
+            for action in pending {
+                match action {
+                    Action::Audit { record, gates } => {
+                        count(&deps.metrics, &record);
+                        let written = deps.audit.record(record).await;
+                        if let Err(err) = &written {
+                            tracing::error!(error = %err, "audit record could not be written");
+                            deps.metrics.audit_error();
+                        }
+                        if let Some(call) = gates {
+                            next.extend(match written {
+                                Err(_) if deps.audit.on_error() == AuditOnError::FailClosed => self.table.on_audit_failed(&call),
+                                _ => self.table.on_audited(&call),
+                            });
+                        }
+                    }
+                    Action::CheckLimit { call_id, tool } => {
+                        let limit = deps.limiter.check(&self.user, tool.name(), tool.policy.rate_limit_per_minute).await;
+                        next.extend(self.table.on_limit_checked(&call_id, limit, unix_ms()));
+                    }
+                    Action::Spawn { call_id, tool, args } => {
+                        let span = crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(tool.name()), &call_id);
+                        let ctx = CallContext {
+                            session_id: self.session_id.clone(),
+                            call_id: call_id.clone(),
+                            principal: self.principal.clone(),
+                        };
+                        let job = ToolJob { tool, args, ctx, span };
+                        let result = match tokio::spawn(job.run()).await {
+                            Ok(result) => result,
+                            Err(_) => Err(ToolError::Internal),
+                        };
+                        next.extend(self.table.on_tool_finished(&call_id, result));
+                    }
+                    Action::Output { output: text, .. } => output = Some(text),
+                    Action::Client(_) | Action::Expire { .. } => {}
+                }
+            }
+            pending = next;
+        }
+        output
+    }
 }
 
 #[derive(Debug, Deserialize)]

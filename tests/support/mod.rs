@@ -42,11 +42,11 @@ impl TestProxy {
         } else {
             format!("[backends.calendar]\npath = \"{}\"\n", dir.path().join("calendar.ics").display())
         };
-        let toml = format!(
-            "{extra_toml}\n[audit]\npath = \"{audit}\"\n{calendar}",
-            audit = dir.path().join("audit.jsonl").display(),
-        );
-        let mut table: toml::Table = toml::from_str(&toml).unwrap();
+        let mut table: toml::Table = toml::from_str(&format!("{extra_toml}\n{calendar}")).unwrap();
+        // The audit log goes in the temp dir, also when the test sets other `[audit]` keys.
+        let audit = table.entry("audit").or_insert(toml::Value::Table(Default::default()));
+        let audit_path = dir.path().join("audit.jsonl").display().to_string();
+        audit.as_table_mut().unwrap().insert("path".into(), audit_path.into());
         let server = table.entry("server").or_insert(toml::Value::Table(Default::default()));
         server.as_table_mut().unwrap().entry("listen").or_insert("127.0.0.1:0".into());
         let config = voxgate::config::Config::from_table(table).unwrap();
