@@ -92,7 +92,7 @@ fn main() -> ExitCode {
 /// - One arena for every thread. glibc gives each thread that meets a locked arena one of its own
 ///   (up to 8 per CPU), and each keeps the memory it once held: with two session threads an active
 ///   session cost 62 KiB of RSS, with one arena 49–51 KiB, for no more CPU per frame (N = 100,
-///   docs/performance.md, eighth pass). A session's frames are read, written and freed by its
+///   docs/performance-history.md, eighth pass). A session's frames are read, written and freed by its
 ///   own thread, and small blocks come from glibc's per-thread cache without the arena's lock.
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

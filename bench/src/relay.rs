@@ -6,7 +6,7 @@
 //! Its sockets have voxgate's settings (4 KiB read buffer, writes gathered up to 8 KiB), so the
 //! comparison shows voxgate's own costs. With the bench's 16 KiB buffers the relay held ≈ 15 KiB
 //! more per active session and spent ≈ 5 % more CPU per frame (tungstenite zero-fills the free part
-//! of its read buffer before every read), which flattered voxgate (eighth pass, docs/performance.md).
+//! of its read buffer before every read), which flattered voxgate (eighth pass, docs/performance-history.md).
 
 use anyhow::Context;
 use futures_util::StreamExt;

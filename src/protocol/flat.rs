@@ -57,7 +57,7 @@ fn plain_string(s: &str) -> Option<(&str, &str)> {
     // A control character is a byte below 0x20, so the body holds one exactly when its smallest
     // byte is one. A minimum over the whole slice (no early exit) compiles to one vector `min` per
     // 16 bytes: half the instructions of a per-byte comparison folded into a flag (callgrind,
-    // docs/performance.md, seventeenth pass).
+    // docs/performance-history.md, seventeenth pass).
     let smallest = bytes[..end].iter().fold(u8::MAX, |low, &b| low.min(b));
     if smallest < 0x20 {
         return None;

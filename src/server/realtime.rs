@@ -120,7 +120,7 @@ pub async fn realtime(
         };
         // The session is awaited here, not inside a helper `async fn`: each such layer keeps a
         // second copy of every argument it passed on beside the session's state, for the
-        // session's life (docs/performance.md, twelfth pass).
+        // session's life (docs/performance-history.md, twelfth pass).
         let _active = task_state.deps.metrics.session_started();
         let reconnect = reconnector(&task_state, model);
         let deps = task_state.session_deps();

@@ -268,7 +268,7 @@ impl Report {
     /// session brings is the process's, not a session's: mostly the pages of the executable that
     /// serve a session, read in when first run (`RssFile`, ≈ 1 MiB for voxgate), plus one-time
     /// set-up such as the upstream TLS configuration. In the plain growth ÷ N it weighs 1/N on
-    /// every session, ≈ 10 KiB per session at N = 100 (docs/performance.md, ninth pass).
+    /// every session, ≈ 10 KiB per session at N = 100 (docs/performance-history.md, ninth pass).
     fn rss_beyond_first(&self, path: &str, n: usize) -> Option<f64> {
         if n <= 1 {
             return None;
