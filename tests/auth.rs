@@ -339,3 +339,34 @@ async fn a_session_ends_when_its_token_expires() {
     // `exp` has whole-second precision: the close comes within the second it names, not before.
     assert!(now() + 1 >= exp, "closed before the token's exp");
 }
+
+/// Sends a request head that announces a body and then sends none; the status line of the
+/// answer, or `None` if nothing came back within `wait`.
+async fn announce_a_body_and_stall(addr: std::net::SocketAddr, path: &str, token: Option<&str>, wait: std::time::Duration) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!("POST {path} HTTP/1.1\r\nhost: voxgate\r\ncontent-type: application/json\r\ncontent-length: 2000000\r\n{auth}\r\n");
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 256];
+    match tokio::time::timeout(wait, socket.read(&mut answer)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&answer[..n]).lines().next().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// The admin API's bodies are read only from the admin, and within the handshake timeout: a
+/// client that announces a body and never sends it cannot hold a connection (and a descriptor).
+#[tokio::test]
+async fn an_admin_body_that_never_arrives_does_not_hold_the_connection() {
+    let fake = FakeUpstream::start().await;
+    let toml = format!("[server]\nhandshake_timeout_ms = 500\n{}", jwt_toml());
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
+    let wait = std::time::Duration::from_secs(3);
+    for path in ["/v1/sessions", "/admin/tools/calculate_medical_score/invoke"] {
+        let anonymous = announce_a_body_and_stall(proxy.addr, path, None, wait).await;
+        assert!(anonymous.as_deref().is_some_and(|l| l.contains(" 401 ")), "{path} without the token: {anonymous:?}");
+        let admin = announce_a_body_and_stall(proxy.addr, path, Some(ADMIN), wait).await;
+        assert!(admin.as_deref().is_some_and(|l| l.contains(" 408 ")), "{path} with the token: {admin:?}");
+    }
+}

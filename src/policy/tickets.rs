@@ -6,6 +6,11 @@
 //! `SET voxgate:ticket:<id> NX EX <ttl>` — so a ticket minted on one instance is accepted once on
 //! any instance. A session refused for a cap asks whether its ticket is spent ([`Tickets::is_spent`],
 //! `EXISTS` in Redis), so that a replay is refused as used (401), not for the cap.
+//!
+//! Without Redis, what was spent lives only in this process: after a restart a ticket minted
+//! before it could be presented again. So such an instance refuses tickets minted before it
+//! started (each carries its minting time); a browser whose ticket was caught by a restart asks
+//! for a new one, as after any refusal.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,6 +35,9 @@ struct Claims {
     exp: u64,
     /// Ticket id: what single use is keyed on.
     jti: String,
+    /// When it was minted, unix milliseconds (0 in tickets minted before this claim existed).
+    #[serde(default)]
+    iat_ms: u64,
 }
 
 /// A freshly minted ticket.
@@ -58,6 +66,8 @@ pub struct Tickets {
     max_ttl: Duration,
     used: DashMap<String, u64>,
     redis: Option<redis::aio::ConnectionManager>,
+    /// When this process began to remember spent tickets, unix milliseconds.
+    started_ms: u64,
 }
 
 /// The ticket-signing key derived from the admin token (every instance shares the admin token).
@@ -71,10 +81,21 @@ fn now_s() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
 }
 
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+}
+
+/// How long Redis remembers a spent ticket: as long as any ticket could still be presented, plus a
+/// minute, counted from the spend. Not `exp − now`: on an instance whose clock runs fast, that
+/// would forget the ticket before an instance with the right clock stops accepting it.
+fn spent_marker_ttl(max_ttl: Duration) -> u64 {
+    max_ttl.as_secs() + 60
+}
+
 impl Tickets {
     /// `key` signs tickets; every instance that should accept them must share it.
     pub fn new(key: &[u8], max_ttl: Duration, redis: Option<redis::aio::ConnectionManager>) -> Self {
-        Self { key: key.to_vec(), max_ttl, used: DashMap::new(), redis }
+        Self { key: key.to_vec(), max_ttl, used: DashMap::new(), redis, started_ms: now_ms() }
     }
 
     fn sign(&self, payload: &str) -> Vec<u8> {
@@ -95,6 +116,7 @@ impl Tickets {
             roles: principal.roles.clone(),
             exp: now_s() + ttl.as_secs(),
             jti: uuid::Uuid::new_v4().simple().to_string(),
+            iat_ms: now_ms(),
         };
         let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
         let payload = format!("{PREFIX}.{body}");
@@ -134,6 +156,10 @@ impl Tickets {
         if self.used.contains_key(&claims.jti) {
             return Err(AuthError::TicketUsed);
         }
+        // Without Redis nothing here remembers what was spent before this process started.
+        if self.redis.is_none() && claims.iat_ms < self.started_ms {
+            return Err(AuthError::TicketUsed);
+        }
         Ok(CheckedTicket { claims })
     }
 
@@ -155,8 +181,7 @@ impl Tickets {
             return Err(AuthError::TicketUsed);
         }
         if let Some(redis) = &self.redis {
-            let ttl = (claims.exp - now).max(1);
-            match claim_in_redis(redis, &claims.jti, ttl).await {
+            match claim_in_redis(redis, &claims.jti, spent_marker_ttl(self.max_ttl)).await {
                 Ok(true) => {}
                 Ok(false) => return Err(AuthError::TicketUsed),
                 Err(err) => {
@@ -310,6 +335,27 @@ mod tests {
             }
         }
         assert_eq!(admitted, 1);
+    }
+
+    /// Without Redis, a restart forgets what was spent: tickets minted before it are refused.
+    #[tokio::test]
+    async fn without_redis_a_restart_refuses_tickets_minted_before_it() {
+        let before = Tickets::new(b"k", Duration::from_secs(300), None);
+        let minted = before.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        before.redeem(&minted.token).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let restarted = Tickets::new(b"k", Duration::from_secs(300), None);
+        assert_eq!(restarted.redeem(&minted.token).await.unwrap_err(), AuthError::TicketUsed);
+        // One minted after the restart is good.
+        let fresh = restarted.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        assert_eq!(restarted.redeem(&fresh.token).await.unwrap().sub, "dr.who");
+    }
+
+    /// Redis remembers a spent ticket for longer than any ticket lives, whatever the clocks say.
+    #[test]
+    fn a_spent_marker_outlives_every_ticket() {
+        let max = Duration::from_secs(300);
+        assert!(spent_marker_ttl(max) > max.as_secs());
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use axum::Json;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,22 @@ use crate::session::calls::{Action, CallTable, unix_ms};
 use crate::session::SessionDeps;
 use crate::session::runner::ToolJob;
 use crate::tools::{CallContext, ToolError};
+
+/// The largest request body the admin API reads.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Reads a JSON body, once the caller is known to be the admin, within the handshake timeout.
+/// Not axum's `Json` extractor: that reads the body before the handler checks the token, and with
+/// no time limit, so anyone could hold connections open by announcing a body and sending none.
+async fn read_json<T: serde::de::DeserializeOwned>(state: &AppState, body: Body, shape: &'static str) -> Result<T, ApiError> {
+    let limit = Duration::from_millis(state.config.server.handshake_timeout_ms);
+    let bytes = match tokio::time::timeout(limit, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Err(_) => return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time")),
+        Ok(Err(_)) => return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is too large or was cut off")),
+        Ok(Ok(bytes)) => bytes,
+    };
+    serde_json::from_slice(&bytes).map_err(|_| ApiError::bad_request("invalid_request", shape))
+}
 
 /// `GET /admin/sessions`: every instance's sessions (from the Redis registry), or this
 /// instance's when there is no Redis or it is down (`scope` says which).
@@ -68,10 +85,11 @@ pub async fn invoke_tool(
     headers: HeaderMap,
     Path(name): Path<String>,
     extensions: axum::http::Extensions,
-    body: Result<Json<InvokeRequest>, axum::extract::rejection::JsonRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
-    let Json(request) = body.map_err(|_| ApiError::bad_request("invalid_request", "body must be {\"arguments\":{…},\"sub\":\"…\",\"roles\":[…]}"))?;
+    let request: InvokeRequest =
+        read_json(&state, body, "body must be {\"arguments\":{…},\"sub\":\"…\",\"roles\":[…]}").await?;
     if request.sub.is_empty() || request.sub.len() > 256 {
         return Err(ApiError::bad_request("invalid_request", "sub must be 1–256 characters"));
     }
@@ -193,11 +211,11 @@ fn default_ttl() -> u64 {
 pub async fn mint_ticket(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Json<TicketRequest>, axum::extract::rejection::JsonRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
     let Some(tickets) = &state.tickets else { return Err(ApiError::not_found()) };
-    let Json(request) = body.map_err(|_| ApiError::bad_request("invalid_request", "body must be {\"sub\":\"…\",\"roles\":[…],\"ttl_s\":60}"))?;
+    let request: TicketRequest = read_json(&state, body, "body must be {\"sub\":\"…\",\"roles\":[…],\"ttl_s\":60}").await?;
     if request.sub.is_empty() || request.sub.len() > 256 {
         return Err(ApiError::bad_request("invalid_request", "sub must be 1–256 characters"));
     }

@@ -273,5 +273,13 @@ fn announce(config: &Config, state: &AppState, addr: SocketAddr) {
     }
     if config.auth.mode == AuthMode::None {
         tracing::warn!("auth.mode = \"none\": every session is anonymous");
+        if config.server.allowed_origins.is_empty() {
+            // CONTRACT §1: `[]` admits any origin. Without a token that includes any web page open
+            // in a browser that can reach this address (docs/security.md, "Origins").
+            tracing::warn!(
+                "server.allowed_origins is empty: any web page in a browser that can reach this address \
+                 can open sessions; list the page's origin there"
+            );
+        }
     }
 }
