@@ -259,3 +259,47 @@ async fn a_booking_through_the_proxy_lands_in_radicale_and_readyz_reports_a_dead
     }
     proxy.stop().await;
 }
+
+/// Another client deletes a calendar after voxgate discovered it: the listing must not fail with
+/// the server's 404 until a restart. voxgate discovers again once and lists the calendars that are
+/// still there; a create aimed at the deleted default calendar goes to the new default (the first
+/// writable calendar), or, when the configured default is the one deleted, fails with a clear error
+/// while listing keeps working.
+#[tokio::test]
+async fn a_calendar_deleted_after_discovery_is_dropped_not_fatal() {
+    let server = Arc::new(tokio::task::spawn_blocking(|| Radicale::start("")).await.unwrap());
+    let lister = Tools::new(&config(&server.root(), PASSWORD, None));
+    let creator = Tools::new(&config(&server.root(), PASSWORD, None));
+    let pinned = Tools::new(&config(&server.root(), PASSWORD, Some("Clinic Rota")));
+    let week = json!({"start_date": "2024-04-01", "end_date": "2024-04-07"});
+    lister.call("create_calendar_event", booking("Dentist", Some("Home")), "s", "c-home").await.unwrap();
+    for tools in [&lister, &creator, &pinned] {
+        assert_eq!(tools.list(week.clone()).await["count"], 2);
+    }
+
+    // Another client deletes the clinic calendar (the default of `lister` and `creator`).
+    let deleted = reqwest::Client::new()
+        .delete(format!("{}{USER}/clinic/", server.root()))
+        .basic_auth(USER, Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+
+    let after = lister.call("get_calendar_events", week.clone(), "s", "after").await.unwrap();
+    assert_eq!(starts(&after), [("Dentist".to_string(), "2024-04-02T14:00:00+02:00".to_string())], "{after}");
+    assert_eq!(after["total_count_exact"], true, "{after}");
+
+    // Radicale answers the PUT into the deleted collection 409: discovery runs again and the
+    // default is now the first writable calendar left.
+    let created = creator.call("create_calendar_event", booking("Ward round", None), "s", "c-default").await.unwrap();
+    assert_eq!((created["created"].as_bool(), created["calendar_name"].as_str()), (Some(true), Some("Home")));
+    assert_eq!(server.stored("home").len(), 2);
+
+    // The configured default calendar is gone: creating there says so; listing still works.
+    let err = pinned.call("create_calendar_event", booking("Ward round", None), "s", "c-pinned").await.unwrap_err();
+    assert_eq!(err.code(), "backend_error");
+    assert!(err.public_message().contains("default calendar"), "{}", err.public_message());
+    assert_eq!(pinned.list(week.clone()).await["count"], 2);
+    assert_eq!(server.stored("home").len(), 2);
+}

@@ -48,6 +48,14 @@ pub enum CalendarError {
     /// No calendar has the requested name (or the configured `backends.calendar.calendar`).
     #[error("no calendar with the requested name exists")]
     UnknownCalendar,
+    /// `calendar_name` is the default calendar, but the configured `backends.calendar.calendar` is
+    /// not on the server (deleted or unshared since it was configured).
+    #[error("the configured default calendar is not on the calendar server (check backends.calendar.calendar)")]
+    NoDefaultCalendar,
+    /// The server said this user may not write to the calendar (a shared read-only calendar,
+    /// Nextcloud's birthdays): no request is sent.
+    #[error("the requested calendar is read-only")]
+    ReadOnlyCalendar,
     /// An event with the UID of this call exists, but differs from what this call would write.
     #[error("an event with this call's id exists with different details")]
     Conflict,
@@ -70,6 +78,13 @@ impl From<CalendarError> for ToolError {
             CalendarError::UnknownCalendar => {
                 ToolError::InvalidArguments("`/calendar_name`: no calendar with this name exists".into())
             }
+            CalendarError::NoDefaultCalendar => ToolError::Backend(
+                "the default calendar was not found on the calendar server; name another calendar or ask an administrator"
+                    .into(),
+            ),
+            CalendarError::ReadOnlyCalendar => ToolError::InvalidArguments(
+                "`/calendar_name`: this calendar is read-only; choose another calendar".into(),
+            ),
             CalendarError::Conflict => {
                 ToolError::Backend("an event with this call's id already exists with different details".into())
             }

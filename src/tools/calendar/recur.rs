@@ -29,6 +29,9 @@ const MAX_TOTAL_OCCURRENCES: usize = 100_000;
 /// the occurrences, so that old series are still listed; this bound only stops a listing that would
 /// walk for seconds (a minutely series begun years ago).
 const MAX_WALK_STEPS: usize = 1_000_000;
+/// Dates one series may walk: an hourly series begun twenty years ago (≈ 175,000) still fits, a
+/// minutely one begun years ago does not, and it leaves the rest of [`MAX_WALK_STEPS`] to the others.
+const MAX_SERIES_STEPS: usize = 200_000;
 
 /// What one listing may still spend on expansion.
 struct Budget {
@@ -64,7 +67,8 @@ pub struct StoredEvent {
 /// start, the first `max_results` of them. Occurrences are counted as they are generated and only
 /// those that may still be on the page are built (never more than `max_results` at a time), so
 /// memory does not grow with the number of occurrences; generation stops at [`MAX_TOTAL_OCCURRENCES`]
-/// or [`MAX_WALK_STEPS`] (then `complete` is false). Series that cannot be expanded (a rule the crate rejects) are shown
+/// or [`MAX_WALK_STEPS`], a series' at [`MAX_SERIES_OCCURRENCES`] or [`MAX_SERIES_STEPS`] (then
+/// `complete` is false). Series that cannot be expanded (a rule the crate rejects) are shown
 /// by their first occurrence, and counted in the second value.
 pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPage, usize) {
     let wanted = query.calendar.as_deref().map(str::trim);
@@ -85,8 +89,16 @@ pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPag
     }
     let mut failed = 0;
     let mut budget = Budget { occurrences: MAX_TOTAL_OCCURRENCES, steps: MAX_WALK_STEPS };
-    for entry in stored.iter().filter(|e| !e.cancelled && e.recurrence_id.is_none()) {
-        let Some(series) = &entry.series else { continue };
+    let mut series: Vec<(&StoredEvent, &Series)> = stored
+        .iter()
+        .filter(|e| !e.cancelled && e.recurrence_id.is_none())
+        .filter_map(|e| e.series.as_ref().map(|s| (e, s)))
+        .collect();
+    // The cheapest walks first, so that a series that would walk for long (a minutely one begun
+    // years ago) uses what the weekly clinics left, not the other way round.
+    let until = local_midnight(tz, next_day(query.last_day));
+    series.sort_by_cached_key(|(entry, series)| walk_estimate(entry.event.timing.start_instant(tz), series, until));
+    for (entry, series) in series {
         let moved = overridden.get(entry.event.id.as_str()).map(Vec::as_slice).unwrap_or_default();
         match occurrences(&entry.event, series, moved, &mut page, &mut budget) {
             Some(true) => {}
@@ -208,8 +220,8 @@ fn occurrences(
     let from = midnight_utc(first_day).min(local_midnight(page.tz, first_day)) - length - Duration::days(1);
     let to = midnight_utc(next_day(last_day)).max(local_midnight(page.tz, next_day(last_day))) + Duration::days(1);
     let mut placed = 0;
-    for at in &set {
-        if budget.steps == 0 {
+    for (walked, at) in (&set).into_iter().enumerate() {
+        if budget.steps == 0 || walked == MAX_SERIES_STEPS {
             return Some(false);
         }
         budget.steps -= 1;
@@ -236,6 +248,32 @@ fn occurrences(
         page.offer(event, timing);
     }
     Some(true)
+}
+
+/// Roughly how many dates walking `series` from `start` to `until` costs: the time between over the
+/// rule's period (`FREQ` and `INTERVAL`; `BY…` parts and `COUNT` are ignored), for ordering only.
+fn walk_estimate(start: DateTime<Utc>, series: &Series, until: DateTime<Utc>) -> i64 {
+    let span = (until - start).num_seconds().max(0);
+    series
+        .rules
+        .iter()
+        .map(|rule| {
+            let part = |name: &str| {
+                rule.split(';').find_map(|p| p.split_once('=').filter(|(k, _)| k.trim().eq_ignore_ascii_case(name)))
+            };
+            let period: i64 = match part("FREQ").map(|(_, v)| v.trim().to_ascii_uppercase()).as_deref() {
+                Some("SECONDLY") => 1,
+                Some("MINUTELY") => 60,
+                Some("HOURLY") => 3_600,
+                Some("DAILY") => 86_400,
+                Some("WEEKLY") => 604_800,
+                Some("MONTHLY") => 2_629_746,
+                _ => 31_556_952,
+            };
+            let interval = part("INTERVAL").and_then(|(_, v)| v.trim().parse::<i64>().ok()).unwrap_or(1).max(1);
+            span / period.saturating_mul(interval)
+        })
+        .fold(0, i64::saturating_add)
 }
 
 /// RFC 5545 writes UNTIL in UTC (`Z`) for zoned series, but as a date or floating time for all-day

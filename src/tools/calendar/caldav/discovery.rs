@@ -27,8 +27,10 @@ pub struct Collection {
 pub struct Calendars {
     pub all: Vec<Collection>,
     /// Index into `all`: the configured `backends.calendar.calendar`, else the first one the user may
-    /// write to (Nextcloud may list its read-only birthday calendar first), else the first.
-    pub default: usize,
+    /// write to (Nextcloud may list its read-only birthday calendar first), else the first. `None`
+    /// when the configured calendar is not (or no longer) on the server: the other calendars are
+    /// still listed, but nothing is created in another calendar than the one the operator chose.
+    pub default: Option<usize>,
 }
 
 impl Calendars {
@@ -48,7 +50,7 @@ impl Calendars {
     }
 
     pub fn default_calendar(&self) -> Option<&Collection> {
-        self.all.get(self.default)
+        self.all.get(self.default?)
     }
 }
 
@@ -71,10 +73,16 @@ pub async fn discover(dav: &Dav, start: &Url, wanted: Option<&str>) -> Result<Ca
         return Err(CalendarError::NoCalendar);
     }
     let writable = all.iter().position(|c| !c.read_only).unwrap_or(0);
-    let mut calendars = Calendars { all, default: writable };
+    let mut calendars = Calendars { all, default: Some(writable) };
     if let Some(wanted) = wanted.map(str::trim).filter(|w| !w.is_empty()) {
-        let chosen = calendars.named(wanted).ok_or(CalendarError::UnknownCalendar)?;
-        calendars.default = calendars.all.iter().position(|c| c == chosen).unwrap_or(0);
+        let chosen = calendars.named(wanted).cloned();
+        calendars.default = chosen.and_then(|chosen| calendars.all.iter().position(|c| *c == chosen));
+        if calendars.default.is_none() {
+            // Configuration, not patient data: the operator needs to know which key to fix.
+            tracing::warn!(
+                "backends.calendar.calendar names no calendar on the server; creating in the default calendar fails"
+            );
+        }
     }
     Ok(calendars)
 }

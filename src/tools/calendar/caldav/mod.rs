@@ -1,9 +1,12 @@
 //! `CaldavCalendar`: the calendar backend on the clinic's own CalDAV server (Nextcloud, Radicale,
 //! any RFC 4791 server), so that staff see what the assistant booked in their own calendar apps.
 //!
-//! - [`discovery`] finds the user's calendars once (again when a name is not found, or after a
-//!   failure) and picks the default one;
-//! - listing is a `REPORT calendar-query` with a time range per calendar; the server selects the
+//! - [`discovery`] finds the user's calendars once and picks the default one; it runs again after a
+//!   failed discovery, when a calendar answers as if deleted or unshared (404, 410, 401/403; Radicale
+//!   answers a PUT into a deleted collection 409), and for a name not found (at most once a minute);
+//! - listing is a `REPORT calendar-query` with a time range per calendar (one that still fails after
+//!   a new discovery is left out of a listing of every calendar, which is then marked incomplete;
+//!   answers are parsed off the async workers); the server selects the
 //!   events and series that touch the range, and voxgate expands the series itself
 //!   ([`super::recur`]). It does not ask for the server's `<C:expand>`: RFC 4791 leaves its result in
 //!   UTC and servers differ — Radicale 3.9 expands "09:00 Europe/Berlin" weekly at a fixed UTC time,
@@ -22,10 +25,12 @@ mod xml;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration as Elapsed;
 
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
+use tokio::time::Instant;
 use url::Url;
 
 use self::discovery::{Calendars, Collection, XML, discover, expect_multistatus};
@@ -39,11 +44,22 @@ use crate::config::CalendarBackendConfig;
 
 /// Calendars queried at once by a listing of every calendar.
 const PARALLEL_QUERIES: usize = 4;
+/// A `calendar_name` that matches nothing makes voxgate discover again (the calendar may be new) at
+/// most this long after the last discovery: a model repeating a wrong name must not make every call
+/// walk the server while holding the lock every calendar call waits on.
+const UNKNOWN_NAME_REDISCOVERY: Elapsed = Elapsed::from_secs(60);
 
 /// What the last contact with the server showed.
 const UNKNOWN: u8 = 0;
 const REACHED: u8 = 1;
 const UNREACHABLE: u8 = 2;
+
+/// The calendars found by one discovery.
+#[derive(Debug)]
+struct Discovered {
+    calendars: Arc<Calendars>,
+    at: Instant,
+}
 
 /// The CalDAV backend.
 #[derive(Debug)]
@@ -53,8 +69,8 @@ pub struct CaldavCalendar {
     /// `backends.calendar.calendar`: the default calendar by display name or path.
     wanted: Option<String>,
     tz: Tz,
-    /// Discovery's result, kept until a name is not found or discovery fails.
-    calendars: tokio::sync::Mutex<Option<Arc<Calendars>>>,
+    /// Discovery's result and when it was made (see [`CaldavCalendar::discovered`]).
+    calendars: tokio::sync::Mutex<Option<Discovered>>,
     /// [`UNKNOWN`], [`REACHED`] or [`UNREACHABLE`].
     health: AtomicU8,
 }
@@ -88,21 +104,30 @@ impl CaldavCalendar {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let backend = Arc::clone(self);
         runtime.spawn(async move {
-            if let Err(err) = backend.calendars(false).await {
+            if let Err(err) = backend.discovered(|_| true).await {
                 tracing::warn!(error = %err, "the calendar server could not be used at start; calls will try again");
             }
         });
     }
 
-    /// The discovered calendars (discovering them first, or again when `refresh`).
-    async fn calendars(&self, refresh: bool) -> Result<Arc<Calendars>, CalendarError> {
+    /// The discovered calendars: the cached ones if `keep` accepts them, else a new discovery's. A
+    /// discovery that fails leaves nothing cached, so the next call tries again.
+    async fn discovered(&self, keep: impl FnOnce(&Discovered) -> bool) -> Result<Arc<Calendars>, CalendarError> {
         let mut cached = self.calendars.lock().await;
-        if let Some(found) = cached.as_ref().filter(|_| !refresh) {
-            return Ok(Arc::clone(found));
+        if let Some(found) = cached.as_ref().filter(|found| keep(found)) {
+            return Ok(Arc::clone(&found.calendars));
         }
+        *cached = None;
         let found = self.watch(discover(&self.dav, &self.url, self.wanted.as_deref()).await).map(Arc::new)?;
-        *cached = Some(Arc::clone(&found));
+        *cached = Some(Discovered { calendars: Arc::clone(&found), at: Instant::now() });
         Ok(found)
+    }
+
+    /// Discover again because a calendar of `stale` answered as if deleted or unshared; if another
+    /// call has done so meanwhile, its result.
+    async fn rediscover(&self, stale: &Arc<Calendars>) -> Result<Arc<Calendars>, CalendarError> {
+        tracing::info!("a calendar answered as if deleted or unshared; discovering the calendars again");
+        self.discovered(|found| !Arc::ptr_eq(&found.calendars, stale)).await
     }
 
     /// Record whether the server answered, for `/readyz`.
@@ -115,17 +140,28 @@ impl CaldavCalendar {
         result
     }
 
-    /// The calendars a `calendar_name` means: every one for `None`, the default for "Default"
-    /// (unless a calendar is really called that), else the one with that name or path.
-    async fn pick(&self, name: Option<&str>) -> Result<Vec<Collection>, CalendarError> {
-        let calendars = self.calendars(false).await?;
-        let Some(name) = name else { return Ok(calendars.all.clone()) };
-        if let Some(found) = chosen(&calendars, name) {
-            return Ok(vec![found]);
+    /// The calendars a `calendar_name` means (see [`chosen`]), and the discovery they come from.
+    async fn pick(&self, name: Option<&str>) -> Result<(Arc<Calendars>, Vec<Collection>), CalendarError> {
+        let calendars = self.discovered(|_| true).await?;
+        if let Ok(found) = chosen(&calendars, name) {
+            return Ok((calendars, found));
         }
         // Perhaps created since discovery.
-        let calendars = self.calendars(true).await?;
-        chosen(&calendars, name).map(|c| vec![c]).ok_or(CalendarError::UnknownCalendar)
+        let calendars = self.discovered(|found| found.at.elapsed() < UNKNOWN_NAME_REDISCOVERY).await?;
+        let found = chosen(&calendars, name)?;
+        Ok((calendars, found))
+    }
+
+    /// Every calendar's answer for `[from, to)`, in order, a few at a time: quick for a clinic's
+    /// handful, gentle on the server for fifty.
+    async fn query_all(
+        &self,
+        calendars: &[Collection],
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Vec<Result<ParsedEvents, CalendarError>> {
+        let queries: Vec<_> = calendars.iter().map(|c| self.query(c, from, to)).collect();
+        futures::stream::iter(queries).buffered(PARALLEL_QUERIES).collect().await
     }
 
     /// The VEVENTs of one calendar overlapping `[from, to)`, named after the calendar.
@@ -136,7 +172,7 @@ impl CaldavCalendar {
         to: DateTime<Utc>,
     ) -> Result<ParsedEvents, CalendarError> {
         let body = self.report(&calendar.url, xml::calendar_query(&stamp(from), &stamp(to))).await?;
-        events_of(&body, calendar, self.tz)
+        events_off_thread(body, calendar, self.tz).await
     }
 
     /// A Depth 1 REPORT; the 207 body.
@@ -145,6 +181,51 @@ impl CaldavCalendar {
         let answer = self.watch(answer.map_err(CalendarError::Unreachable))?;
         expect_multistatus(answer.status.as_u16())?;
         Ok(answer.body)
+    }
+
+    /// `PUT` the event into `calendar`: the outcome, or the status of an answer that says the
+    /// calendar may be gone (403, 404, 409, 410), for the caller to discover again.
+    async fn put(
+        &self,
+        calendar: &Collection,
+        event: &CalendarEvent,
+    ) -> Result<Result<CreateOutcome, u16>, CalendarError> {
+        let event = CalendarEvent {
+            title: ics::clean_text(&event.title),
+            location: event.location.as_deref().map(ics::clean_text),
+            description: event.description.as_deref().map(ics::clean_text),
+            calendar: calendar.name.clone(),
+            ..event.clone()
+        };
+        let url = calendar.url.join(&resource_name(&event.id)).map_err(|_| CalendarError::BadAnswer)?;
+        let body = ics::insert_event("", &ics::event_to_ics(&event, Utc::now())?)?;
+        let answer =
+            self.dav.send("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body))).await;
+        let answer = self.watch(answer.map_err(CalendarError::Unreachable))?;
+        match answer.status.as_u16() {
+            200..=299 => Ok(Ok(CreateOutcome { event, created: true })),
+            // Something is stored under this call's name already: an earlier attempt of this call.
+            412 => match self.fetch(&url, calendar, &event.id).await? {
+                Some(existing) if existing.title == event.title && existing.timing == event.timing => {
+                    Ok(Ok(CreateOutcome { event: existing, created: false }))
+                }
+                _ => Err(CalendarError::Conflict),
+            },
+            status @ (403 | 404 | 409 | 410) => Ok(Err(status)),
+            401 => Err(CalendarError::Refused),
+            status => Err(CalendarError::Status(status)),
+        }
+    }
+
+    /// The stored event with this UID in one of `calendars`.
+    async fn find_in(&self, calendars: &[Collection], uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
+        for calendar in calendars {
+            let body = self.report(&calendar.url, xml::uid_query(uid)).await?;
+            if let Some(found) = events_off_thread(body, calendar, self.tz).await?.find(uid) {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// The event stored at `url` (after a `412`), if it is there.
@@ -166,62 +247,70 @@ impl CalendarBackend for CaldavCalendar {
     }
 
     async fn list_events(&self, query: &EventQuery) -> Result<EventPage, CalendarError> {
-        let calendars = self.pick(query.calendar.as_deref()).await?;
+        let name = query.calendar.as_deref();
+        let (discovered, calendars) = self.pick(name).await?;
         // A day of margin each side: the exact range is applied after expansion.
         let from = local_midnight(self.tz, query.first_day) - Duration::days(1);
         let to = local_midnight(self.tz, next_day(query.last_day)) + Duration::days(1);
-        // A few calendars at a time: quick for a clinic's handful, gentle on the server for fifty.
-        let queries: Vec<_> = calendars.iter().map(|c| self.query(c, from, to)).collect();
-        let answers: Vec<ParsedEvents> =
-            futures::stream::iter(queries).buffered(PARALLEL_QUERIES).try_collect().await?;
-        let mut all = ParsedEvents::default();
-        for parsed in answers {
-            all.events.extend(parsed.events);
-            all.skipped += parsed.skipped;
+        let mut answers = self.query_all(&calendars, from, to).await;
+        if answers.iter().any(|a| a.as_ref().is_err_and(is_stale)) {
+            // Deleted or unshared since discovery: ask again with what the server lists now.
+            let calendars = chosen(&*self.rediscover(&discovered).await?, name)?;
+            answers = self.query_all(&calendars, from, to).await;
         }
+        let mut all = ParsedEvents::default();
+        let (mut listed, mut failure) = (0, None);
+        for answer in answers {
+            match answer {
+                Ok(parsed) => {
+                    listed += 1;
+                    all.events.extend(parsed.events);
+                    all.skipped += parsed.skipped;
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "a calendar could not be listed; the listing is marked incomplete");
+                    failure.get_or_insert(err);
+                }
+            }
+        }
+        // One calendar that cannot be read (too large, refused) must not hide every other; when
+        // none answered, that is the answer.
+        let failed = match failure {
+            Some(err) if listed == 0 => return Err(err),
+            other => other.is_some(),
+        };
         // The calendars are already chosen; event names are the calendars' own. Expansion is
         // bounded (see `recur`) but still CPU work: it runs off the async workers.
         let (query, tz) = (EventQuery { calendar: None, ..query.clone() }, self.tz);
-        tokio::task::spawn_blocking(move || all.page(&query, tz)).await.map_err(|_| CalendarError::Worker)
+        let mut page =
+            tokio::task::spawn_blocking(move || all.page(&query, tz)).await.map_err(|_| CalendarError::Worker)?;
+        page.complete &= !failed;
+        Ok(page)
     }
 
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {
-        let calendar =
-            self.pick(Some(&event.calendar)).await?.into_iter().next().ok_or(CalendarError::UnknownCalendar)?;
-        let event = CalendarEvent {
-            title: ics::clean_text(&event.title),
-            location: event.location.as_deref().map(ics::clean_text),
-            description: event.description.as_deref().map(ics::clean_text),
-            calendar: calendar.name.clone(),
-            ..event
-        };
-        let url = calendar.url.join(&resource_name(&event.id)).map_err(|_| CalendarError::BadAnswer)?;
-        let body = ics::insert_event("", &ics::event_to_ics(&event, Utc::now())?)?;
-        let answer =
-            self.dav.send("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body))).await;
-        let answer = self.watch(answer.map_err(CalendarError::Unreachable))?;
-        match answer.status.as_u16() {
-            200..=299 => Ok(CreateOutcome { event, created: true }),
-            // Something is stored under this call's name already: an earlier attempt of this call.
-            412 => match self.fetch(&url, &calendar, &event.id).await? {
-                Some(existing) if existing.title == event.title && existing.timing == event.timing => {
-                    Ok(CreateOutcome { event: existing, created: false })
-                }
-                _ => Err(CalendarError::Conflict),
-            },
-            401 | 403 => Err(CalendarError::Refused),
-            status => Err(CalendarError::Status(status)),
+        let (discovered, calendars) = self.pick(Some(&event.calendar)).await?;
+        let calendar = writable(calendars)?;
+        match self.put(&calendar, &event).await? {
+            Ok(outcome) => Ok(outcome),
+            Err(_) => {
+                // The calendar was deleted or unshared since discovery: put the event where the
+                // name points now (the default may have moved to the next writable calendar).
+                let calendar = writable(chosen(&*self.rediscover(&discovered).await?, Some(&event.calendar))?)?;
+                self.put(&calendar, &event).await?.map_err(|status| match status {
+                    403 => CalendarError::Refused,
+                    status => CalendarError::Status(status),
+                })
+            }
         }
     }
 
     async fn find_event(&self, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
-        for calendar in self.pick(None).await? {
-            let body = self.report(&calendar.url, xml::uid_query(uid)).await?;
-            if let Some(found) = events_of(&body, &calendar, self.tz)?.find(uid) {
-                return Ok(Some(found));
-            }
+        let (discovered, calendars) = self.pick(None).await?;
+        match self.find_in(&calendars, uid).await {
+            Err(err) if is_stale(&err) => self.find_in(&self.rediscover(&discovered).await?.all, uid).await,
+            found => found,
         }
-        Ok(None)
     }
 
     fn reachable(&self) -> Option<bool> {
@@ -233,16 +322,43 @@ impl CalendarBackend for CaldavCalendar {
     }
 }
 
-/// The calendar a name picks: by display name or path, or the default for "Default".
-fn chosen(calendars: &Calendars, name: &str) -> Option<Collection> {
-    let found = calendars
-        .named(name)
-        .or_else(|| name.trim().eq_ignore_ascii_case(DEFAULT_CALENDAR).then(|| calendars.default_calendar()).flatten());
-    found.cloned()
+/// The calendars a `calendar_name` means: every one for `None`, else the one with that display
+/// name or path, else the default for "Default".
+fn chosen(calendars: &Calendars, name: Option<&str>) -> Result<Vec<Collection>, CalendarError> {
+    let Some(name) = name else { return Ok(calendars.all.clone()) };
+    if let Some(found) = calendars.named(name) {
+        return Ok(vec![found.clone()]);
+    }
+    if !name.trim().eq_ignore_ascii_case(DEFAULT_CALENDAR) {
+        return Err(CalendarError::UnknownCalendar);
+    }
+    calendars.default_calendar().map(|c| vec![c.clone()]).ok_or(CalendarError::NoDefaultCalendar)
+}
+
+/// The one calendar picked for a create, if the user may write to it: a read-only one would answer
+/// 403, which reads as refused credentials.
+fn writable(calendars: Vec<Collection>) -> Result<Collection, CalendarError> {
+    let calendar = calendars.into_iter().next().ok_or(CalendarError::UnknownCalendar)?;
+    if calendar.read_only { Err(CalendarError::ReadOnlyCalendar) } else { Ok(calendar) }
+}
+
+/// Whether a calendar's failure says it may have been deleted (404, 410) or unshared (403) since
+/// discovery: worth one new discovery.
+fn is_stale(err: &CalendarError) -> bool {
+    matches!(err, CalendarError::Status(404 | 410) | CalendarError::Refused)
+}
+
+/// [`events_of`] on a blocking thread: an answer may be 8 MiB of XML and iCalendar, and the async
+/// workers also relay the audio of every session on them.
+async fn events_off_thread(body: String, calendar: &Collection, tz: Tz) -> Result<ParsedEvents, CalendarError> {
+    let calendar = calendar.clone();
+    tokio::task::spawn_blocking(move || events_of(&body, &calendar, tz)).await.map_err(|_| CalendarError::Worker)?
 }
 
 /// The events in a calendar-query answer, each named after `calendar`.
 fn events_of(body: &str, calendar: &Collection, tz: Tz) -> Result<ParsedEvents, CalendarError> {
+    #[cfg(test)]
+    tests::parsed_on(std::thread::current().id());
     let mut all = ParsedEvents::default();
     for resource in xml::multistatus(body).map_err(|_| CalendarError::BadAnswer)? {
         let Some(data) = resource.calendar_data else { continue };

@@ -5,7 +5,7 @@
 //! Nextcloud's home-set layout (answers in sabre/dav's shape, written by hand: no Nextcloud runs
 //! here), where the default calendar must skip the read-only birthday calendar.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -24,19 +24,24 @@ const COLLECTION: &str = r#"<?xml version='1.0' encoding='utf-8'?>
 /// Radicale's answer to a calendar-query: one event.
 const EVENTS: &str = "<?xml version='1.0' encoding='utf-8'?>\n<multistatus xmlns=\"DAV:\" xmlns:C=\"urn:ietf:params:xml:ns:caldav\"><response><href>/alice/clinic/a.ics</href><propstat><prop><getetag>\"1\"</getetag><C:calendar-data>BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//t//EN\nBEGIN:VEVENT\nUID:a\nDTSTART:20240401T100000Z\nDTEND:20240401T110000Z\nSUMMARY:Ward round\nEND:VEVENT\nEND:VCALENDAR\n</C:calendar-data></prop><status>HTTP/1.1 200 OK</status></propstat></response></multistatus>";
 
-/// Answers given in order; what was asked is recorded.
+/// Answers given in order (those for a path first, for requests that run in parallel); what was
+/// asked is recorded.
 #[derive(Default)]
 struct Script {
     answers: Mutex<VecDeque<(u16, &'static str)>>,
+    by_path: Mutex<HashMap<&'static str, VecDeque<(u16, String)>>>,
     seen: Mutex<Vec<(Method, String, Option<String>)>>,
 }
 
 async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(String::from);
     script.seen.lock().unwrap().push((method, uri.path().to_string(), traceparent));
-    let (status, body) = script.answers.lock().unwrap().pop_front().unwrap_or((500, ""));
+    let for_path = script.by_path.lock().unwrap().get_mut(uri.path()).and_then(VecDeque::pop_front);
+    let (status, body) = for_path
+        .or_else(|| script.answers.lock().unwrap().pop_front().map(|(s, b)| (s, b.to_string())))
+        .unwrap_or((500, String::new()));
     let status = StatusCode::from_u16(status).unwrap();
-    let mut response = (status, body.to_string()).into_response();
+    let mut response = (status, body).into_response();
     if matches!(status.as_u16(), 429 | 503) {
         response.headers_mut().insert("retry-after", "0".parse().unwrap());
     }
@@ -173,4 +178,103 @@ async fn requests_carry_traceparent_of_the_tool_span() {
         let header = traceparent.expect("traceparent header");
         assert!(header.starts_with(&format!("00-{trace_id}-")), "{header}");
     }
+}
+
+fn booking(calendar: &str) -> crate::tools::calendar::CalendarEvent {
+    crate::tools::calendar::CalendarEvent {
+        id: "abc@voxgate".into(),
+        title: "Ward round".into(),
+        timing: crate::tools::calendar::EventTiming::Timed {
+            start: chrono::DateTime::from_timestamp(1_711_965_600, 0).unwrap(),
+            end: chrono::DateTime::from_timestamp(1_711_969_200, 0).unwrap(),
+        },
+        location: None,
+        description: None,
+        calendar: calendar.into(),
+    }
+}
+
+/// Nextcloud's birthday calendar is read-only (discovery knows it): creating there is the caller's
+/// mistake, said as such, and no PUT is sent (it would come back 403, read as refused credentials).
+#[tokio::test]
+async fn creating_in_a_read_only_calendar_is_refused_without_a_request() {
+    let (script, backend) = serve(&[(207, NEXTCLOUD_ROOT), (207, NEXTCLOUD_HOME), (403, "")]).await;
+    let err = backend.create_event(booking("Contact birthdays")).await.unwrap_err();
+    let public = crate::tools::ToolError::from(err);
+    assert_eq!(public.code(), "invalid_arguments", "{}", public.public_message());
+    assert!(public.public_message().contains("read-only"), "{}", public.public_message());
+    assert_eq!(methods(&script), ["PROPFIND", "PROPFIND"]);
+}
+
+/// When every calendar is listed, one that cannot be read (here an answer over the 8 MiB limit) is
+/// left out and the page says it is incomplete; the others are listed.
+#[tokio::test]
+async fn one_calendar_that_fails_is_skipped_and_the_listing_marked_incomplete() {
+    let (script, backend) = serve(&[(207, NEXTCLOUD_ROOT), (207, NEXTCLOUD_HOME)]).await;
+    let oversized = format!("{EVENTS}{}", " ".repeat(8 * 1024 * 1024));
+    script.by_path.lock().unwrap().extend([
+        ("/remote.php/dav/calendars/alice/contact_birthdays/", VecDeque::from([(207, oversized)])),
+        ("/remote.php/dav/calendars/alice/personal/", VecDeque::from([(207, EVENTS.to_string())])),
+    ]);
+    let page = backend.list_events(&april_first()).await.unwrap();
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].calendar, "Personal");
+    assert!(!page.complete);
+    // Asked for that calendar alone, its failure is the answer.
+    script
+        .by_path
+        .lock()
+        .unwrap()
+        .insert("/remote.php/dav/calendars/alice/contact_birthdays/", VecDeque::from([(400, String::new())]));
+    let query = EventQuery { calendar: Some("Contact birthdays".into()), ..april_first() };
+    let err = backend.list_events(&query).await.unwrap_err();
+    assert!(matches!(err, CalendarError::Status(400)), "{err:?}");
+}
+
+/// A `calendar_name` that names nothing must not make every call discover again while holding the
+/// backend's lock: at most once a minute.
+#[tokio::test]
+async fn unknown_names_rediscover_at_most_once_a_minute() {
+    let (script, backend) = serve(&[(207, COLLECTION), (207, COLLECTION), (207, COLLECTION)]).await;
+    let nowhere = EventQuery { calendar: Some("Nowhere".into()), ..april_first() };
+    for _ in 0..3 {
+        let err = backend.list_events(&nowhere).await.unwrap_err();
+        assert!(matches!(err, CalendarError::UnknownCalendar), "{err:?}");
+    }
+    assert_eq!(methods(&script), ["PROPFIND"]);
+    // The clock moves on only between requests (paused, a request's own timeouts would fire).
+    let later = |by: std::time::Duration| async move {
+        tokio::time::pause();
+        tokio::time::advance(by).await;
+        tokio::time::resume();
+    };
+    later(std::time::Duration::from_secs(59)).await;
+    backend.list_events(&nowhere).await.unwrap_err();
+    assert_eq!(methods(&script), ["PROPFIND"]);
+    // A minute after the discovery, a name not found is looked for again (perhaps created since).
+    later(std::time::Duration::from_secs(1)).await;
+    let err = backend.list_events(&nowhere).await.unwrap_err();
+    assert!(matches!(err, CalendarError::UnknownCalendar), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PROPFIND"]);
+    backend.list_events(&nowhere).await.unwrap_err();
+    assert_eq!(methods(&script), ["PROPFIND", "PROPFIND"]);
+}
+
+/// Threads the CalDAV answers were parsed on (see `events_of`).
+static PARSED_ON: Mutex<Vec<std::thread::ThreadId>> = Mutex::new(Vec::new());
+
+pub(super) fn parsed_on(thread: std::thread::ThreadId) {
+    PARSED_ON.lock().unwrap().push(thread);
+}
+
+/// A REPORT answer of up to 8 MiB per calendar is parsed off the runtime's threads, which also relay
+/// the audio of every session on them: this test's runtime (one thread) never parses.
+#[tokio::test]
+async fn answers_are_parsed_off_the_runtime_thread() {
+    let (_, backend) = serve(&[(207, COLLECTION), (207, EVENTS)]).await;
+    let page = backend.list_events(&april_first()).await.unwrap();
+    assert_eq!(page.events.len(), 1);
+    let threads = PARSED_ON.lock().unwrap().clone();
+    assert!(!threads.is_empty());
+    assert!(!threads.contains(&std::thread::current().id()), "parsed on the runtime thread");
 }

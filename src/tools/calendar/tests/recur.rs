@@ -198,15 +198,19 @@ DTEND:20140101T{:02}3000Z\r\nRRULE:FREQ=DAILY\r\nEND:VEVENT\r\n",
 }
 
 /// A minutely series begun years ago would walk millions of dates: the walk is bounded and the
-/// listing says it is incomplete, in bounded time.
+/// listing says it is incomplete, in bounded time. The bound is per series as well as in all: the
+/// weekly clinic stored after it is still listed.
 #[tokio::test]
 async fn a_walk_too_long_to_finish_is_bounded_and_reported() {
     let events = "BEGIN:VEVENT\r\nUID:minutely\r\nSUMMARY:Pulse\r\nDTSTART:20150101T000000Z\r\n\
-DTEND:20150101T000100Z\r\nRRULE:FREQ=MINUTELY\r\nEND:VEVENT\r\n";
+DTEND:20150101T000100Z\r\nRRULE:FREQ=MINUTELY\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:weekly\r\nSUMMARY:Clinic\r\nDTSTART:20240102T090000Z\r\n\
+DTEND:20240102T100000Z\r\nRRULE:FREQ=WEEKLY\r\nEND:VEVENT\r\n";
     let f = Fixture::with_file(tz("UTC"), Some(&calendar(events)));
     let started = std::time::Instant::now();
     let result = f.get(json!({"start_date": "2024-01-16"})).await;
     assert_eq!(result["total_count_exact"], false, "{result}");
     assert_eq!(result["truncated"], true);
+    assert!(starts(&result).contains(&("weekly", "2024-01-16T09:00:00+00:00")), "{result}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
 }
