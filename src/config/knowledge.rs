@@ -21,7 +21,8 @@ pub struct DdxBackendConfig {
     pub llm_url: Option<String>,
     pub llm_api_key: Option<Secret>,
     pub llm_model: Option<String>,
-    /// How long the LLM may take before the knowledge-base answer is returned instead.
+    /// How long the LLM may take before the knowledge-base answer is returned instead; the
+    /// differential also stops it in time for the tool's own timeout, when that ends sooner.
     pub llm_timeout_ms: u64,
 }
 

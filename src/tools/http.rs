@@ -54,6 +54,11 @@ pub async fn within_deadline<F: Future>(deadline: Instant, call: F) -> F::Output
     DEADLINE.scope(deadline, call).await
 }
 
+/// What is left of the running tool call's timeout; `None` outside a call.
+pub(crate) fn time_left() -> Option<Duration> {
+    DEADLINE.try_with(|deadline| deadline.saturating_duration_since(Instant::now())).ok()
+}
+
 impl Failure {
     /// Whether another attempt may help: a transient failure, or a 429 that says when to come back.
     pub(crate) fn retryable(&self, retry_after: Option<Duration>) -> bool {

@@ -5,7 +5,8 @@
 //! The answer is trusted only as far as it checks out: it must be JSON matching the result schema
 //! (jsonschema), and every diagnosis must be one of the candidates (by name or synonym) — the LLM
 //! re-ranks, it does not invent. A must-not-miss candidate it dropped is put back. Anything else,
-//! or no answer within `backends.ddx.llm_timeout_ms`, is an error and the caller falls back.
+//! or no answer within `backends.ddx.llm_timeout_ms` — or within what is left of the tool's own
+//! timeout, when that ends sooner ([`time_left`]) — is an error and the caller falls back.
 //!
 //! What it may say is bounded too (TOOLS.md's 32 KiB per result): only the seed's fields are kept,
 //! each text cut, and [`fit`] shortens the lists until the whole result fits.
@@ -28,6 +29,9 @@ const MAX_BODY_BYTES: usize = 512 * 1024;
 const LIST_ITEMS: usize = 10;
 const ITEM_CHARS: usize = 200;
 const REASONING_CHARS: usize = 1500;
+/// Kept back from the call's deadline for what follows an abandoned LLM request: building the
+/// knowledge-base answer and handing it back before the tool's timeout cuts the call off.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(250);
 /// The per-diagnosis lists, in the order they are shortened when the result is too large.
 const LISTS: [&str; 3] = ["missing_features", "key_features", "next_steps"];
 
@@ -94,7 +98,11 @@ impl Reranker {
             }
             http::attempt(request, MAX_BODY_BYTES)
         });
-        let bytes = tokio::time::timeout(self.timeout, send)
+        let budget = time_left(self.timeout).saturating_sub(DEADLINE_MARGIN);
+        if budget.is_zero() {
+            return Err("no time left before the call's deadline".into());
+        }
+        let bytes = tokio::time::timeout(budget, send)
             .await
             .map_err(|_| "timed out".to_string())?
             .map_err(|failure| failure.to_string())?;
@@ -115,6 +123,12 @@ impl Reranker {
         align(&mut result, fallback, candidates)?;
         Ok(bounded(&result))
     }
+}
+
+/// How long until the running call's deadline (the tool's `timeout_ms`, set by the session with
+/// `tools::http::within_deadline`), at most `max`; `max` outside a call.
+fn time_left(max: Duration) -> Duration {
+    http::time_left().map_or(max, |left| left.min(max))
 }
 
 /// Models sometimes wrap JSON in a Markdown code fence despite being asked not to.

@@ -21,6 +21,10 @@ pub enum FilesError {
     /// The document is damaged or not what its name says; the extractor refused it.
     #[error("the document could not be read as text")]
     Corrupt,
+    /// Reading the document's text took longer than the extraction worker may run (its wall time
+    /// or CPU limit): a very long or convoluted document, not necessarily a damaged one.
+    #[error("reading the document's text took too long")]
+    TooSlow,
     /// Local store I/O (std's `io::Error` does not carry the path, so it is safe as a source).
     #[error("the file store could not be read")]
     Io(#[source] std::io::Error),
@@ -57,6 +61,7 @@ impl From<FilesError> for ToolError {
                 );
             }
             FilesError::Worker => return ToolError::Internal,
+            FilesError::TooSlow => return ToolError::Timeout,
             FilesError::NotFound | FilesError::Forbidden => {
                 "The file was not found; search again to get a current file_id.".into()
             }
@@ -102,7 +107,8 @@ pub(super) fn to_tool_error(tool: &'static str, err: FilesError) -> ToolError {
         FilesError::BadFileId
         | FilesError::NotFound
         | FilesError::Forbidden
-        | FilesError::TooLarge { .. } => {
+        | FilesError::TooLarge { .. }
+        | FilesError::TooSlow => {
             tracing::debug!(tool, error = %err, "file request refused");
         }
         _ => {

@@ -15,8 +15,17 @@ use quick_xml::events::Event;
 use super::FilesError;
 use super::backend::DocKind;
 
-/// The most XML read out of a DOCX (a zip bomb inflates far beyond its file size).
-const MAX_DOCX_XML_BYTES: u64 = 64 * 1024 * 1024;
+/// The most XML read out of a DOCX body (a zip bomb inflates far beyond its file size). The XML
+/// is parsed as it is inflated, never held whole, so this bounds the parser's work and its one
+/// buffer (the largest single XML event); ordinary Word markup takes 5–20 bytes of XML per byte of
+/// text, so a real document reaches [`MAX_DOCX_TEXT_BYTES`] first.
+const MAX_DOCX_XML_BYTES: u64 = 16 * 1024 * 1024;
+/// The most text collected from a DOCX body; reading stops there. The tools use little of it:
+/// `retrieve_nextcloud_file` returns at most 20,000 characters, and a content search only looks
+/// for the query words. 1 MiB is some 150,000 words, a few hundred pages — more than any
+/// document a search should see whole — while four content reads at once stay at a few MiB
+/// (a 4 MiB DOCX could otherwise inflate to gigabytes of text, copied again by every later step).
+pub(crate) const MAX_DOCX_TEXT_BYTES: usize = 1024 * 1024;
 /// The most a PDF's streams may decode to, all together (see [`super::pdf_guard`]).
 const MAX_PDF_DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -125,39 +134,73 @@ fn is_block(name: &[u8]) -> bool {
     )
 }
 
-/// The text of a DOCX body: `w:t` runs, tabs and breaks, one line per paragraph.
+/// The text of a DOCX body: `w:t` runs, tabs and breaks, one line per paragraph; at most
+/// [`MAX_DOCX_TEXT_BYTES`] of it, from at most [`MAX_DOCX_XML_BYTES`] of XML.
 fn docx_text(bytes: &[u8]) -> Result<String, FilesError> {
     let mut archive =
         zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|_| FilesError::Corrupt)?;
     let part = archive
         .by_name("word/document.xml")
         .map_err(|_| FilesError::Corrupt)?;
-    let mut xml = Vec::new();
-    part.take(MAX_DOCX_XML_BYTES)
-        .read_to_end(&mut xml)
-        .map_err(|_| FilesError::Corrupt)?;
-    let mut reader = quick_xml::Reader::from_reader(xml.as_slice());
+    // Parsed as it is inflated: nothing past the text cap is ever decompressed.
+    let mut reader =
+        quick_xml::Reader::from_reader(std::io::BufReader::new(part.take(MAX_DOCX_XML_BYTES)));
     let mut out = String::new();
     let mut in_text = false;
     let mut buf = Vec::new();
     loop {
-        match reader
-            .read_event_into(&mut buf)
-            .map_err(|_| FilesError::Corrupt)?
-        {
-            Event::Start(e) if e.name().as_ref() == "w:t" => in_text = true,
-            Event::End(e) if e.name().as_ref() == "w:t" => in_text = false,
-            Event::End(e) if e.name().as_ref() == "w:p" => out.push('\n'),
-            Event::Empty(e) if e.name().as_ref() == "w:tab" => out.push('\t'),
-            Event::Empty(e) if matches!(e.name().as_ref(), "w:br" | "w:cr") => out.push('\n'),
-            Event::Text(t) if in_text => out.push_str(&t.xml10_content()),
-            Event::GeneralRef(r) if in_text => push_entity(&mut out, &r)?,
+        let event = match reader.read_event_into(&mut buf) {
+            Ok(event) => event,
+            // The XML cap cut the body inside an element: what was read is the text.
+            Err(_) if reader.get_ref().get_ref().limit() == 0 => break,
+            Err(_) => return Err(FilesError::Corrupt),
+        };
+        let full = match event {
+            Event::Start(e) if e.name().as_ref() == "w:t" => {
+                in_text = true;
+                false
+            }
+            Event::End(e) if e.name().as_ref() == "w:t" => {
+                in_text = false;
+                false
+            }
+            Event::End(e) if e.name().as_ref() == "w:p" => push_capped(&mut out, "\n"),
+            Event::Empty(e) if e.name().as_ref() == "w:tab" => push_capped(&mut out, "\t"),
+            Event::Empty(e) if matches!(e.name().as_ref(), "w:br" | "w:cr") => {
+                push_capped(&mut out, "\n")
+            }
+            Event::Text(t) if in_text => push_capped(&mut out, &t.xml10_content()),
+            Event::GeneralRef(r) if in_text => {
+                let mut entity = String::new();
+                push_entity(&mut entity, &r)?;
+                push_capped(&mut out, &entity)
+            }
             Event::Eof => break,
-            _ => {}
+            _ => false,
+        };
+        if full {
+            tracing::debug!("DOCX text cut at its cap");
+            break;
         }
         buf.clear();
     }
     Ok(out)
+}
+
+/// Append `text` to `out`, cut (at a character boundary) where `out` would pass
+/// [`MAX_DOCX_TEXT_BYTES`]; whether `out` is now full.
+fn push_capped(out: &mut String, text: &str) -> bool {
+    let room = MAX_DOCX_TEXT_BYTES.saturating_sub(out.len());
+    if text.len() < room {
+        out.push_str(text);
+        return false;
+    }
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.push_str(&text[..end]);
+    true
 }
 
 /// The text an entity reference stands for (`&#233;`, `&amp;`); an unknown one is corrupt XML.
@@ -175,11 +218,16 @@ pub(super) fn push_entity(
     Ok(())
 }
 
-/// Line endings normalised, trailing spaces dropped, runs of blank lines cut to one.
+/// Line endings normalised, trailing spaces dropped, runs of blank lines cut to one. One pass into
+/// one new string: the text may be megabytes long (a 4 MiB text file in a content search).
 fn tidy(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut blank_run = 0;
-    for line in text.replace("\r\n", "\n").replace('\r', "\n").lines() {
+    // "\r\n", a lone "\r" and "\n" each end a line.
+    let lines = text
+        .split('\n')
+        .flat_map(|line| line.strip_suffix('\r').unwrap_or(line).split('\r'));
+    for line in lines {
         let line = line.trim_end();
         if line.trim().is_empty() {
             blank_run += 1;
@@ -192,7 +240,11 @@ fn tidy(text: &str) -> String {
         out.push_str(line);
         out.push('\n');
     }
-    out.trim().to_string()
+    // Trimmed in place, not copied.
+    out.truncate(out.trim_end().len());
+    let leading = out.len() - out.trim_start().len();
+    out.drain(..leading);
+    out
 }
 
 /// `text` cut to at most `max_chars` characters, and whether it was cut.

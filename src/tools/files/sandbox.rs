@@ -8,12 +8,14 @@
 //! as `voxgate extract-pdf` ([`worker_main`]), the document on its stdin and the text on its
 //! stdout, with an address-space limit ([`WORKER_MEMORY`]) and a CPU-time limit, killed when
 //! [`WORKER_TIMEOUT`] passes or the call is dropped. A document that exhausts either fails the
-//! child, not the sessions.
+//! child, not the sessions: reported as too slow ([`FilesError::TooSlow`], a `timeout`) when it
+//! ran out of time, else as unreadable.
 //!
 //! The server names the worker once at start ([`set_worker`]); without one (the library used on its
 //! own, unit tests) extraction runs in this process, behind [`super::pdf_guard`]'s budget only.
 
 use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::sync::OnceLock;
@@ -92,16 +94,22 @@ async fn run_worker(worker: &std::path::Path, bytes: &[u8], timeout: Duration) -
         (read.map(|_| text), status)
     };
     let Ok((text, status)) = tokio::time::timeout(timeout, exchange).await else {
+        // A long or convoluted document, not necessarily a damaged one: said as it is.
         tracing::debug!("PDF extraction took too long; the worker was killed");
-        return Err(FilesError::Corrupt);
+        return Err(FilesError::TooSlow);
     };
     match (text, status) {
         (Ok(text), Ok(status)) if status.success() && text.len() as u64 <= MAX_TEXT_BYTES => {
             Ok(String::from_utf8_lossy(&text).into_owned())
         }
         (_, Ok(status)) if status.code() == Some(i32::from(EXIT_UNREADABLE)) => Err(FilesError::Corrupt),
+        // Its CPU-time limit ([`WORKER_CPU_S`]): too slow, as the wall-time limit above.
+        (_, Ok(status)) if status.signal() == Some(libc::SIGXCPU) => {
+            tracing::debug!("PDF extraction used up its CPU time");
+            Err(FilesError::TooSlow)
+        }
         (_, Ok(status)) => {
-            // Killed by a signal (its memory or CPU limit) or failed otherwise: the document.
+            // Killed by a signal (its memory limit) or failed otherwise: the document.
             tracing::debug!(?status, "the PDF worker failed on a document");
             Err(FilesError::Corrupt)
         }
@@ -113,8 +121,12 @@ async fn run_worker(worker: &std::path::Path, bytes: &[u8], timeout: Duration) -
 /// Exit 0 with the text, [`EXIT_UNREADABLE`] when the document cannot be read; a limit reached
 /// ends the process by signal.
 pub fn worker_main() -> ExitCode {
-    limit(libc::RLIMIT_AS, WORKER_MEMORY);
-    limit(libc::RLIMIT_CPU, WORKER_CPU_S);
+    limit(libc::RLIMIT_AS, WORKER_MEMORY, WORKER_MEMORY);
+    // The kernel sends SIGXCPU at the soft limit (reported as too slow) and SIGKILL at the hard
+    // one; were they equal, it would send SIGKILL only, which reads as any other crash.
+    limit(libc::RLIMIT_CPU, WORKER_CPU_S, WORKER_CPU_S + 1);
+    // SIGXCPU would otherwise dump up to [`WORKER_MEMORY`] of core.
+    limit(libc::RLIMIT_CORE, 0, 0);
     // In a container whose memory limit is below the worker's own (512 MiB in the dev overlay), the
     // kernel's OOM killer must choose the worker, not the server: the most likely victim it can be.
     let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
@@ -131,9 +143,9 @@ pub fn worker_main() -> ExitCode {
     }
 }
 
-/// Lower one of this process's resource limits (both soft and hard: the worker never raises it).
-fn limit(resource: libc::__rlimit_resource_t, value: u64) {
-    let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+/// Lower one of this process's resource limits, the hard one too: the worker never raises it.
+fn limit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) {
+    let limit = libc::rlimit { rlim_cur: soft, rlim_max: hard };
     // SAFETY: setrlimit reads one rlimit through a pointer to a local; it only affects this
     // process, which runs nothing but the extraction.
     unsafe {
@@ -165,6 +177,9 @@ mod tests {
         // Ended by its limits (a signal), as a memory bomb ends it.
         let aborted = script(&dir, "aborted", "cat > /dev/null; kill -ABRT $$");
         assert!(matches!(run_worker(&aborted, b"x", WORKER_TIMEOUT).await, Err(FilesError::Corrupt)));
+        // Stopped by its CPU-time limit: too slow, as the wall-time limit.
+        let spun = script(&dir, "spun", "cat > /dev/null; kill -XCPU $$");
+        assert!(matches!(run_worker(&spun, b"x", WORKER_TIMEOUT).await, Err(FilesError::TooSlow)));
         // None of the server's environment (its secrets) reaches the worker.
         assert!(std::env::var_os("PATH").is_some());
         let env = script(&dir, "env", "cat > /dev/null; /usr/bin/env");
@@ -181,7 +196,10 @@ mod tests {
         let hang_recording = script(&dir, "hang2", &format!("echo $$ > {}; exec sleep 600", pid_file.display()));
         let started = std::time::Instant::now();
         let timeout = Duration::from_secs(1);
-        assert!(matches!(run_worker(&hang, b"%PDF", timeout).await, Err(FilesError::Corrupt)));
+        // Too slow is not damaged: the model is told the reading timed out.
+        let err = run_worker(&hang, b"%PDF", timeout).await.unwrap_err();
+        assert!(matches!(err, FilesError::TooSlow), "{err:?}");
+        assert_eq!(crate::tools::ToolError::from(err).code(), "timeout");
         assert!(started.elapsed() < timeout + Duration::from_secs(10), "{:?}", started.elapsed());
         // And it is gone, not left running.
         assert!(run_worker(&hang_recording, b"%PDF", timeout).await.is_err());

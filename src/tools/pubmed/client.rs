@@ -23,26 +23,27 @@ const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 #[derive(Debug)]
 pub struct Pacer {
     interval: Duration,
-    next_slot: Mutex<Option<Instant>>,
+    /// When the last caller was let through.
+    last: Mutex<Option<Instant>>,
 }
 
 impl Pacer {
     pub fn per_second(rate: u32) -> Self {
         let rate = rate.max(1);
-        Self { interval: Duration::from_secs(1) / rate, next_slot: Mutex::new(None) }
+        Self { interval: Duration::from_secs(1) / rate, last: Mutex::new(None) }
     }
 
-    /// Wait for this caller's slot. The slot is reserved under the lock and waited for outside
-    /// it, so callers queue in order without holding the lock while they sleep.
+    /// Wait for this caller's turn. The lock is held while waiting: tokio's mutex is fair, so
+    /// callers go in the order they came, and one that gives up (its call timed out, its session
+    /// ended) leaves the queue when it is dropped. Only a caller that is let through moves the
+    /// pacing on, so under overload abandoned callers do not reserve slots that push every later
+    /// call past its deadline.
     pub async fn wait(&self) {
-        let slot = {
-            let mut next = self.next_slot.lock().await;
-            let now = Instant::now();
-            let slot = next.map_or(now, |n| n.max(now));
-            *next = Some(slot + self.interval);
-            slot
-        };
-        tokio::time::sleep_until(slot).await;
+        let mut last = self.last.lock().await;
+        if let Some(at) = *last {
+            tokio::time::sleep_until(at + self.interval).await;
+        }
+        *last = Some(Instant::now());
     }
 }
 
@@ -112,6 +113,30 @@ mod tests {
         assert!(times[0] < Duration::from_millis(40), "{times:?}");
         assert!(times[4] >= Duration::from_millis(200), "{times:?}");
         assert!(times[4] - times[3] >= Duration::from_millis(45), "{times:?}");
+    }
+
+    /// Under overload, callers that gave up (their call timed out) leave no slot behind: once
+    /// they are gone, a fresh call is served within its own deadline, not after every slot the
+    /// abandoned callers had reserved.
+    #[tokio::test(start_paused = true)]
+    async fn callers_that_gave_up_keep_no_slot() {
+        let pacer = std::sync::Arc::new(Pacer::per_second(3));
+        let deadline = Duration::from_secs(30);
+        let callers: Vec<_> = (0..200)
+            .map(|_| {
+                let pacer = pacer.clone();
+                tokio::spawn(async move { tokio::time::timeout(deadline, pacer.wait()).await.is_ok() })
+            })
+            .collect();
+        let mut served = 0;
+        for caller in callers {
+            served += usize::from(caller.await.unwrap());
+        }
+        // 3 a second for 30 s; the rest timed out.
+        assert!((85..=91).contains(&served), "{served} served");
+        let start = Instant::now();
+        assert!(tokio::time::timeout(deadline, pacer.wait()).await.is_ok(), "a fresh call timed out");
+        assert!(start.elapsed() <= Duration::from_millis(334), "{:?}", start.elapsed());
     }
 
     #[test]

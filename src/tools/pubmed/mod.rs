@@ -18,11 +18,12 @@ use self::client::Eutils;
 use self::parse::Article;
 use super::registry::RegistryError;
 use super::{args, CallContext, Category, Citation, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec};
-use super::text::truncate;
+use super::text::{search_output, truncate};
 use crate::config::PubmedBackendConfig;
 
 /// Most articles one call returns: 10 abstracts of ≤ 1,200 characters keep the output well under
-/// the 32 KiB a `function_call_output` may take.
+/// the 32 KiB a `function_call_output` may take (and `text::search_output` drops the last ones if
+/// an answer's other fields still do not fit).
 const MAX_RESULTS: u64 = 10;
 /// The seed's default (`max_results: Optional[int] = 10`).
 const DEFAULT_RESULTS: u64 = 10;
@@ -31,6 +32,13 @@ const ABSTRACT_CHARS: usize = 1200;
 /// Authors listed in full up to this bound; longer lists end with "et al." (consortium papers list
 /// hundreds, which would crowd out the abstracts within the 32 KiB output budget).
 const AUTHORS_SHOWN: usize = 20;
+/// Titles, journal names and each author are cut to these many characters: real ones are far
+/// shorter, but nothing in the answer bounds them.
+const TITLE_CHARS: usize = 400;
+const JOURNAL_CHARS: usize = 200;
+const AUTHOR_CHARS: usize = 100;
+/// A longer DOI is left out: a cut one would name another document.
+const DOI_CHARS: usize = 200;
 const MAX_QUERY_CHARS: u64 = 300;
 
 /// Publication types the model may filter on (PubMed's `[pt]` field values).
@@ -232,8 +240,11 @@ impl Tool for SearchPubmed {
             tracing::warn!(error = %err, "PubMed efetch answer rejected");
             ToolError::Backend(UNREADABLE.into())
         })?;
-        // efetch does not promise esearch's order; relevance order is what the model should see.
-        articles.sort_by_key(|a| pmids.iter().position(|p| *p == a.pmid).unwrap_or(usize::MAX));
+        // Only the articles asked for, once each, in esearch's order (relevance: what the model
+        // should see); efetch promises neither that order nor that it sends nothing else.
+        articles.retain(|a| pmids.contains(&a.pmid));
+        articles.sort_by_key(|a| pmids.iter().position(|p| *p == a.pmid));
+        articles.dedup_by(|a, b| a.pmid == b.pmid);
         tracing::debug!(found = hits.total, returned = articles.len(), "PubMed search done");
         Ok(output(&query.text, hits.total, articles))
     }
@@ -243,18 +254,12 @@ fn unavailable() -> ToolError {
     ToolError::Backend(UNAVAILABLE.into())
 }
 
-/// The seed's result object plus citations for the client.
+/// The seed's result object plus citations for the client, cut to fit one `function_call_output`
+/// (the last articles dropped, `truncated: true`, when the cut fields are still too long).
 fn output(query: &str, total_found: u64, articles: Vec<Article>) -> ToolOutput {
     let citations = articles.iter().map(citation).collect();
     let list: Vec<Value> = articles.iter().map(article_json).collect();
-    ToolOutput {
-        result: json!({
-            "articles": list,
-            "total_count": total_found,
-            "query": query,
-        }),
-        citations,
-    }
+    search_output("articles", list, citations, total_found, query)
 }
 
 fn article_url(pmid: &str) -> String {
@@ -262,19 +267,28 @@ fn article_url(pmid: &str) -> String {
 }
 
 fn article_json(article: &Article) -> Value {
-    let mut authors: Vec<String> = article.authors.iter().take(AUTHORS_SHOWN).cloned().collect();
+    let mut truncated = false;
+    let mut cut = |text: &str, max: usize| {
+        let (text, was_cut) = truncate(text, max);
+        truncated |= was_cut;
+        text
+    };
+    let mut authors: Vec<String> =
+        article.authors.iter().take(AUTHORS_SHOWN).map(|a| cut(a, AUTHOR_CHARS)).collect();
     if article.authors.len() > AUTHORS_SHOWN {
         authors.push("et al.".into());
     }
     let full = article.abstract_paragraphs.join(" ");
-    let (abstract_text, truncated) = truncate(&full, ABSTRACT_CHARS);
+    let abstract_text = cut(&full, ABSTRACT_CHARS);
+    let title = cut(&article.title, TITLE_CHARS);
+    let journal = cut(&article.journal, JOURNAL_CHARS);
     let mut value = json!({
         "pmid": article.pmid,
-        "title": article.title,
+        "title": title,
         "authors": authors,
-        "journal": article.journal,
+        "journal": journal,
         "publication_date": publication_date(article),
-        "doi": article.doi,
+        "doi": doi(article),
         "abstract": (!abstract_text.is_empty()).then_some(abstract_text),
         "url": article_url(&article.pmid),
     });
@@ -289,7 +303,8 @@ fn article_json(article: &Article) -> Value {
 /// The issue date as `YYYY`, `YYYY-MM` or `YYYY-MM-DD` (PubMed prints months as "Jun" or "06");
 /// empty when PubMed gives no year.
 fn publication_date(article: &Article) -> String {
-    let Some(year) = article.year.as_deref() else { return String::new() };
+    let year = article.year.as_deref().filter(|y| y.len() == 4 && y.bytes().all(|b| b.is_ascii_digit()));
+    let Some(year) = year else { return String::new() };
     let month = article.month.as_deref().and_then(month_number);
     let day = article.day.as_deref().and_then(|d| d.parse::<u8>().ok()).filter(|d| (1..=31).contains(d));
     match (month, day) {
@@ -308,13 +323,18 @@ fn month_number(month: &str) -> Option<u8> {
     NAMES.iter().position(|name| lower.starts_with(name)).map(|i| i as u8 + 1)
 }
 
+/// The DOI, unless it is too long to be one.
+fn doi(article: &Article) -> Option<String> {
+    article.doi.clone().filter(|d| d.len() <= DOI_CHARS)
+}
+
 fn citation(article: &Article) -> Citation {
     Citation {
-        title: article.title.clone(),
+        title: truncate(&article.title, TITLE_CHARS).0,
         url: article_url(&article.pmid),
         source: "PubMed".into(),
         pmid: Some(article.pmid.clone()),
-        doi: article.doi.clone(),
+        doi: doi(article),
         evidence_level: None,
         date: Some(publication_date(article)).filter(|d| !d.is_empty()),
     }

@@ -25,6 +25,22 @@ const EFETCH: &str = include_str!("../../../tests/fixtures/pubmed/biopython_pubm
 const EFETCH_STRUCTURED: &str = include_str!("../../../tests/fixtures/pubmed/biopython_pubmed4.xml");
 const API_KEY: &str = "test-key-0123456789";
 
+/// The recorded esearch answer with its first PMIDs replaced by `pmids` (the articles of an efetch
+/// fixture): only the articles asked for are kept from an efetch answer.
+fn esearch_listing(pmids: &[&str]) -> &'static str {
+    let originals = ["41282813", "41148224", "41011574", "40959146", "40937394"];
+    let mut answer = ESEARCH.to_string();
+    for (original, pmid) in originals.iter().zip(pmids) {
+        answer = answer.replace(&format!("<Id>{original}</Id>"), &format!("<Id>{pmid}</Id>"));
+    }
+    Box::leak(answer.into_boxed_str())
+}
+
+/// `EFETCH`'s two articles.
+fn esearch_for_efetch() -> &'static str {
+    esearch_listing(&["11748933", "11700088"])
+}
+
 /// One request the fake server received.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -110,7 +126,7 @@ fn ctx() -> CallContext {
 
 #[tokio::test]
 async fn parses_fixtures_and_sends_ncbi_parameters() {
-    let fake = Arc::new(Fake::new(ESEARCH, EFETCH));
+    let fake = Arc::new(Fake::new(esearch_for_efetch(), EFETCH));
     let tool = tool_for(fake.clone(), Some(50)).await;
     let out = tool.call(json!({"query": "cryopreservation sperm", "max_results": 5}), ctx()).await.unwrap();
 
@@ -130,7 +146,7 @@ async fn parses_fixtures_and_sends_ncbi_parameters() {
     assert_eq!(fetch["db"], "pubmed");
     assert_eq!(fetch["retmode"], "xml");
     // Only the first `max_results` PMIDs of the 20 esearch returned are fetched, in order.
-    assert_eq!(fetch["id"], "41282813,41148224,41011574,40959146,40937394");
+    assert_eq!(fetch["id"], "11748933,11700088,41011574,40959146,40937394");
     assert_eq!(fetch["api_key"], API_KEY);
 
     let result = &out.result;
@@ -168,7 +184,7 @@ async fn parses_fixtures_and_sends_ncbi_parameters() {
 
 #[tokio::test]
 async fn structured_abstract_is_labelled_and_short_abstracts_are_not_flagged() {
-    let fake = Arc::new(Fake::new(ESEARCH, EFETCH_STRUCTURED));
+    let fake = Arc::new(Fake::new(esearch_listing(&["27797938"]), EFETCH_STRUCTURED));
     let tool = tool_for(fake.clone(), Some(50)).await;
     let out = tool.call(json!({"query": "telomere pancreatic cancer"}), ctx()).await.unwrap();
     let article = &out.result["articles"][0];
@@ -220,7 +236,7 @@ async fn no_results_is_an_empty_list_without_efetch() {
 
 #[tokio::test]
 async fn retries_a_503_then_succeeds() {
-    let mut fake = Fake::new(ESEARCH, EFETCH);
+    let mut fake = Fake::new(esearch_for_efetch(), EFETCH);
     fake.failures = Mutex::new(VecDeque::from([503]));
     let fake = Arc::new(fake);
     let tool = tool_for(fake.clone(), Some(50)).await;
@@ -280,6 +296,55 @@ async fn deeply_nested_answer_is_a_quick_backend_error() {
     assert_eq!(err, ToolError::Backend(UNREADABLE.into()));
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     assert_eq!(fake.count("efetch.fcgi"), 1);
+}
+
+/// An efetch article with every text field `chars` characters long.
+fn long_article(pmid: &str, chars: usize) -> String {
+    let long = |word: &str| word.repeat(chars / word.len());
+    let authors: String = (0..3)
+        .map(|_| format!("<Author><LastName>{}</LastName><Initials>AB</Initials></Author>", long("Name")))
+        .collect();
+    format!(
+        "<PubmedArticle><MedlineCitation><PMID Version=\"1\">{pmid}</PMID><Article><Journal><JournalIssue>\
+         <PubDate><Year>2024</Year></PubDate></JournalIssue><Title>{journal}</Title></Journal>\
+         <ArticleTitle>{title}</ArticleTitle><Abstract><AbstractText>{abstract_text}</AbstractText></Abstract>\
+         <AuthorList>{authors}</AuthorList></Article></MedlineCitation></PubmedArticle>",
+        journal = long("Journal "),
+        title = long("Title "),
+        abstract_text = long("Abstract "),
+    )
+}
+
+#[tokio::test]
+async fn long_fields_are_cut_and_articles_not_asked_for_are_dropped() {
+    let asked: Vec<String> = (1..=10).map(|i| format!("3000000{i:02}")).collect();
+    let asked_refs: Vec<&str> = asked.iter().map(String::as_str).collect();
+    let esearch = format!(
+        "<eSearchResult><Count>10</Count><RetMax>10</RetMax><RetStart>0</RetStart><IdList>{}</IdList>\
+         </eSearchResult>",
+        asked.iter().map(|id| format!("<Id>{id}</Id>")).collect::<String>()
+    );
+    // Two articles nobody asked for, first in the answer, then the ten.
+    let articles: String =
+        ["900000001", "900000002"].iter().copied().chain(asked_refs.iter().copied()).map(|id| long_article(id, 3000)).collect();
+    let efetch = format!("<PubmedArticleSet>{articles}</PubmedArticleSet>");
+    let fake = Arc::new(Fake::new(Box::leak(esearch.into_boxed_str()), Box::leak(efetch.into_boxed_str())));
+    let tool = tool_for(fake, Some(50)).await;
+    let out = tool.call(json!({"query": "long titles"}), ctx()).await.unwrap();
+    let size = out.result.to_string().len();
+    assert!(size <= 30 * 1024, "{size} bytes");
+    let listed = out.result["articles"].as_array().unwrap();
+    let pmids: Vec<&str> = listed.iter().map(|a| a["pmid"].as_str().unwrap()).collect();
+    assert!(!listed.is_empty());
+    assert_eq!(pmids, asked_refs[..pmids.len()], "only the articles asked for, in esearch's order");
+    for article in listed {
+        assert!(article["title"].as_str().unwrap().chars().count() < 1000);
+        assert!(article["journal"].as_str().unwrap().chars().count() < 1000);
+        assert!(article["authors"].as_array().unwrap().iter().all(|a| a.as_str().unwrap().chars().count() < 1000));
+        assert_eq!(article["truncated"], true);
+    }
+    assert_eq!(out.citations.len(), listed.len());
+    assert!(out.citations.iter().all(|c| c.title.chars().count() < 1000));
 }
 
 #[tokio::test]

@@ -51,6 +51,10 @@ async fn completions(
 }
 
 async fn llm_tool(reply: Reply) -> (DifferentialDiagnosis, FakeLlm) {
+    llm_tool_with_budget(reply, 500).await
+}
+
+async fn llm_tool_with_budget(reply: Reply, llm_timeout_ms: u64) -> (DifferentialDiagnosis, FakeLlm) {
     let fake = FakeLlm {
         reply,
         seen: Arc::new(Mutex::new(Vec::new())),
@@ -65,7 +69,7 @@ async fn llm_tool(reply: Reply) -> (DifferentialDiagnosis, FakeLlm) {
         llm_url: Some(format!("http://{addr}/v1")),
         llm_api_key: Some(crate::config::Secret::new("llm-key")),
         llm_model: Some("clinical-model".into()),
-        llm_timeout_ms: 500,
+        llm_timeout_ms,
         ..Default::default()
     };
     (tool(&config).unwrap(), fake)
@@ -160,6 +164,28 @@ async fn a_slow_llm_is_abandoned_within_its_budget() {
         "{:?}",
         started.elapsed()
     );
+    assert_eq!(names(&result)[0], name_of("acute_coronary_syndrome"));
+    assert!(
+        result["reasoning"]
+            .as_str()
+            .unwrap()
+            .contains("re-ranking service was unavailable")
+    );
+}
+
+/// `tools.generate_differential_diagnosis.timeout_ms` shorter than `llm_timeout_ms`: the LLM
+/// gets what is left of the call, so a slow one still ends in the knowledge-base answer, not in a
+/// `timeout` (the call runs as the session runs it: within its deadline, cut off at it).
+#[tokio::test]
+async fn a_slow_llm_is_abandoned_within_a_shorter_tool_timeout() {
+    let (tool, _fake) = llm_tool_with_budget(Reply::Sleep(Duration::from_secs(30)), 15_000).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let call = crate::tools::http::within_deadline(deadline, tool.call(seed_case(), ctx()));
+    let result = tokio::time::timeout_at(deadline, call)
+        .await
+        .expect("the call ended before the tool's timeout")
+        .unwrap()
+        .result;
     assert_eq!(names(&result)[0], name_of("acute_coronary_syndrome"));
     assert!(
         result["reasoning"]

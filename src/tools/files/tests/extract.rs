@@ -5,7 +5,7 @@ use std::io::Write;
 
 use crate::tools::files::FilesError;
 use crate::tools::files::backend::DocKind;
-use crate::tools::files::extract::{extract_text, truncate_chars};
+use crate::tools::files::extract::{MAX_DOCX_TEXT_BYTES, extract_text, truncate_chars};
 
 fn sample(path: &str) -> Vec<u8> {
     std::fs::read(
@@ -88,6 +88,31 @@ async fn docx_runs_breaks_and_entities() {
         .unwrap()
         .unwrap();
     assert_eq!(text, "Blood & urine\na\nbé");
+}
+
+/// A DOCX under the 4 MiB a content search downloads whose body inflates to 60 MiB of `w:t`
+/// text: only the first [`MAX_DOCX_TEXT_BYTES`] of text are collected (and the rest of the XML is
+/// never inflated), not 64 MiB copied several times over.
+#[tokio::test]
+async fn a_docx_zip_bomb_is_read_only_up_to_the_text_cap() {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("word/document.xml", options).unwrap();
+    zip.write_all(br#"<?xml version="1.0"?><w:document xmlns:w="x"><w:body>"#)
+        .unwrap();
+    let paragraph = format!("<w:p><w:r><w:t>{}</w:t></w:r></w:p>", "Glargine ".repeat(110));
+    let chunk = paragraph.repeat((1 << 20) / paragraph.len() + 1);
+    for _ in 0..60 {
+        zip.write_all(chunk.as_bytes()).unwrap();
+    }
+    zip.write_all(b"</w:body></w:document>").unwrap();
+    let bomb = zip.finish().unwrap().into_inner();
+    assert!(bomb.len() < 4 << 20, "{} bytes", bomb.len());
+    let text = extract_text(DocKind::Docx, bomb).await.unwrap().unwrap();
+    assert!(text.len() <= MAX_DOCX_TEXT_BYTES, "{} bytes of text", text.len());
+    assert!(text.len() > MAX_DOCX_TEXT_BYTES / 2, "{} bytes of text", text.len());
+    assert!(text.starts_with("Glargine Glargine"));
 }
 
 #[tokio::test]

@@ -211,11 +211,10 @@ impl WebdavFiles {
     /// Every file below the root, breadth first, within the walk's bounds.
     async fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
         let mut files = Vec::new();
-        let mut folders: VecDeque<(Option<RelPath>, usize)> = VecDeque::from([(None, 0)]);
-        let mut listed = 0;
-        while let Some((folder, depth)) = folders.pop_front() {
-            if listed >= MAX_WALK_FOLDERS || files.len() >= MAX_WALK_ENTRIES {
-                tracing::debug!("WebDAV listing cut at its bounds");
+        let mut folders = Pending::new();
+        while let Some((folder, depth)) = folders.next() {
+            if files.len() >= MAX_WALK_ENTRIES {
+                folders.cut = true;
                 break;
             }
             let url = match &folder {
@@ -234,7 +233,7 @@ impl WebdavFiles {
                 Err(FilesError::Forbidden) => return Err(FilesError::CredentialsRefused),
                 Err(err) => return Err(err),
             };
-            listed += 1;
+            folders.listed += 1;
             for resource in resources {
                 let Ok(Some(path)) = self.path_of(&resource.href) else {
                     continue;
@@ -244,14 +243,54 @@ impl WebdavFiles {
                 }
                 if resource.is_collection {
                     if depth + 1 < MAX_WALK_DEPTH {
-                        folders.push_back((Some(path), depth + 1));
+                        folders.push(path, depth + 1);
                     }
                 } else if files.len() < MAX_WALK_ENTRIES {
                     files.push(self.entry(path, &resource)?);
                 }
             }
         }
+        if folders.cut || !folders.queue.is_empty() {
+            tracing::debug!("WebDAV listing cut at its bounds");
+        }
         Ok(files)
+    }
+}
+
+/// The folders a walk has still to list, breadth first, and how many it has listed.
+struct Pending {
+    queue: VecDeque<(Option<RelPath>, usize)>,
+    listed: usize,
+    /// Whether a folder was left out for the walk's bounds.
+    cut: bool,
+}
+
+impl Pending {
+    /// The root, to be listed first.
+    fn new() -> Self {
+        Self {
+            queue: VecDeque::from([(None, 0)]),
+            listed: 0,
+            cut: false,
+        }
+    }
+
+    /// The next folder to list, while the walk may list more.
+    fn next(&mut self) -> Option<(Option<RelPath>, usize)> {
+        if self.listed >= MAX_WALK_FOLDERS {
+            return None;
+        }
+        self.queue.pop_front()
+    }
+
+    /// Queue `folder`, unless the walk could not list it anyway: one listing may name thousands of
+    /// subfolders, and only [`MAX_WALK_FOLDERS`] are ever listed.
+    fn push(&mut self, folder: RelPath, depth: usize) {
+        if self.listed + self.queue.len() >= MAX_WALK_FOLDERS {
+            self.cut = true;
+            return;
+        }
+        self.queue.push_back((Some(folder), depth));
     }
 }
 
@@ -360,6 +399,31 @@ mod tests {
             url.as_str(),
             "http://127.0.0.1:9/dav/Protocols/Diabetes%20&%20insulin%20%232.pdf"
         );
+    }
+
+    /// A server that lists thousands of subfolders: only as many are queued as the walk may still
+    /// list, and the walk knows it was cut.
+    #[test]
+    fn the_walk_queues_no_more_folders_than_it_may_list() {
+        let mut folders = Pending::new();
+        assert!(
+            folders
+                .next()
+                .is_some_and(|(root, depth)| root.is_none() && depth == 0)
+        );
+        folders.listed += 1;
+        for i in 0..10_000 {
+            folders.push(RelPath::parse(&format!("/Folder {i}")).unwrap(), 1);
+        }
+        assert_eq!(folders.queue.len(), MAX_WALK_FOLDERS - 1);
+        assert!(folders.cut);
+        let mut listed = 0;
+        while let Some((folder, _)) = folders.next() {
+            assert!(folder.is_some());
+            folders.listed += 1;
+            listed += 1;
+        }
+        assert_eq!(listed, MAX_WALK_FOLDERS - 1);
     }
 
     #[test]
