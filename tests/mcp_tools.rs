@@ -4,6 +4,8 @@
 //! files the tests read, so "nothing was written" and "the server was told to cancel" are checked
 //! on the server's side.
 
+#[path = "mcp/process.rs"]
+mod process;
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -60,7 +62,7 @@ fn mcp_toml(lab_dir: &Path, http: bool, extra: &str) -> String {
     // Start-up waits for the servers (a loaded CI machine may take seconds to start Python).
     let mut toml = format!(
         "[mcp]\nconnect_timeout_ms = 60000\n[mcp.servers.lab]\ncommand = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?} }}\n\
-         allow = [\"lookup_result\", \"order_test\", \"failing_lookup\", \"crash\", \"slow\", \"count_steps\", \"broken_schema\", \"add_extra\", \"extra\"]\n",
+         allow = [\"lookup_result\", \"order_test\", \"failing_lookup\", \"crash\", \"slow\", \"count_steps\", \"broken_schema\", \"add_extra\", \"extra\", \"chart_progress\"]\n",
         python = test_python().display().to_string(),
         script = lab_script().display().to_string(),
         dir = lab_dir.display().to_string(),
@@ -157,7 +159,10 @@ async fn allowed_tools_are_offered_and_a_read_only_tool_runs_inline() {
     assert_eq!(lab.stdio_file("calls.jsonl"), vec![json!({"tool": "lookup_result", "order_id": "ord-17"})]);
     // Counted under its own name, not as `other`: an operator sees which MCP tool does what.
     let metrics = lab.proxy.http_get("/metrics").await.1;
-    assert!(metrics.contains(r#"voxgate_tool_calls_total{tool="lab__lookup_result",status="completed"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"voxgate_tool_calls_total{tool="lab__lookup_result",status="completed"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -276,12 +281,17 @@ async fn progress_notifications_reach_the_client() {
     model_calls(&mut up, &[("call_steps", "hlab__count_steps", r#"{"steps":3}"#)]).await;
     let seen = client.collect_until("voxgate.tool_call.completed").await;
     let progress: Vec<&Value> = seen.iter().filter(|e| e["type"] == "voxgate.tool_call.progress").collect();
-    assert_eq!(progress.len(), 3, "{seen:?}");
-    for (i, event) in progress.iter().enumerate() {
+    // Coalesced to at most five a second (the steps are 50 ms apart): the first at once, then the
+    // latest, in order, the last one always.
+    assert!((2..=3).contains(&progress.len()), "{seen:?}");
+    let values: Vec<f64> = progress.iter().map(|e| e["progress"].as_f64().unwrap()).collect();
+    assert_eq!((values[0], values[values.len() - 1]), (1.0, 3.0), "{values:?}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    for event in &progress {
+        let step = event["progress"].as_f64().unwrap();
         assert_eq!(event["call_id"], "call_steps");
-        assert_eq!(event["progress"], (i + 1) as f64);
         assert_eq!(event["total"], 3.0);
-        assert_eq!(event["message"], format!("step {} of 3", i + 1));
+        assert_eq!(event["message"], format!("step {step} of 3"));
     }
     assert_eq!(output(&mut up).await["text"], "counted 3 steps");
 }
@@ -379,7 +389,8 @@ async fn a_tool_the_server_adds_later_joins_new_sessions() {
     let tools_url = format!("http://{}/admin/tools", lab.proxy.addr);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let body: Value = admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
+        let body: Value =
+            admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
         if body["tools"].as_array().unwrap().iter().any(|t| t["name"] == "lab__extra") {
             break;
         }

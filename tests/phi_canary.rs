@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use axum::extract::{Query, State};
 use serde_json::{Value, json};
-use support::{Client, FakeUpstream};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use support::{Client, FakeUpstream, spawn_voxgate_logged};
 
 const CANARIES: &[&str] = &["Zebulon", "Quixote", "8675309", "555-867-5309", "1961-04-12", "zq@example.org"];
 
@@ -61,36 +60,7 @@ async fn canaries_never_leave() {
         dir.path().join("audit.jsonl").display(),
         dir.path().join("cal.ics").display()
     );
-    let path = dir.path().join("voxgate.toml");
-    std::fs::write(&path, config).unwrap();
-    let bin = std::env::var_os("VOXGATE_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_voxgate").into());
-    let mut child = tokio::process::Command::new(bin)
-        .arg("--config")
-        .arg(&path)
-        .env("RUST_LOG", "trace")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let logs = Arc::new(Mutex::new(String::new()));
-    let (addr_tx, mut addr_rx) = tokio::sync::mpsc::channel::<String>(1);
-    for reader in [Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, Box::new(child.stderr.take().unwrap())] {
-        let logs = logs.clone();
-        let addr_tx = addr_tx.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(reader).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = addr_tx.send(rest.split_whitespace().next().unwrap().trim_matches('"').to_string()).await;
-                }
-                let mut all = logs.lock().unwrap();
-                all.push_str(&line);
-                all.push('\n');
-            }
-        });
-    }
-    let addr = tokio::time::timeout(Duration::from_secs(20), addr_rx.recv()).await.unwrap().unwrap();
+    let (mut child, addr, logs) = spawn_voxgate_logged(&config, dir.path(), Some("trace"), &[]).await;
     let mut client = Client::connect(&format!("ws://{addr}/v1/realtime"), &["realtime", "voxgate.v1"]).await;
     let mut up = fake.accept().await;
     up.open_session().await;
@@ -136,6 +106,11 @@ async fn canaries_never_leave() {
     let query = json!({"query": "beta blockers in heart failure", "max_results": 1}).to_string();
     up.send_json(&json!({"type": "response.function_call_arguments.done", "event_id": "e", "response_id": "r", "item_id": "i5", "output_index": 0, "call_id": "call_p3", "name": "search_pubmed", "arguments": query})).await;
     client.until("voxgate.tool_call.completed").await;
+    // A local tool (no PHI, no third party) runs with identifiers in its query, since nothing
+    // leaves; its arguments are screened all the same before the audit log holds them.
+    let query = json!({"query": "statins for Mr. Quixote DOB 1961-04-12"}).to_string();
+    up.send_json(&json!({"type": "response.function_call_arguments.done", "event_id": "e", "response_id": "r", "item_id": "i6", "output_index": 0, "call_id": "call_g1", "name": "search_medical_guidelines", "arguments": query})).await;
+    client.until("voxgate.tool_call.completed").await;
 
     // A bad frame's error event carries nothing of the frame.
     client.send_text("{\"type\":\"voxgate.Zebulon\"}").await;
@@ -152,6 +127,13 @@ async fn canaries_never_leave() {
     let logs = logs.lock().unwrap().clone();
     assert!(logs.contains("tool call finished"), "trace logs were captured");
     let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    let guideline_search = audit
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|r| r["event"] == "call_finished" && r["tool"] == "search_medical_guidelines")
+        .expect("the guideline search is audited");
+    assert_eq!(guideline_search["status"], "completed");
+    assert!(guideline_search.get("arguments").is_none_or(Value::is_null), "{guideline_search}");
     let pubmed_requests = pubmed_seen.lock().unwrap().join("\n");
     assert!(pubmed_requests.contains("heart failure"), "the clean query reached the fake: {pubmed_requests}");
     for canary in CANARIES {

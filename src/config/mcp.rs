@@ -74,10 +74,13 @@ pub fn validate(mcp: &McpConfig) -> Result<(), ConfigError> {
     }
     for (name, server) in &mcp.servers {
         let key = format!("mcp.servers.{name}");
-        if !is_name(name) || name.contains("__") {
+        // No `__` in it and no `_` at its end: the first `__` of a `SERVER__TOOL` name is then
+        // always the separator, so two servers' tools can never share a name (`a_` + `_b` and
+        // `a` + `__b` would both be `a____b`).
+        if !is_name(name) || name.contains("__") || name.ends_with('_') {
             return Err(ConfigError::new(
                 key,
-                "the server name may hold only letters, digits, '_' and '-', and no '__'",
+                "the server name may hold only letters, digits, '_' and '-', with no '__' and no '_' at its end",
             ));
         }
         match (server.command.is_empty(), &server.url) {
@@ -169,6 +172,8 @@ mod tests {
             ("[mcp.servers.lab]\ncommand = [\"x\"]\nurl = \"http://h/mcp\"\n", "mcp.servers.lab"),
             ("[mcp.servers.lab]\nurl = \"ftp://h/mcp\"\n", "mcp.servers.lab.url"),
             ("[mcp.servers.a__b]\ncommand = [\"x\"]\n", "mcp.servers.a__b"),
+            // `a_` + `__` + `_b` would be `a____b`, as `a` + `__` + `__b` is.
+            ("[mcp.servers.a_]\ncommand = [\"x\"]\nallow = [\"_b\"]\n", "mcp.servers.a_"),
             (
                 "[mcp.servers.lab]\ncommand = [\"x\"]\nallow = [\"a\"]\n[mcp.servers.lab.policy.b]\nconfirm = true\n",
                 "mcp.servers.lab.policy.b",

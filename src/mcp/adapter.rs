@@ -25,6 +25,9 @@ use crate::tools::{
 const DEFAULT_RATE_PER_MIN: u32 = 30;
 /// Longest description passed to the model, in characters.
 const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// Largest `inputSchema` accepted, serialized: it goes upstream in every `session.update` and each
+/// session keeps its own copy, so a server must not be able to make that arbitrarily large.
+const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 /// How long a call waits for a server that is reconnecting before it fails.
 const RECONNECT_GRACE: Duration = Duration::from_secs(3);
 
@@ -36,9 +39,14 @@ pub(super) struct McpTool {
 }
 
 /// The registry entry for an allowed tool of `link`'s server, or `None` when the tool is not on
-/// the allow-list or its schema does not compile (a warning names it).
+/// the allow-list or its schema is too large or does not compile (a warning names it).
 pub(super) fn register(link: &Arc<ServerLink>, listed: &rmcp::model::Tool) -> Option<Arc<RegisteredTool>> {
     let name = *link.names.get(listed.name.as_ref())?;
+    let schema_bytes = serde_json::to_vec(&*listed.input_schema).map_or(usize::MAX, |json| json.len());
+    if schema_bytes > MAX_SCHEMA_BYTES {
+        tracing::warn!(tool = name, server = %link.name, bytes = schema_bytes, limit = MAX_SCHEMA_BYTES, "MCP tool left out: its input schema is too large");
+        return None;
+    }
     let config = link.config.policy.get(listed.name.as_ref()).cloned().unwrap_or_default();
     let read_only = listed.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
     let requires_confirmation = config.confirm.unwrap_or(!read_only);
@@ -136,5 +144,36 @@ impl Drop for CancelOnDrop {
                 let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), reason)).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::mcp::McpServerConfig;
+
+    fn link() -> Arc<ServerLink> {
+        let names = BTreeMap::from([("lookup".to_string(), "lab__lookup")]);
+        Arc::new(ServerLink::new("lab", &McpServerConfig::default(), names))
+    }
+
+    fn tool(schema: Value) -> rmcp::model::Tool {
+        let Value::Object(schema) = schema else { panic!("not an object") };
+        rmcp::model::Tool::new("lookup", "Look something up.", Arc::new(schema))
+    }
+
+    /// Every session sends the schema upstream and keeps it: a server must not be able to make
+    /// that arbitrarily large.
+    #[test]
+    fn a_schema_larger_than_the_bound_leaves_the_tool_out() {
+        let small = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        assert!(register(&link(), &tool(small)).is_some());
+        let padding = "x".repeat(MAX_SCHEMA_BYTES);
+        let large = json!({"type": "object", "properties": {"q": {"type": "string", "description": padding}}});
+        assert!(register(&link(), &tool(large)).is_none());
     }
 }

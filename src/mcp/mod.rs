@@ -5,6 +5,9 @@
 //! - [`supervisor`]: one task per server that connects (stdio child or Streamable HTTP), lists its
 //!   tools, follows `notifications/tools/list_changed` and reconnects with back-off.
 //! - [`backoff`]: how long the supervisor waits before trying again, without I/O.
+//! - [`liveness`]: the supervisor's `ping` of a connected server, which notices a dead HTTP server.
+//! - [`stdio`]: a stdio server's process: its environment (no secrets of voxgate's) and its
+//!   process group (killed with the connection).
 //! - [`link`]: what the supervisor shares with the tools of its server (the live peer, health,
 //!   progress routes) and the rmcp client handler.
 //! - [`progress`]: where a server's progress notifications go, including those that come before
@@ -25,7 +28,9 @@ mod adapter;
 mod backoff;
 mod content;
 mod link;
+mod liveness;
 mod progress;
+mod stdio;
 mod supervisor;
 
 use std::collections::BTreeMap;
@@ -83,6 +88,16 @@ impl McpHub {
     /// until each has connected or failed once; late servers keep connecting in the background.
     /// `names`: [`intern_names`] of the same `config`.
     pub async fn start(config: &McpConfig, names: &ToolNames<'_>, builtin: Arc<ToolRegistry>) -> Arc<Self> {
+        Self::start_with(config, names, builtin, liveness::Liveness::default()).await
+    }
+
+    /// [`McpHub::start`] with its servers checked at `liveness`'s pace (tests check faster).
+    async fn start_with(
+        config: &McpConfig,
+        names: &ToolNames<'_>,
+        builtin: Arc<ToolRegistry>,
+        liveness: liveness::Liveness,
+    ) -> Arc<Self> {
         let (current, _) = watch::channel(builtin.clone());
         let (per_server, _) = watch::channel(BTreeMap::new());
         let links: Vec<Arc<ServerLink>> = config
@@ -95,7 +110,7 @@ impl McpHub {
         let stop = CancellationToken::new();
         let hub = Arc::new(McpHub { builtin, per_server, current, links, stop: stop.clone() });
         for link in &hub.links {
-            tokio::spawn(supervisor::supervise(link.clone(), Arc::downgrade(&hub), stop.clone()));
+            tokio::spawn(supervisor::supervise(link.clone(), Arc::downgrade(&hub), stop.clone(), liveness));
         }
         let settled = futures::future::join_all(hub.links.iter().map(|link| link.settled()));
         if tokio::time::timeout(Duration::from_millis(config.connect_timeout_ms), settled).await.is_err() {
@@ -129,13 +144,34 @@ impl McpHub {
             .collect()
     }
 
-    /// Replace one server's tools and publish the new catalogue.
-    fn set_server_tools(&self, server: &str, tools: Vec<Arc<RegisteredTool>>) {
+    /// Replace one server's tools and publish the new catalogue; returns how many joined. A tool
+    /// whose name a built-in or another server's tool already has is left out with a warning
+    /// (config validation makes `SERVER__TOOL` names unambiguous, so this is a second line): the
+    /// registry would otherwise keep one of the two silently, and calls could reach the wrong
+    /// server.
+    fn set_server_tools(&self, server: &str, tools: Vec<Arc<RegisteredTool>>) -> usize {
+        let mut count = 0;
         self.per_server.send_modify(|all| {
+            let taken = |name: &str| {
+                self.builtin.get(name).is_some()
+                    || all.iter().any(|(other, tools)| other != server && tools.iter().any(|t| t.name() == name))
+            };
+            let tools: Vec<_> = tools
+                .into_iter()
+                .filter(|tool| {
+                    let free = !taken(tool.name());
+                    if !free {
+                        tracing::warn!(tool = tool.name(), server, "MCP tool left out: its name is already taken");
+                    }
+                    free
+                })
+                .collect();
+            count = tools.len();
             all.insert(server.to_string(), tools);
             let registry = self.builtin.with_extra(all.values().flatten().cloned());
             self.current.send_replace(Arc::new(registry));
         });
+        count
     }
 }
 
@@ -166,4 +202,44 @@ pub fn intern_names(config: &McpConfig) -> ToolNames<'_> {
             (server.as_str(), names)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::config::mcp::McpServerConfig;
+
+    /// Config validation keeps full names unambiguous; should two servers' tools still share one,
+    /// the first to register keeps it and the other is left out, never silently swapped.
+    #[tokio::test]
+    async fn a_tool_whose_full_name_is_taken_is_left_out() {
+        let server = |tool: &str| McpServerConfig {
+            // Never starts: the test publishes the tools itself.
+            command: vec!["/nonexistent/voxgate-test-server".into()],
+            allow: vec![tool.into()],
+            ..Default::default()
+        };
+        let config = McpConfig {
+            connect_timeout_ms: 2_000,
+            servers: BTreeMap::from([("a".to_string(), server("__b")), ("a_".to_string(), server("_b"))]),
+        };
+        let names = intern_names(&config);
+        let hub = McpHub::start(&config, &names, Arc::new(ToolRegistry::default())).await;
+        let schema = Arc::new(serde_json::Map::new());
+        let listed =
+            |name: &'static str, description: &'static str| rmcp::model::Tool::new(name, description, schema.clone());
+        let (a, a_) = (&hub.links[0], &hub.links[1]);
+        assert_eq!((a.name.as_str(), a_.name.as_str()), ("a", "a_"));
+        let from_a = adapter::register(a, &listed("__b", "from a")).unwrap();
+        let from_a_ = adapter::register(a_, &listed("_b", "from a_")).unwrap();
+        assert_eq!(from_a.name(), from_a_.name(), "both are a____b");
+        assert_eq!(hub.set_server_tools("a", vec![from_a]), 1);
+        assert_eq!(hub.set_server_tools("a_", vec![from_a_.clone()]), 0, "taken: left out");
+        assert_eq!(hub.registry().get("a____b").unwrap().spec().description, "from a");
+        // A re-list of the second server does not take it over either.
+        assert_eq!(hub.set_server_tools("a_", vec![from_a_]), 0);
+        assert_eq!(hub.registry().get("a____b").unwrap().spec().description, "from a");
+    }
 }

@@ -4,19 +4,21 @@
 //! ([`backoff`](super::backoff): it starts over only after a connection proved healthy, never
 //! merely because `initialize` succeeded).
 //!
-//! A stdio server is a child process started with `kill_on_drop`: it never outlives its connection
-//! or voxgate. Its stderr is discarded, since a clinic's server may print patient data there.
+//! A stdio server is a child process in a process group of its own ([`stdio`](super::stdio)): the
+//! group is killed when the connection ends, so neither the server nor what its wrapper started
+//! outlives its connection or voxgate. A connected server that stops answering `ping`
+//! ([`liveness`](super::liveness)) counts as lost.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use rand::Rng;
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -24,9 +26,14 @@ use super::McpHub;
 use super::adapter;
 use super::backoff::Backoff;
 use super::link::{LinkHandler, LinkState, ServerLink};
+use super::liveness::{Liveness, Ping};
+use super::stdio::{self, ProcessGroup};
 
 /// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait of rmcp's HTTP client between attempts to reopen a server's event stream (its
+/// default doubles without bound). Whether the server is there at all is [`Liveness`]'s call.
+const HTTP_RETRY_MAX: Duration = Duration::from_secs(30);
 
 type Client = RunningService<RoleClient, LinkHandler>;
 
@@ -46,10 +53,12 @@ enum ConnectError {
     ListTools,
     #[error("the connection ended")]
     Ended,
+    #[error("the server stopped answering")]
+    Unresponsive,
 }
 
 /// Run `link`'s server until `stop` is cancelled or the hub is gone.
-pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: CancellationToken) {
+pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: CancellationToken, liveness: Liveness) {
     let mut backoff = Backoff::default();
     loop {
         let (list_changed, mut changes) = mpsc::channel(1);
@@ -61,7 +70,8 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
             attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone())) => attempt.unwrap_or(Err(ConnectError::Timeout)),
         };
         match attempt {
-            Ok(client) => {
+            // `_group`: a stdio server's process group, killed when this arm ends or on return.
+            Ok((client, _group)) => {
                 tracing::info!(server = %link.name, "MCP server connected");
                 let peer = client.peer().clone();
                 let mut running = std::pin::pin!(client.waiting());
@@ -71,7 +81,10 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                     h.state = LinkState::Up;
                     h.last_error = None;
                 });
-                loop {
+                let start = tokio::time::Instant::now() + liveness.every;
+                let mut pings = tokio::time::interval_at(start, liveness.every);
+                pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let lost = loop {
                     match std::mem::replace(&mut listed, Ok(())) {
                         Ok(()) => backoff.listed(tokio::time::Instant::now()),
                         Err(err) => {
@@ -86,17 +99,35 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                             return;
                         }
                         Some(()) = changes.recv() => listed = refresh(&link, &hub, &peer).await,
-                        _ = &mut running => break,
+                        _ = pings.tick() => {
+                            let ping = tokio::select! {
+                                _ = stop.cancelled() => continue,
+                                ping = liveness.ping(&peer) => ping,
+                            };
+                            let gone = match ping {
+                                Ping::Answered => false,
+                                Ping::Failed => true,
+                                // Busy with a call, perhaps (liveness.rs).
+                                Ping::Late => !link.progress.calls_running(),
+                            };
+                            if gone {
+                                // Not waited for: a dead HTTP server would hold up the ending
+                                // connection's goodbye; it winds down on its own once dropped.
+                                closed.cancel();
+                                break ConnectError::Unresponsive;
+                            }
+                        }
+                        _ = &mut running => break ConnectError::Ended,
                     }
-                }
+                };
                 link.peer.send_replace(None);
                 publish(&link, &hub, Vec::new());
                 link.health.send_modify(|h| {
                     h.state = LinkState::Down;
                     h.restarts += 1;
-                    h.last_error = Some(ConnectError::Ended.to_string());
+                    h.last_error = Some(lost.to_string());
                 });
-                tracing::warn!(server = %link.name, "MCP server connection ended; restarting");
+                tracing::warn!(server = %link.name, error = %lost, "MCP server connection lost; restarting");
             }
             Err(err) => {
                 tracing::warn!(server = %link.name, error = %err, "MCP server connection failed; retrying");
@@ -118,7 +149,12 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
     }
 }
 
-async fn connect(link: &ServerLink, handler: LinkHandler, closed: CancellationToken) -> Result<Client, ConnectError> {
+/// A connection to `link`'s server and, for a stdio server, its process group.
+async fn connect(
+    link: &ServerLink,
+    handler: LinkHandler,
+    closed: CancellationToken,
+) -> Result<(Client, Option<ProcessGroup>), ConnectError> {
     let config = &link.config;
     match &config.url {
         Some(url) => {
@@ -137,17 +173,21 @@ async fn connect(link: &ServerLink, handler: LinkHandler, closed: CancellationTo
                 .connect_timeout(CONNECT_TIMEOUT)
                 .build()
                 .map_err(|_| ConnectError::Unreachable)?;
-            let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let mut retry = ExponentialBackoff::default();
+            retry.max_delay = Some(HTTP_RETRY_MAX);
+            let mut transport_config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            transport_config.retry_config = Arc::new(retry);
             let transport = StreamableHttpClientTransport::with_client(http, transport_config);
-            handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)
+            let client = handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)?;
+            Ok((client, None))
         }
         None => {
-            let Some((program, args)) = config.command.split_first() else { return Err(ConnectError::Spawn) };
-            let mut command = tokio::process::Command::new(program);
-            command.args(args).envs(config.env.iter().map(|(k, v)| (k, v.expose()))).kill_on_drop(true);
-            let (transport, _) =
-                TokioChildProcess::builder(command).stderr(Stdio::null()).spawn().map_err(|_| ConnectError::Spawn)?;
-            handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)
+            // Held from here on: should the handshake fail or this future be dropped (timeout,
+            // stop), the group is killed with it.
+            let (transport, group) = stdio::spawn(config).map_err(|_| ConnectError::Spawn)?;
+            let client = handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)?;
+            Ok((client, Some(group)))
         }
     }
 }
@@ -174,10 +214,10 @@ async fn refresh(
 }
 
 fn publish(link: &ServerLink, hub: &Weak<McpHub>, tools: Vec<Arc<crate::tools::registry::RegisteredTool>>) {
-    let count = tools.len();
-    if let Some(hub) = hub.upgrade() {
-        hub.set_server_tools(&link.name, tools);
-    }
+    let count = match hub.upgrade() {
+        Some(hub) => hub.set_server_tools(&link.name, tools),
+        None => tools.len(),
+    };
     link.health.send_modify(|h| h.tools = count);
 }
 

@@ -2,7 +2,7 @@
 //!
 //! The filter applies to logs only, so `RUST_LOG=warn` quietens the console without turning off
 //! trace export. What the lines may contain is the callers' rule: ids, codes, durations, no PHI;
-//! libraries that would log payloads are capped at `info` whatever the filter says.
+//! libraries that would log payloads are capped whatever the filter says ([`LEVEL_CAPS`]).
 //! Every line names the instance (`server.instance_id`) that wrote it: `instance=…` first on a
 //! text line, an `"instance"` field in a JSON object — so logs of many pods can be told apart.
 
@@ -87,17 +87,13 @@ where
 /// `RUST_LOG` when set and non-empty, else `telemetry.log_level`; a bad directive is an error that
 /// names where it came from.
 fn filter(config: &TelemetryConfig) -> Result<EnvFilter, TelemetryError> {
-    let from_env = std::env::var(LOG_ENV)
-        .ok()
-        .filter(|value| !value.trim().is_empty());
+    let from_env = std::env::var(LOG_ENV).ok().filter(|value| !value.trim().is_empty());
     let (source, directives) = match from_env {
         Some(value) => (LOG_ENV, value),
         None => ("telemetry.log_level", config.log_level.clone()),
     };
-    let filter = EnvFilter::try_new(&directives).map_err(|err| TelemetryError::LogFilter {
-        source_key: source,
-        reason: err.to_string(),
-    })?;
+    let filter = EnvFilter::try_new(&directives)
+        .map_err(|err| TelemetryError::LogFilter { source_key: source, reason: err.to_string() })?;
     Ok(filter)
 }
 
@@ -116,24 +112,47 @@ pub(crate) fn log_max_level(config: &TelemetryConfig) -> Result<log::LevelFilter
     Ok(level)
 }
 
-/// Libraries that log whole frames, headers or bodies at debug/trace (the WebSocket crates log
-/// every frame: transcripts, tool results). They are held at `info` whatever the filter asks —
-/// also against a more specific directive such as `tungstenite::protocol=trace`, which would win
-/// over any directive added to the `EnvFilter` — so turning on trace logging to debug voxgate can
-/// never write PHI or tokens.
-const PAYLOAD_LOGGERS: &[&str] = &[
-    "tungstenite", "tokio_tungstenite", "hyper", "hyper_util", "h2", "reqwest", "rustls", "redis", "axum",
-    "tower_http", "opentelemetry_otlp", "tonic",
+/// Libraries that log payloads, and the most verbose level of theirs that is written, whatever the
+/// filter asks — also against a more specific directive such as `tungstenite::protocol=trace`,
+/// which would win over any directive added to the `EnvFilter` — so turning on trace logging to
+/// debug voxgate can never write PHI or tokens.
+///
+/// - The HTTP and WebSocket crates log whole frames, headers or bodies (transcripts, tool results)
+///   at debug and trace: held at `info`.
+/// - rmcp, the MCP client, logs every notification a server sends at `info` (progress messages,
+///   the server's own log messages: either may name a patient), requests and results at `debug`,
+///   whole messages at `trace`, and unexpected messages and error responses with their content at
+///   `warn`: held at `error`, whose lines are I/O, transport and task failures. voxgate logs
+///   what matters of an MCP server itself (connected, lost, tools left out), without content.
+const LEVEL_CAPS: &[(&str, tracing::Level)] = &[
+    ("tungstenite", tracing::Level::INFO),
+    ("tokio_tungstenite", tracing::Level::INFO),
+    ("hyper", tracing::Level::INFO),
+    ("hyper_util", tracing::Level::INFO),
+    ("h2", tracing::Level::INFO),
+    ("reqwest", tracing::Level::INFO),
+    ("rustls", tracing::Level::INFO),
+    ("redis", tracing::Level::INFO),
+    ("axum", tracing::Level::INFO),
+    ("tower_http", tracing::Level::INFO),
+    ("opentelemetry_otlp", tracing::Level::INFO),
+    ("tonic", tracing::Level::INFO),
+    ("rmcp", tracing::Level::ERROR),
 ];
 
-/// False for anything a payload-logging crate emits below `info`.
+/// False for anything a payload-logging crate emits beyond its cap.
 fn not_payload(meta: &tracing::Metadata<'_>) -> bool {
-    *meta.level() <= tracing::Level::INFO || !is_payload_logger(meta.target())
+    within_cap(meta.target(), *meta.level())
 }
 
-fn is_payload_logger(target: &str) -> bool {
-    PAYLOAD_LOGGERS.iter().any(|name| {
-        target.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+fn within_cap(target: &str, level: tracing::Level) -> bool {
+    level_cap(target).is_none_or(|cap| level <= cap)
+}
+
+/// The cap of the crate `target` belongs to, if it has one (matched by crate, not by prefix).
+fn level_cap(target: &str) -> Option<tracing::Level> {
+    LEVEL_CAPS.iter().find_map(|(name, cap)| {
+        target.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with("::")).then_some(*cap)
     })
 }
 
@@ -159,12 +178,22 @@ mod tests {
 
     #[test]
     fn payload_loggers_are_matched_by_crate_not_by_prefix() {
-        assert!(is_payload_logger("tungstenite"));
-        assert!(is_payload_logger("tungstenite::protocol"));
-        assert!(is_payload_logger("tokio_tungstenite::compat"));
-        assert!(is_payload_logger("hyper_util::client::legacy"));
-        assert!(!is_payload_logger("hyperion"));
-        assert!(!is_payload_logger("voxgate::session"));
+        assert!(level_cap("tungstenite").is_some());
+        assert!(level_cap("tungstenite::protocol").is_some());
+        assert!(level_cap("tokio_tungstenite::compat").is_some());
+        assert!(level_cap("hyper_util::client::legacy").is_some());
+        assert!(level_cap("hyperion").is_none());
+        assert!(level_cap("voxgate::session").is_none());
+    }
+
+    #[test]
+    fn the_mcp_client_writes_only_its_errors() {
+        use tracing::Level;
+        assert!(!within_cap("rmcp::service", Level::INFO), "received notification: progress messages");
+        assert!(!within_cap("rmcp::service::client", Level::WARN), "unexpected message, with its content");
+        assert!(within_cap("rmcp::transport::worker", Level::ERROR));
+        assert!(within_cap("hyper::proto", Level::INFO) && !within_cap("hyper::proto", Level::DEBUG));
+        assert!(within_cap("voxgate::mcp", Level::TRACE));
     }
 }
 

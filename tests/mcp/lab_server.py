@@ -3,7 +3,9 @@
 Run over stdio (default) or Streamable HTTP (`--http`: binds 127.0.0.1 on a free port and prints
 `listening on PORT` once it accepts connections). Everything the tests check on the server's side
 is written to JSON Lines files in $LAB_DIR: `calls.jsonl` (every call that reached a tool, with its
-arguments), `orders.jsonl` (orders written) and `cancelled.jsonl` (calls the client cancelled).
+arguments), `orders.jsonl` (orders written), `cancelled.jsonl` (calls the client cancelled) and,
+over stdio, `started.jsonl` (one line per start: the process id and the names of the environment
+variables the server was given).
 """
 
 import argparse
@@ -81,6 +83,17 @@ async def count_steps(steps: int, ctx: Context) -> str:
 
 
 @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def chart_progress(patient: str, ctx: Context) -> str:
+    """Reads a patient's chart, reporting progress and logging to the client with the name in both."""
+    record("calls.jsonl", {"tool": "chart_progress"})
+    await ctx.info(f"opening the chart of {patient}")
+    await ctx.report_progress(1, 2, f"reading the chart of {patient}")
+    await anyio.sleep(0.05)
+    await ctx.report_progress(2, 2, f"done with {patient}")
+    return f"{patient}: no allergies recorded."
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def add_extra(ctx: Context) -> str:
     """Publishes one more tool and tells the client (notifications/tools/list_changed)."""
     record("calls.jsonl", {"tool": "add_extra"})
@@ -146,5 +159,6 @@ if __name__ == "__main__":
         threading.Thread(target=exit_with_parent, daemon=True).start()
         asyncio.run(serve_http())
     else:
+        record("started.jsonl", {"pid": os.getpid(), "env": sorted(os.environ)})
         mcp.run(transport="stdio")
     sys.exit(0)

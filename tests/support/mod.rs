@@ -427,6 +427,54 @@ pub async fn spawn_voxgate(config: &str, dir: &std::path::Path) -> (tokio::proce
     spawn_voxgate_with_env(config, dir, &[]).await
 }
 
+/// voxgate as a process with its config in `dir`, `RUST_LOG` set to `rust_log` (unset when
+/// `None`: the configured `info` applies) and `env` added to its environment. Returns the child,
+/// its address and every line it has written so far.
+pub async fn spawn_voxgate_logged(
+    config: &str,
+    dir: &Path,
+    rust_log: Option<&str>,
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String, std::sync::Arc<std::sync::Mutex<String>>) {
+    let path = dir.join("voxgate.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut command = tokio::process::Command::new(binary());
+    command.arg("--config").arg(&path).envs(env.iter().copied()).env_remove("RUST_LOG");
+    if let Some(level) = rust_log {
+        command.env("RUST_LOG", level);
+    }
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (addr_tx, mut addr_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let readers = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ];
+    for reader in readers {
+        let logs = logs.clone();
+        let addr_tx = addr_tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(reader).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap().trim_matches('"').to_string();
+                    let _ = addr_tx.send(addr).await;
+                }
+                let mut all = logs.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+    }
+    let addr = tokio::time::timeout(Duration::from_secs(60), addr_rx.recv()).await.unwrap().unwrap();
+    (child, addr, logs)
+}
+
 /// [`spawn_voxgate`] with more environment variables for the process.
 pub async fn spawn_voxgate_with_env(config: &str, dir: &std::path::Path, env: &[(&str, &std::path::Path)]) -> (tokio::process::Child, String) {
     let path = dir.join("voxgate.toml");
