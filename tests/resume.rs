@@ -197,12 +197,16 @@ async fn an_old_upstream_session_is_recycled_at_a_quiet_moment() {
 #[tokio::test]
 async fn an_upstream_that_refuses_every_reconnect_ends_the_session_cleanly() {
     let mut fake = FakeUpstream::start().await;
-    let proxy = TestProxy::with_upstream(&fake, "resume_attempts = 2\n").await;
+    // The attempts are spread over at least 10 s (the retry window): the client's pings keep
+    // the wait for the close from timing out meanwhile.
+    let proxy = TestProxy::with_upstream(&fake, "resume_attempts = 2\n[server]\nping_interval_ms = 2000\n").await;
     let (mut client, up) = proxy.ready_session(&mut fake).await;
     fake.refuse_from_now(503);
     drop(up);
     client.until("voxgate.session.resuming").await;
+    let refused_at = std::time::Instant::now();
     let (code, reason) = client.closed().await;
+    assert!(refused_at.elapsed() >= std::time::Duration::from_secs(9), "gave up after {:?}", refused_at.elapsed());
     assert_eq!(code, 1011);
     assert!(reason.contains("could not be resumed"), "{reason}");
     let (_, metrics) = proxy.http_get("/metrics").await;

@@ -1,9 +1,10 @@
 //! Outbound PHI screening for tools that send text to a third party (TOOLS.md, "PHI never leaves
 //! for a third party"; the rules with examples are in docs/phi.md).
 //!
-//! Two checks run before a third-party call leaves, on every string in its arguments (values and
-//! keys, at any depth: a date limit reaches PubMed as `mindate` just as the query does) and on
-//! any text the tool builds from them ([`Tool::outbound_text`]), each string on its own. A tool
+//! Two checks run before a third-party call leaves, on every text in its arguments (string values,
+//! numbers as their decimal text, and keys, at any depth: a date limit reaches PubMed as `mindate`
+//! just as the query does, a phone number may come as a JSON number) and on any text the tool
+//! builds from them ([`Tool::outbound_text`]), each on its own. A tool
 //! is screened because its spec says `third_party`, so a new third-party tool is covered without
 //! writing anything:
 //!
@@ -11,8 +12,8 @@
 //!    and birth-date phrases, street addresses, names after a title ("Mr.", "Dr") or after
 //!    "patient". Each pattern is written against clinical queries too: "type 2 diabetes",
 //!    "covid-19 2020-2022 trials", "HbA1c 6.5-7.0", "mRNA-1273", "ACE inhibitors 10 mg" pass.
-//! 2. **The session's [`TaintSet`]**: the words of every string a PHI tool has returned in this
-//!    session. A query is blocked when it shares a run of two consecutive words with one of those
+//! 2. **The session's [`TaintSet`]**: the words of every string, number and key a PHI tool has
+//!    returned in this session. A query is blocked when it shares a run of two consecutive words with one of those
 //!    strings (case-insensitive; pairs made only of function words such as "of the" do not count),
 //!    or a single word that is neither common English nor common medical vocabulary — so
 //!    "Zebulon heart failure" is blocked after a calendar event "Follow-up Zebulon Quixote", while
@@ -22,6 +23,7 @@
 //! Vocabulary: `common_words.txt` (the 20,000 most frequent English words, from wordfreq) and
 //! `medical_words.txt` (drug classes, drugs, diseases, anatomy, tests, research terms).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
@@ -125,21 +127,42 @@ pub struct TaintSet {
 }
 
 impl TaintSet {
-    /// Taint every string inside a PHI tool's result.
+    /// Taint everything inside a PHI tool's result: every string and number (a case number may
+    /// come as a JSON number), and every object key (a result may be keyed by patient name).
     pub fn add_result(&mut self, result: &Value) {
-        let mut strings = Vec::new();
-        collect_strings(result, &mut strings);
-        for text in strings {
-            self.add_text(text);
+        match result {
+            Value::String(s) => self.add_text(s),
+            Value::Number(n) => self.add_text(&n.to_string()),
+            Value::Array(items) => items.iter().for_each(|v| self.add_result(v)),
+            Value::Object(map) => map.iter().for_each(|(key, v)| {
+                self.add_key(key);
+                self.add_result(v);
+            }),
+            Value::Bool(_) | Value::Null => {}
         }
     }
 
     pub fn add_text(&mut self, text: &str) {
+        self.add_words(text, true);
+    }
+
+    /// A key that reads as text ("Zebulon Quixote", "John Smith") taints as text. A schema-like
+    /// key ("heart_rate", "date_of_birth") is the result's shape, not patient data: only its rare
+    /// words taint ("mrn_4471123"), not its pairs, or every later query about heart rate would be
+    /// blocked after one vital-signs result.
+    fn add_key(&mut self, key: &str) {
+        self.add_words(key, key.chars().any(char::is_whitespace));
+    }
+
+    fn add_words(&mut self, text: &str, with_pairs: bool) {
         let words = words(text);
         for word in &words {
             if is_rare(word) {
                 self.rare_words.insert(word.clone());
             }
+        }
+        if !with_pairs {
+            return;
         }
         for pair in words.windows(2) {
             if counts_as_pair(&pair[0], &pair[1]) {
@@ -182,34 +205,28 @@ fn named_patient(text: &str) -> bool {
 /// Screen what a third-party call would send. `Err(PhiBlocked)` means the call must not leave.
 pub fn screen_call(tool: &dyn Tool, args: &Value, taint: &TaintSet) -> Result<(), ToolError> {
     let mut strings = Vec::new();
-    argument_strings(args, &mut strings);
+    collect_strings(args, &mut strings);
     let built = tool.outbound_text(args);
-    strings.into_iter().chain(built.as_deref()).try_for_each(|text| screen_text(text, taint))
-}
-
-/// Every string in a call's arguments: values and object keys, at any depth.
-fn argument_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
-    match value {
-        Value::String(s) => out.push(s),
-        Value::Array(items) => items.iter().for_each(|v| argument_strings(v, out)),
-        Value::Object(map) => map.iter().for_each(|(key, v)| {
-            out.push(key);
-            argument_strings(v, out);
-        }),
-        _ => {}
-    }
+    strings.iter().map(|text| text.as_ref()).chain(built.as_deref()).try_for_each(|text| screen_text(text, taint))
 }
 
 pub fn screen_text(text: &str, taint: &TaintSet) -> Result<(), ToolError> {
     if has_identifier(text) || taint.matches(text) { Err(ToolError::PhiBlocked) } else { Ok(()) }
 }
 
-pub(crate) fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+/// Every text in a call's arguments, in order: string values, numbers as their decimal text (a
+/// phone or record number sent as a JSON number leaves just as a string would) and object keys,
+/// each key right before its value, at any depth.
+pub(crate) fn collect_strings<'a>(value: &'a Value, out: &mut Vec<Cow<'a, str>>) {
     match value {
-        Value::String(s) => out.push(s),
+        Value::String(s) => out.push(Cow::Borrowed(s)),
+        Value::Number(n) => out.push(Cow::Owned(n.to_string())),
         Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
-        _ => {}
+        Value::Object(map) => map.iter().for_each(|(key, v)| {
+            out.push(Cow::Borrowed(key));
+            collect_strings(v, out);
+        }),
+        Value::Bool(_) | Value::Null => {}
     }
 }
 
@@ -250,194 +267,4 @@ fn known(list: &HashSet<&'static str>, word: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn tainted(texts: &[&str]) -> TaintSet {
-        let mut taint = TaintSet::default();
-        texts.iter().for_each(|t| taint.add_text(t));
-        taint
-    }
-
-    #[test]
-    fn every_pattern_compiles() {
-        for source in identifier_sources() {
-            assert!(Regex::new(&source).is_ok(), "{source}");
-        }
-        assert_eq!(IDENTIFIER_PATTERNS.len(), identifier_sources().len());
-        assert!(AFTER_PATIENT.is_some());
-    }
-
-    #[test]
-    fn the_tools_md_example() {
-        let mut taint = TaintSet::default();
-        taint.add_result(&json!({"events": [{"title": "Follow-up Zebulon Quixote"}]}));
-        assert!(taint.matches("Zebulon heart failure"));
-        assert!(taint.matches("QUIXOTE"));
-        assert!(!taint.matches("beta blockers in heart failure"));
-        assert!(taint.matches("outcomes after follow-up zebulon"));
-    }
-
-    #[test]
-    fn two_word_runs_match_even_when_common() {
-        let taint = tainted(&["Heart failure clinic review"]);
-        assert!(taint.matches("clinic review outcomes"));
-        // TOOLS.md: any run of two words, common or not.
-        assert!(taint.matches("SGLT2 in HEART FAILURE"));
-        assert!(!taint.matches("heart rate variability"));
-        assert!(!taint.matches("failure heart"));
-    }
-
-    #[test]
-    fn medical_vocabulary_is_not_rare() {
-        let taint = tainted(&[
-            "Metformin SGLT2 anticoagulation apixaban",
-            "Started empagliflozin; echocardiography booked",
-            "Alzheimer's dementia, Parkinson's, hyperkalaemia",
-        ]);
-        for query in [
-            "metformin",
-            "sglt2 inhibitors",
-            "anticoagulation",
-            "apixaban dosing",
-            "empagliflozin",
-            "echocardiography",
-            "alzheimer disease",
-            "hyperkalaemia treatment",
-            "statins",
-        ] {
-            assert!(!taint.matches(query), "{query}");
-        }
-    }
-
-    #[test]
-    fn unusual_names_stay_rare() {
-        for name in ["zebulon", "quixote", "oyarvide", "ngozi", "o'shaughnessy", "müller"] {
-            assert!(is_rare(name), "{name}");
-        }
-        for word in ["metformin", "sglt2", "anticoagulation", "heart", "inhibitors", "stenoses", "b12"] {
-            assert!(!is_rare(word), "{word}");
-        }
-        let taint = tainted(&["Zebulon's MRI", "Call O'Shaughnessy about Müller"]);
-        assert!(taint.matches("zebulon"));
-        assert!(taint.matches("o'shaughnessy asthma"));
-        assert!(taint.matches("Müller sepsis"));
-        assert!(!taint.matches("MRI of the knee"));
-    }
-
-    #[test]
-    fn long_numbers_from_phi_results_are_rare_years_are_not() {
-        let taint = tainted(&["Case 4711882, seen 2024", "Room 12 Smith"]);
-        assert!(taint.matches("4711882 sepsis"));
-        assert!(!taint.matches("sepsis 2024 guideline"));
-        // Numbers keep runs consecutive: "room" and "smith" were not next to each other.
-        assert!(!taint.matches("room smith"));
-        assert!(taint.matches("room 12"));
-    }
-
-    #[test]
-    fn function_word_pairs_are_not_leaks() {
-        let taint = tainted(&["Review of the results in the clinic"]);
-        assert!(!taint.matches("effect of the intervention in the elderly"));
-        assert!(taint.matches("results in children"));
-    }
-
-    #[test]
-    fn empty_taint_matches_nothing() {
-        let taint = TaintSet::default();
-        assert!(taint.is_empty());
-        assert!(!taint.matches("Zebulon Quixote"));
-        let mut taint = TaintSet::default();
-        taint.add_result(&json!({"count": 3, "ok": true, "items": []}));
-        assert!(taint.is_empty());
-    }
-
-    #[test]
-    fn identifiers_are_blocked() {
-        for leak in [
-            "MRN 12345678 sepsis",
-            "mrn: A-1234 pneumonia",
-            "record number 98765",
-            "patient ID 4711 outcomes",
-            "Fallnummer 20231234",
-            "123-45-6789",
-            "SSN of patient",
-            "call 555-123-4567",
-            "(555) 123-4567 asthma",
-            "+49 30 12345678",
-            "0171 1234567 diabetes",
-            "555123456789",
-            "jane.doe@example.org asthma",
-            "born 03/04/1961",
-            "born on 3 March",
-            "DOB 1961 asthma",
-            "date of birth and sepsis",
-            "03/04/1961 asthma",
-            "3.4.61 asthma",
-            "1961-03-04 admission",
-            "12 March 1961 asthma",
-            "12th of March 1961",
-            "March 12, 1961 asthma",
-            "lives at 42 Elm Street",
-            "17 Oak Tree Lane",
-            "221B Baker St",
-            "Hauptstraße 5 Berlin",
-            "Mr. Smith chest pain",
-            "Dr Quixote asthma",
-            "Frau Müller sepsis",
-            "patient John Smith",
-            "patient Zebulon heart failure",
-            "pt: Quixote pneumonia",
-        ] {
-            assert!(has_identifier(leak), "{leak}");
-            assert_eq!(screen_text(leak, &TaintSet::default()), Err(ToolError::PhiBlocked), "{leak}");
-        }
-    }
-
-    #[test]
-    fn clinical_queries_pass() {
-        for clean in [
-            "beta blockers in heart failure",
-            "type 2 diabetes metformin dose",
-            "covid-19 2020-2022 trials",
-            "ACE inhibitors 10 mg",
-            "SGLT2 inhibitors 2023 meta-analysis",
-            "CHA2DS2-VASc score in atrial fibrillation",
-            "HbA1c target 6.5-7.0 in older adults",
-            "pH 7.35-7.45 metabolic acidosis",
-            "mRNA-1273 vaccine efficacy",
-            "medical record review quality",
-            "electronic medical record adoption",
-            "infants born to mothers with diabetes",
-            "children born in 2010 vaccination",
-            "patient with heart failure",
-            "Patient Reported Outcomes in COPD",
-            "Patient Safety Outcomes",
-            "patients undergoing PCI",
-            "2 stents in place",
-            "MS treatment natalizumab",
-            "PMID 27797938",
-            "10.1136/gutjnl-2016-312510",
-            "apixaban 5 mg twice daily 2019",
-            "ICD-10 I48.0 coding",
-            "1-2-3 rule",
-            "vitamin B12 deficiency",
-            "troponin 14 ng/L cut-off",
-            "follow up after myocardial infarction",
-            "Wells score for DVT",
-        ] {
-            assert!(!has_identifier(clean), "{clean}");
-            assert_eq!(screen_text(clean, &TaintSet::default()), Ok(()), "{clean}");
-        }
-    }
-
-    #[test]
-    fn screen_text_combines_patterns_and_taint() {
-        let taint = tainted(&["Quixote, Zebulon", "Knee pain follow-up"]);
-        assert_eq!(screen_text("zebulon knee", &taint), Err(ToolError::PhiBlocked));
-        assert_eq!(screen_text("knee pain management", &taint), Err(ToolError::PhiBlocked));
-        assert_eq!(screen_text("knee osteoarthritis management", &taint), Ok(()));
-        assert_eq!(screen_text("osteoarthritis 01/02/2003", &taint), Err(ToolError::PhiBlocked));
-    }
-}
+mod tests;

@@ -10,7 +10,7 @@
 //! grace only while nothing else holds the response gate shut, the close deadline only while calls
 //! run), so an idle session sleeps until a frame or a real deadline.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use tokio_util::time::DelayQueue;
 use super::deadlines::{Deadlines, Due};
 use super::gated::Gated;
 use super::calls::CallTable;
+use super::closing::{CLOSE_GRACE, CloseStep, Closing, close_step};
 use super::outbox::{FrameResult, Outbox, PeerIo};
 use super::pace::FramePace;
 use super::resume::{Connect, Reason, Resume};
@@ -49,10 +50,6 @@ enum Peer {
     Upstream,
 }
 
-/// After the close deadline, how long audit acknowledgements may still take before the session
-/// ends anyway (the records are already with the writer; only the wait is given up).
-const CLOSE_GRACE: Duration = Duration::from_secs(2);
-
 /// Frames still read from an upstream whose write side failed, at most.
 const TAKE_IN_AT_MOST: usize = 256;
 
@@ -63,15 +60,12 @@ const TAKE_IN_AT_MOST: usize = 256;
 /// and timers and tool completions still get a turn.
 const READY_BATCH: usize = 32;
 
-/// How the session is ending.
-pub(super) struct Closing {
-    pub outcome: SessionOutcome,
-    /// Close frame for the client (none when the client is already gone).
-    pub client_close: Option<CloseFrame>,
-    /// Close frame for the upstream.
-    pub upstream_close: Option<CloseFrame>,
-    /// Running calls may finish until then.
-    pub deadline: Instant,
+/// A call's output on its way to the model, until the upstream acknowledges its item (or refuses
+/// it).
+pub(super) struct PendingOutput {
+    /// The frame's `event_id`: an upstream `error` naming it refuses the output.
+    pub event_id: Option<String>,
+    pub frame: String,
 }
 
 pub(super) struct Bridge {
@@ -86,8 +80,8 @@ pub(super) struct Bridge {
     pub gate: ResponseGate,
     pub frames: FrameCounters,
     pub span: tracing::Span,
-    /// Names of the client's own tools (from its `session.update`).
-    pub client_tools: HashSet<String>,
+    /// Names of the client's own tools (from its `session.update` and `response.create`s).
+    pub client_tools: super::client_frames::ClientTools,
     /// Server-owned function-call items: item id → call id.
     pub owned_items: HashMap<String, String>,
     /// Server-owned calls seen so far: call id → tool name.
@@ -111,9 +105,9 @@ pub(super) struct Bridge {
     pub upstream_stalled: bool,
     /// When voxgate sent the upstream a ping no pong has answered yet.
     pub upstream_ping_since: Option<Instant>,
-    /// Outputs sent whose item the upstream has not acknowledged yet: call id → the frame (sent
-    /// again on a new upstream if the old one went away before acknowledging it).
-    pub unacknowledged_outputs: HashMap<String, String>,
+    /// Outputs due to the upstream whose item it has not acknowledged yet, queued or not: call id
+    /// → the output (sent again on a new upstream if the old one went away before acknowledging it).
+    pub unacknowledged_outputs: HashMap<String, PendingOutput>,
     /// The conversation log and the state of a resume (sessions that outlive their upstream).
     pub resume: Resume,
     /// The client frame-rate ceiling, when configured.
@@ -153,7 +147,7 @@ impl Bridge {
             calls,
             gate: ResponseGate::default(),
             span,
-            client_tools: HashSet::new(),
+            client_tools: Default::default(),
             owned_items: HashMap::new(),
             owned_calls: HashMap::new(),
             injected: false,
@@ -209,19 +203,24 @@ impl Bridge {
                 bridge.give_up_resume().await;
             }
             if let Some(closing) = &bridge.closing {
-                let done = bridge.calls.unfinished() == 0 && bridge.audit_acks.is_empty();
-                if done {
-                    break;
-                }
-                let now = Instant::now();
-                if now >= closing.deadline + CLOSE_GRACE {
-                    tracing::warn!(parent: &bridge.span, "session outlived its close deadline; ending it");
-                    break;
-                }
-                if now >= closing.deadline && bridge.calls.running() > 0 {
-                    let actions = bridge.calls.abandon_running();
-                    bridge.tool_tasks.abort_all();
-                    bridge.perform(actions).await;
+                let step = close_step(
+                    Instant::now(),
+                    closing.deadline,
+                    bridge.calls.unfinished(),
+                    bridge.calls.running(),
+                    !bridge.audit_acks.is_empty(),
+                );
+                match step {
+                    CloseStep::Done => break,
+                    CloseStep::Wait => {}
+                    CloseStep::Abandon => bridge.abandon_running().await,
+                    CloseStep::End { abandon } => {
+                        if abandon {
+                            bridge.abandon_running().await;
+                        }
+                        tracing::warn!(parent: &bridge.span, "session outlived its close deadline; ending it");
+                        break;
+                    }
                 }
             }
             // Armed only while firing it changes something: running calls are abandoned at the
@@ -313,51 +312,8 @@ impl Bridge {
         }
         // Boxed: closing both sockets is the largest state the session ever awaits (it holds the
         // bridge itself and two bounded closes), and inline it would size the task's allocation,
-        // and so every session's memory, for the whole session (docs/performance.md, twelfth pass).
+        // and so every session's memory, for the whole session (docs/performance-history.md, twelfth pass).
         Box::pin(bridge.finish()).await
-    }
-
-    /// Start closing: decline parked calls, tell the client, let running calls finish.
-    pub(super) async fn begin_close(&mut self, outcome: SessionOutcome, notify: bool) {
-        let reason = match outcome {
-            SessionOutcome::Drained => "service restart",
-            SessionOutcome::Killed => "ended by an administrator",
-            SessionOutcome::IdleTimeout => "idle timeout",
-            SessionOutcome::AuthExpired => "authorisation expired",
-            SessionOutcome::SlowClient => "client too slow",
-            _ => "session ended",
-        };
-        if notify && self.info.wants_events {
-            // Only a drain sends the client elsewhere; a kill or an expiry must not be undone by it.
-            let reconnect = outcome == SessionOutcome::Drained;
-            let _ = self.to_client.try_send(Message::text(events::session_closing(reason, reconnect)));
-        }
-        let code = match outcome {
-            SessionOutcome::Drained => CloseCode::Restart,
-            SessionOutcome::SlowClient | SessionOutcome::AuthExpired => CloseCode::Policy,
-            _ => CloseCode::Normal,
-        };
-        let frame = close_frame(code, reason);
-        self.begin_close_with(outcome, Some(frame.clone()), Some(frame)).await;
-    }
-
-    pub(super) async fn begin_close_with(
-        &mut self,
-        outcome: SessionOutcome,
-        client_close: Option<CloseFrame>,
-        upstream_close: Option<CloseFrame>,
-    ) {
-        if self.closing.is_some() {
-            return;
-        }
-        self.closing = Some(Closing {
-            outcome,
-            client_close,
-            upstream_close,
-            deadline: Instant::now() + self.deps.settings.drain_timeout,
-        });
-        let actions = self.calls.close_parked();
-        self.perform(actions).await;
     }
 
     async fn finish(self) -> SessionOutcome {

@@ -78,7 +78,8 @@ struct Call {
     accepted_at: Instant,
     phi: bool,
     args_sha256: String,
-    /// Arguments as written to the audit log: only for tools that handle no PHI.
+    /// Arguments as written to the audit log: only for tools that handle no PHI, only as screened
+    /// (see `audit_record`).
     audit_arguments: Option<Value>,
     /// Validated arguments, kept while the call waits for confirmation.
     args: Option<Value>,
@@ -168,9 +169,10 @@ impl CallTable {
         self.calls.values().filter(|c| c.state != State::Done).count()
     }
 
-    /// Calls still running.
+    /// Calls still running, or approved and about to run (their `call_approved` is being
+    /// flushed): what [`Self::abandon_running`] ends at the close deadline.
     pub fn running(&self) -> usize {
-        self.calls.values().filter(|c| c.state == State::Running).count()
+        self.calls.values().filter(|c| matches!(c.state, State::Running | State::Approving)).count()
     }
 
     /// The model finished a call's arguments: accept it and take it as far as it can go now.
@@ -423,7 +425,14 @@ impl CallTable {
         // The last policy phase, at run time so an approval after new PHI results is screened
         // against them too: nothing leaves for a third party unscreened.
         match self.screen(&tool, &args) {
-            Ok(()) => actions.push(Action::Spawn { call_id: call_id.to_string(), tool, args }),
+            Ok(()) => {
+                // What is audited is what was screened as it left, against the taint as it is now.
+                let audit_arguments = self.audit_arguments(&tool, &args);
+                if let Some(call) = self.calls.get_mut(call_id) {
+                    call.audit_arguments = audit_arguments;
+                }
+                actions.push(Action::Spawn { call_id: call_id.to_string(), tool, args });
+            }
             Err(blocked) => actions.extend(self.finish(call_id, Outcome::Failed(blocked))),
         }
         actions
@@ -446,9 +455,11 @@ impl CallTable {
         if matches!(call.state, State::Finishing | State::Done) {
             return Vec::new();
         }
+        let ran = call.state == State::Running;
         call.state = State::Finishing;
         call.pending_gates += 1;
         call.outcome = Some(outcome);
+        self.settle_audit_arguments(call_id, ran);
         let Some(call) = self.calls.get(call_id) else { return Vec::new() };
         let record = self.record(AuditEvent::CallFinished, call_id, call);
         vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }]

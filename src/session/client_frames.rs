@@ -4,9 +4,10 @@
 //! its own `voxgate.*` events. Bad frames get an `error` event and the session goes on; frames past
 //! the per-session rate ceiling are dropped; text that is not UTF-8 closes the socket with 1007.
 
+use std::collections::HashSet;
+
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
-
 
 use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
@@ -14,6 +15,54 @@ use super::pace::Pace;
 use crate::protocol::client::{self, CallGuard, Refusal};
 use crate::protocol::peek_client;
 use crate::protocol::voxgate::codes;
+
+/// Distinct tool names the client's `response.create`s may add to the session's client tools,
+/// beyond those of its `session.update` (see [`ClientTools`]).
+pub(super) const MAX_RESPONSE_TOOL_NAMES: usize = 256;
+
+/// The names of the client's own tools: a model call to one of them is the client's to answer.
+/// Those of its last `session.update` that set tools, and those its `response.create`s brought
+/// for a single response. The latter are kept for the session (a call may come in any response
+/// after), so they are bounded: a client inventing new names on every frame must not grow the
+/// session without end.
+#[derive(Debug, Default)]
+pub(super) struct ClientTools {
+    session: HashSet<String>,
+    per_response: HashSet<String>,
+}
+
+/// A `response.create` would take the per-response tool names past [`MAX_RESPONSE_TOOL_NAMES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("response.create declared more distinct client tool names than this server keeps for a session ({MAX_RESPONSE_TOOL_NAMES}); the event was dropped")]
+pub(super) struct TooManyToolNames;
+
+impl ClientTools {
+    pub(super) fn contains(&self, name: &str) -> bool {
+        self.session.contains(name) || self.per_response.contains(name)
+    }
+
+    /// A `session.update` set the client's tools.
+    pub(super) fn set_session(&mut self, names: &[String]) {
+        self.session = names.iter().cloned().collect();
+    }
+
+    /// A `response.create` brought tools of its own; nothing is added when they would take the
+    /// per-response names past the bound. Names already known cost nothing.
+    pub(super) fn add_for_response(&mut self, names: &[String]) -> Result<(), TooManyToolNames> {
+        let new: HashSet<&String> = names.iter().filter(|n| !self.contains(n)).collect();
+        if self.per_response.len() + new.len() > MAX_RESPONSE_TOOL_NAMES {
+            return Err(TooManyToolNames);
+        }
+        self.per_response.extend(new.into_iter().cloned());
+        Ok(())
+    }
+
+    /// Names kept for the session in all.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.session.len() + self.per_response.len()
+    }
+}
 
 impl Bridge {
     /// Handle one client frame; false when the client side has ended.
@@ -116,7 +165,7 @@ impl Bridge {
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
-                self.client_tools = merged.client_tools.iter().cloned().collect();
+                self.client_tools.set_session(&merged.client_tools);
                 self.injected = true;
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(merged.frame.as_bytes(), |name| registry.is_server_tool_name(name));
@@ -138,7 +187,10 @@ impl Bridge {
             }
             Ok(Some(merged)) => {
                 // Calls to this response's own client tools are the client's to answer.
-                self.client_tools.extend(merged.client_tools.iter().cloned());
+                if let Err(err) = self.client_tools.add_for_response(&merged.client_tools) {
+                    self.client_error(codes::INVALID_EVENT, &err.to_string(), event_id).await;
+                    return;
+                }
                 self.resume.note_client_request(&merged.frame);
                 self.forward_merged(merged, event_id).await;
             }
@@ -258,5 +310,28 @@ fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
         None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ten_thousand_response_creates_with_new_tool_names_keep_the_names_bounded() {
+        let mut tools = ClientTools::default();
+        tools.set_session(&["get_weather".to_string()]);
+        let mut refused = 0;
+        for i in 0..10_000 {
+            if tools.add_for_response(&[format!("tool_{i}"), "get_weather".to_string()]).is_err() {
+                refused += 1;
+            }
+        }
+        assert_eq!(tools.len(), 1 + MAX_RESPONSE_TOOL_NAMES);
+        assert_eq!(refused, 10_000 - MAX_RESPONSE_TOOL_NAMES);
+        // Known names still pass, and a new session.update replaces only the session's own.
+        assert!(tools.add_for_response(&["tool_0".to_string(), "get_weather".to_string()]).is_ok());
+        tools.set_session(&["other".to_string()]);
+        assert!(tools.contains("other") && tools.contains("tool_1") && !tools.contains("get_weather"));
     }
 }

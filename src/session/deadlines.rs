@@ -114,7 +114,7 @@ impl Deadlines {
             return;
         }
         // Pairwise, not an iterator chain: this runs on every turn of the loop, and the chain cost
-        // ≈ 120 instructions a turn more (callgrind, docs/performance.md, seventeenth pass).
+        // ≈ 120 instructions a turn more (callgrind, docs/performance-history.md, seventeenth pass).
         let mut earliest = earlier(self.closing, self.gate);
         for at in [self.age, self.idle, self.ping, self.auth] {
             earliest = earlier(earliest, at);

@@ -13,6 +13,7 @@
 //! - [`pace`]: the per-session ceiling on client frames per second.
 //! - `peers`: bounded sends to the client and the upstream, events, pings.
 //! - `tool_actions`: carrying out what the call table decided (audit, spawn, outputs).
+//! - `closing`: how a session ends (parked calls declined, the rest abandoned at the deadline).
 //! - [`resume`]: sessions that outlive their upstream (conversation log, restore, reconnect).
 
 mod bridge;
@@ -20,6 +21,7 @@ mod deadlines;
 pub(crate) mod gated;
 pub mod calls;
 mod client_frames;
+mod closing;
 pub mod live;
 pub mod outbox;
 mod pace;

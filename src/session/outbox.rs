@@ -14,7 +14,7 @@
 //! Not split: `StreamExt::split` puts the socket behind a `BiLock`, taken and released on every
 //! read, every `poll_ready`, every `start_send` and every flush (two atomic swaps each). Only the
 //! session task touches the socket, so the lock guarded nothing; it was ≈ 3 % of the session
-//! threads' samples (docs/performance.md, fourteenth and fifteenth passes).
+//! threads' samples (docs/performance-history.md, fourteenth and fifteenth passes).
 //!
 //! The queue is the backpressure we want: a peer that does not read fills it, the session then
 //! waits for room (a slow reader slows the peer that feeds it), and every such wait is bounded by

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::time::DelayQueue;
 
-use super::bridge::Bridge;
+use super::bridge::{Bridge, PendingOutput};
 use super::calls::Action;
 use super::runner::ToolJob;
 use crate::audit::{AuditError, AuditEvent};
@@ -87,14 +87,33 @@ impl Bridge {
                 Action::Output { call_id, output } => {
                     self.queue_audits(&mut audits);
                     let frame = events::function_call_output(&call_id, &output);
-                    if self.send_upstream(Message::text(frame.clone())).await {
-                        self.gate.on_output_sent();
-                        self.unacknowledged_outputs.insert(call_id, frame);
-                    }
+                    let event_id = crate::protocol::peek_client(&frame).ok().and_then(|(_, id)| id.map(|id| id.into_owned()));
+                    // Recorded whether or not the upstream's queue took it: a send that fails (it
+                    // timed out on an upstream that stopped reading, or the upstream is gone)
+                    // queued nothing, and the resume that follows sends every unacknowledged
+                    // output to the new upstream, once; so the model gets exactly one output per
+                    // call, never none (CONTRACT §9). Without a resume the session closes anyway.
+                    self.send_upstream(Message::text(frame.clone())).await;
+                    self.gate.on_output_sent();
+                    self.unacknowledged_outputs.insert(call_id, PendingOutput { event_id, frame });
                 }
             }
         }
         self.queue_audits(&mut audits);
+    }
+
+    /// The upstream answered one of voxgate's frames with an `error`: if the frame was an output
+    /// (say its `call_id` is unknown there), that output will never be acknowledged. It is no
+    /// longer pending: a resume does not send it again, and it no longer keeps the session from
+    /// being quiet enough to recycle. True when `event_id` was an output's.
+    pub(super) fn on_output_refused(&mut self, event_id: &str) -> bool {
+        let refused = self.unacknowledged_outputs.iter().find(|(_, o)| o.event_id.as_deref() == Some(event_id)).map(|(c, _)| c.clone());
+        let Some(call_id) = refused else { return false };
+        tracing::warn!(parent: &self.span, "the realtime service refused a tool output");
+        self.unacknowledged_outputs.remove(&call_id);
+        // The gate's count of outputs on their way: this one has arrived, as a refusal.
+        self.gate.on_output_acknowledged();
+        true
     }
 
     /// Hand records to the audit writer as one job; their acknowledgements come back to the loop.

@@ -169,6 +169,11 @@ impl Bridge {
                 let code = error.error.code.as_deref().unwrap_or_default();
                 let event_id = error.error.event_id.as_deref().unwrap_or_default();
                 tracing::debug!(parent: &self.span, code, "upstream refused an event voxgate sent");
+                if self.on_output_refused(event_id) {
+                    // An output, not a request: the gate's request state is not concerned.
+                    self.send_client(Message::Text(text)).await;
+                    return;
+                }
                 if code == "conversation_already_has_active_response" && self.gate.on_request_refused(event_id) {
                     // voxgate's own race with server VAD: retried after the active response.
                     return;

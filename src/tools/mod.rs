@@ -245,7 +245,7 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// Text this call builds from its arguments and sends to a third party, for PHI screening
-    /// besides every string argument (which is always screened); `None` when it builds none.
+    /// besides every string, number and key in the arguments (always screened); `None` when it builds none.
     fn outbound_text(&self, _args: &Value) -> Option<String> {
         None
     }

@@ -188,3 +188,34 @@ async fn an_unreadable_event_that_may_carry_a_server_call_is_dropped_and_the_cli
     assert_eq!(errors, 3);
     assert!(h.metrics.render().contains(r#"voxgate_client_errors_total{code="voxgate_upstream_event_unreadable"} 3"#));
 }
+
+/// Each `response.create` may bring tools of its own, and calls to them are the client's; but the
+/// names it brings are kept for the session, so a client inventing new ones on every frame would
+/// grow the session without bound. Past the bound such a frame is refused, and names already
+/// known cost nothing.
+#[tokio::test(start_paused = true)]
+async fn response_create_cannot_grow_the_client_tool_names_without_bound() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let create = |id: String, name: String| {
+        json!({"type": "response.create", "event_id": id, "response": {"tools": [
+            {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}]}})
+    };
+    let bound = crate::session::client_frames::MAX_RESPONSE_TOOL_NAMES;
+    for i in 0..bound + 20 {
+        h.browser_sends(create(format!("rc_{i}"), format!("client_tool_{i}"))).await;
+    }
+    // A name the session already knows is no new name.
+    h.browser_sends(create("rc_known".into(), "client_tool_0".into())).await;
+    h.browser_sends(json!({"type": "voxgate.sync", "event_id": "sync"})).await;
+    let mut refused = Vec::new();
+    loop {
+        let error = h.browser_expects("error").await;
+        if error["error"]["event_id"] == "sync" {
+            break;
+        }
+        assert_eq!(error["error"]["code"], "voxgate_invalid_event", "{error}");
+        refused.push(error["error"]["event_id"].as_str().unwrap_or_default().to_string());
+    }
+    let expected: Vec<String> = (bound..bound + 20).map(|i| format!("rc_{i}")).collect();
+    assert_eq!(refused, expected);
+}

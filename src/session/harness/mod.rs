@@ -11,8 +11,8 @@
 //! session time still pass in seconds.
 //!
 //! The tests: [`bounds`] (the loop never freezes, never spins, the response gate never blocks
-//! tool results), [`guards`] (what a hostile peer cannot do) and [`batching`] (a burst costs a
-//! few turns, not one per frame).
+//! tool results), [`guards`] (what a hostile peer cannot do), [`batching`] (a burst costs a
+//! few turns, not one per frame) and [`closing`] (no call ends without its finish record).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -42,6 +42,7 @@ use crate::upstream::UpstreamConn;
 
 mod batching;
 mod bounds;
+mod closing;
 mod guards;
 
 pub(super) const TOOL: &str = "calculate_medical_score";

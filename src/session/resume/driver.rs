@@ -49,7 +49,7 @@ impl Bridge {
             outcome = tracing::field::Empty,
             items_restored = tracing::field::Empty,
         );
-        let lost_outputs = self.unacknowledged_outputs.values().cloned().collect();
+        let lost_outputs = self.unacknowledged_outputs.values().map(|o| o.frame.clone()).collect();
         self.upstream_ping_since = None;
         self.upstream_stalled = false;
         self.gate.on_upstream_replaced();

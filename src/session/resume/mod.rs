@@ -50,11 +50,12 @@ type Connecting = BoxFuture<'static, Result<UpstreamConn, UpstreamError>>;
 /// How long a resumed upstream must stay up for its resume to count as done. Without this, an
 /// upstream (or a load balancer in front of it) that takes the upgrade and closes at once, or
 /// rejects every restore, would have the session connect, restore up to `resume_max_bytes` and
-/// reconnect at once, forever: each gap would start afresh at attempt 1 with no delay. A loss
+/// reconnect almost at once, forever: each gap would start afresh at attempt 1. A loss
 /// sooner than this after a restore continues that resume's attempts and back-off instead, so
 /// such an upstream costs `resume_attempts` connections before the session closes. Long enough to
 /// cover an upstream that dies on the restore or its first turn; short enough that a loss after
-/// a healthy stretch (a network blip, the provider's 60-minute cap) is a fresh resume, at once.
+/// a healthy stretch (a network blip, the provider's 60-minute cap) is a fresh resume, from its
+/// first attempt.
 const SETTLED_AFTER: Duration = Duration::from_secs(30);
 
 /// `upstream.resume*` and `upstream.max_session_age_s`, read once.
@@ -129,7 +130,7 @@ struct Restored {
     attempts: u32,
 }
 
-/// The number of a new gap's first connection attempt: 1 (at once) unless the upstream it lost
+/// The number of a new gap's first connection attempt: 1 (after a short jitter) unless the upstream it lost
 /// was restored less than [`SETTLED_AFTER`] ago, in which case that resume goes on where it
 /// stopped. A recycle for age is never a continuation: its upstream was healthy and still is.
 fn first_attempt(last: Option<Restored>, reason: Reason, now: Instant) -> u32 {
@@ -139,9 +140,31 @@ fn first_attempt(last: Option<Restored>, reason: Reason, now: Instant) -> u32 {
     }
 }
 
-/// How long attempt `attempt` (1-based) of a resume waits before connecting.
-fn delay_before(attempt: u32) -> Duration {
-    if attempt <= 1 { Duration::ZERO } else { crate::tools::http::backoff(attempt - 1) }
+/// The first attempt of a resume waits a random moment up to this long: after an upstream-wide
+/// blip every session loses its upstream at the same instant, and would otherwise reconnect at
+/// the same instant too.
+const FIRST_ATTEMPT_JITTER: Duration = Duration::from_millis(500);
+
+/// The attempts of a resume (`upstream.resume_attempts`) are spread over at least this long, so
+/// that a provider answering 429/503 for a few seconds does not end every session a second after
+/// the blip: each retry waits at least this divided by the retries, or the doubling back-off
+/// (250 ms, 500 ms, …) when that is longer, plus up to 50 % jitter.
+pub(super) const RETRY_WINDOW: Duration = Duration::from_secs(10);
+
+/// The back-off's first step, doubled on each retry after.
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+
+/// How long attempt `attempt` (1-based) of a resume of `attempts` waits before connecting.
+fn delay_before(attempt: u32, attempts: u32) -> Duration {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    if attempt <= 1 {
+        return Duration::from_millis(rng.random_range(0..=FIRST_ATTEMPT_JITTER.as_millis() as u64));
+    }
+    let doubling = BACKOFF_BASE.saturating_mul(2u32.saturating_pow(attempt - 2));
+    let share = RETRY_WINDOW / attempts.saturating_sub(1).max(1);
+    let base = doubling.max(share);
+    base + Duration::from_millis(rng.random_range(0..=base.as_millis() as u64 / 2))
 }
 
 /// The time without an upstream.
@@ -300,7 +323,7 @@ impl Resume {
         let (attempt, connecting) = if attempt > settings.attempts {
             (attempt - 1, None)
         } else {
-            (attempt, self.attempt(delay_before(attempt)))
+            (attempt, self.attempt(delay_before(attempt, settings.attempts)))
         };
         let started = connecting.is_some();
         self.gap = Some(Gap { reason, attempt, connecting, held, lost_outputs, overflowed: false, span });
@@ -336,7 +359,7 @@ impl Resume {
         if attempt > attempts {
             return false;
         }
-        let connecting = self.attempt(delay_before(attempt));
+        let connecting = self.attempt(delay_before(attempt, attempts));
         if let Some(gap) = &mut self.gap {
             gap.attempt = attempt;
             gap.connecting = connecting;

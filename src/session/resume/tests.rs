@@ -21,6 +21,8 @@ use crate::session::harness::{Harness, TOOL, close_code, expect, pair, start_wit
 use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 use crate::upstream::{UpstreamConn, UpstreamError};
 
+mod outputs;
+
 type Offer = mpsc::UnboundedSender<Result<UpstreamConn, UpstreamError>>;
 
 /// A connector that hands out what the test offers, and counts the attempts.
@@ -404,9 +406,10 @@ async fn an_upstream_that_closes_right_after_every_restore_ends_the_session_afte
     assert_eq!(close_code(&mut h.browser).await, Some(1011));
     let at = connects.lock().unwrap().clone();
     assert_eq!(at.len(), 3, "one connection per attempt, then the session closes");
-    // The back-off carried over: 250 ms then 500 ms (each plus jitter), not at once each time.
-    assert!(at[1] - at[0] >= Duration::from_millis(250), "{:?}", at[1] - at[0]);
-    assert!(at[2] - at[1] >= Duration::from_millis(500), "{:?}", at[2] - at[1]);
+    // The back-off carried over: the retries spread over the retry window (5 s each with three
+    // attempts, plus jitter), not at once each time.
+    assert!(at[1] - at[0] >= Duration::from_secs(5), "{:?}", at[1] - at[0]);
+    assert!(at[2] - at[1] >= Duration::from_secs(5), "{:?}", at[2] - at[1]);
     assert!(h.metrics.render().lines().any(|l| l.starts_with("voxgate_upstream_resumes_total") && l.contains("outcome=\"failed\"") && l.ends_with(" 1")));
     let outcome = h.ends_within(Duration::from_secs(30)).await;
     assert!(matches!(outcome, SessionOutcome::UpstreamClosed | SessionOutcome::UpstreamError), "{outcome:?}");
@@ -423,7 +426,7 @@ async fn a_resumed_upstream_that_lasted_resumes_at_once_when_it_goes_away() {
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
     h.browser_expects("voxgate.session.resumed").await;
     // A healthy stretch (a network blip after a long call, the provider's cap): the next loss is a
-    // fresh resume, attempted at once.
+    // fresh resume, from its first attempt (after a jitter of at most 500 ms).
     tokio::time::sleep(Duration::from_secs(31)).await;
     let proxy_side = drop_model(&mut h).await;
     h.browser_expects("voxgate.session.resuming").await;
@@ -442,10 +445,51 @@ async fn a_loss_soon_after_a_restore_continues_its_attempts_and_a_later_one_star
     assert_eq!(first_attempt(last, Reason::UpstreamError, at + SETTLED_AFTER - Duration::from_millis(1)), 3);
     assert_eq!(first_attempt(last, Reason::UpstreamClosed, at + SETTLED_AFTER), 1, "a resume that held is done");
     assert_eq!(first_attempt(last, Reason::MaxAge, at + Duration::from_secs(1)), 1, "a recycle is no failure");
-    assert_eq!(delay_before(1), Duration::ZERO);
+    // The first attempt: jittered, so sessions that lost their upstream together spread out.
+    let firsts: Vec<Duration> = (0..50).map(|_| delay_before(1, 3)).collect();
+    assert!(firsts.iter().all(|d| *d <= Duration::from_millis(500)), "{firsts:?}");
+    assert!(firsts.iter().any(|d| *d != firsts[0]), "no jitter: {firsts:?}");
     for _ in 0..20 {
-        let (second, third) = (delay_before(2), delay_before(3));
-        assert!(second >= Duration::from_millis(250) && second <= Duration::from_millis(375), "{second:?}");
-        assert!(third >= Duration::from_millis(500) && third <= Duration::from_millis(750), "{third:?}");
+        // Three attempts are spread over the retry window: 5 s each at least, plus jitter.
+        let (second, third) = (delay_before(2, 3), delay_before(3, 3));
+        assert!(second >= Duration::from_secs(5) && second <= Duration::from_millis(7_500), "{second:?}");
+        assert!(third >= Duration::from_secs(5) && third <= Duration::from_millis(7_500), "{third:?}");
+        assert!(second + third >= super::RETRY_WINDOW);
+        // Many attempts: the doubling back-off takes over once it is the longer wait.
+        let (early, late) = (delay_before(2, 11), delay_before(9, 11));
+        assert!(early >= Duration::from_secs(1) && early <= Duration::from_millis(1_500), "{early:?}");
+        assert!(late >= Duration::from_secs(32) && late <= Duration::from_secs(48), "{late:?}");
     }
+}
+
+/// After an upstream-wide blip every session resumes at once; a provider answering 429/503 must
+/// not end them all a second later. The first attempt is jittered, and the attempts are spread
+/// over at least [`super::RETRY_WINDOW`].
+#[tokio::test(start_paused = true)]
+async fn a_refused_resume_spreads_its_attempts_over_the_retry_window() {
+    let connects = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = connects.clone();
+    let connect: Connect = Arc::new(move || {
+        recorded.lock().unwrap().push(tokio::time::Instant::now());
+        async { Err(UpstreamError::Refused { status: 503 }) }.boxed()
+    });
+    let mut h = start_with(
+        |c| {
+            c.upstream.resume = true;
+            c.upstream.resume_attempts = 3;
+        },
+        1 << 20,
+        Some(connect),
+        Vec::new(),
+    )
+    .await;
+    let lost = tokio::time::Instant::now();
+    drop(drop_model(&mut h).await);
+    h.browser_expects("voxgate.session.resuming").await;
+    assert_eq!(close_code(&mut h.browser).await, Some(1011));
+    let at = connects.lock().unwrap().clone();
+    assert_eq!(at.len(), 3, "one connection per attempt, then the session closes");
+    // The harness clock runs ten times faster than real time: a little slack for the loop's own work.
+    assert!(at[0] - lost <= Duration::from_millis(700), "first attempt after {:?}", at[0] - lost);
+    assert!(at[2] - lost >= Duration::from_secs(10), "the attempts took only {:?}", at[2] - lost);
 }
