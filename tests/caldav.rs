@@ -144,7 +144,7 @@ async fn a_calendar_is_picked_by_display_name_and_unknown_names_are_refused() {
     assert_eq!(all["count"], 2, "{all}");
 
     let err = tools.call("create_calendar_event", booking("Nowhere", Some("Tasks")), "s", "c-x").await.unwrap_err();
-    assert_eq!(err.code(), "invalid_arguments");
+    assert_eq!(err.code().as_str(), "invalid_arguments");
     assert!(err.public_message().contains("calendar_name"), "{}", err.public_message());
 
     // find_event, the crash-recovery probe, sees the event by its UID.
@@ -192,7 +192,7 @@ async fn wrong_password_and_a_dead_server_are_clear_backend_errors() {
         ("create_calendar_event", booking("Secret title", None)),
     ] {
         let err = tools.call(name, args, "s", name).await.unwrap_err();
-        assert_eq!(err.code(), "backend_error");
+        assert_eq!(err.code().as_str(), "backend_error");
         let message = err.public_message();
         assert!(message.contains("refused the credentials"), "{message}");
         for leak in ["not the password", "127.0.0.1", &server.port.to_string(), "Secret title"] {
@@ -205,7 +205,7 @@ async fn wrong_password_and_a_dead_server_are_clear_backend_errors() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let tools = Tools::new(&config(&format!("http://127.0.0.1:{port}/"), PASSWORD, None));
     let err = tools.call("get_calendar_events", json!({"start_date": "2024-04-01"}), "s", "dead").await.unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     assert!(!err.public_message().contains(&port.to_string()));
 }
 
@@ -298,7 +298,7 @@ async fn a_calendar_deleted_after_discovery_is_dropped_not_fatal() {
 
     // The configured default calendar is gone: creating there says so; listing still works.
     let err = pinned.call("create_calendar_event", booking("Ward round", None), "s", "c-pinned").await.unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     assert!(err.public_message().contains("default calendar"), "{}", err.public_message());
     assert_eq!(pinned.list(week.clone()).await["count"], 2);
     assert_eq!(server.stored("home").len(), 2);

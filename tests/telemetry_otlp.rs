@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::otlp::{one_span, received, start_receiver};
 use voxgate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
+use voxgate::audit::{AuditStatus, Confirmation};
 use voxgate::telemetry::{self, TelemetryError};
+use voxgate::tools::ErrorCode;
 
 /// Words that stand for patient data in these tests: none may reach the receiver.
 const PHI: [&str; 3] = ["Jane Roe", "1961-07-04", "MRN 4411"];
@@ -68,8 +70,8 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     assert!(status.is_success());
     telemetry::record_tool_outcome(
         &tool,
-        "completed",
-        "approved",
+        AuditStatus::Completed,
+        Confirmation::Approved,
         None,
         Some(started.elapsed()),
     );
@@ -79,9 +81,9 @@ async fn session_and_tool_spans_reach_the_otlp_receiver_with_parents_and_no_phi(
     let failed = telemetry::tool_span(&session, metrics.tool_label("Jane Roe lookup"), "call Jane Roe");
     telemetry::record_tool_outcome(
         &failed,
-        "failed",
-        "not_required",
-        Some("unknown_tool"),
+        AuditStatus::Failed,
+        Confirmation::NotRequired,
+        Some(ErrorCode::UnknownTool),
         None,
     );
     drop(failed);
@@ -193,7 +195,7 @@ async fn a_dead_collector_never_blocks_spans_or_shutdown() {
         for i in 0..200 {
             let session = telemetry::session_span(&format!("s-{i}"), "gpt-realtime");
             let tool = telemetry::tool_span(&session, metrics.tool_label("search_pubmed"), &format!("call_{i}"));
-            telemetry::record_tool_outcome(&tool, "completed", "not_required", None, None);
+            telemetry::record_tool_outcome(&tool, AuditStatus::Completed, Confirmation::NotRequired, None, None);
             drop(tool);
             telemetry::record_session_outcome(&session, "client_closed", Duration::ZERO);
         }

@@ -18,7 +18,7 @@ pub use chain::Chain;
 pub use record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, Origin};
 pub use recovery::{Recovered, Recovery};
 pub use verify::{VerifyReport, verify};
-pub use writer::{AUDIT_UNAVAILABLE, AuditHandle, AuditWriter, OpenOptions, open};
+pub use writer::{AuditHandle, AuditWriter, OpenOptions, open};
 
 /// Why the audit log could not be written or read. Never holds record contents.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

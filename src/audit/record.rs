@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use crate::tools::ErrorCode;
 
 /// `prev_sha256` of the very first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -88,7 +89,7 @@ pub struct AuditRecord {
     pub user: String,
     pub roles: Vec<String>,
     pub status: Option<AuditStatus>,
-    pub error_code: Option<String>,
+    pub error_code: Option<ErrorCode>,
     pub confirmation: Option<Confirmation>,
     pub duration_ms: Option<u64>,
     /// The tool handles PHI: its arguments are never written.
@@ -139,7 +140,7 @@ pub struct Line {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<AuditStatus>,
     #[serde(default)]
-    pub error_code: Option<String>,
+    pub error_code: Option<ErrorCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<Confirmation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

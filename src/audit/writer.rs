@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::AuditError;
 use super::chain::Chain;
+use crate::tools::ErrorCode;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
 use super::recovery::{self, Recovery};
 use crate::config::{AuditConfig, AuditOnError, Secret};
@@ -316,7 +317,7 @@ impl Writer {
                     for record in &mut self.backlog[fresh_from..] {
                         if record.event == AuditEvent::CallFinished {
                             record.status = Some(AuditStatus::Failed);
-                            record.error_code = Some(AUDIT_UNAVAILABLE.into());
+                            record.error_code = Some(ErrorCode::AuditUnavailable);
                         }
                     }
                 }
@@ -402,8 +403,6 @@ impl Writer {
     }
 }
 
-/// The error code of a call whose record could not be made durable (CONTRACT §11).
-pub const AUDIT_UNAVAILABLE: &str = "audit_unavailable";
 
 /// `<path>.<first seq>-<last seq>`: sorts by sequence, and `verify` finds the predecessors by it.
 pub fn rotated_name(path: &Path, first: u64, last: u64) -> PathBuf {

@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn is_error_becomes_a_bounded_backend_error_the_client_never_reads() {
         let err = to_output(result(vec![Content::text("e".repeat(2000))], true)).unwrap_err();
-        assert_eq!(err.code(), "backend_error", "CONTRACT §4's closed list has no tool_error");
+        assert_eq!(err.code().as_str(), "backend_error", "CONTRACT §4's closed list has no tool_error");
         assert_eq!(err.tool_text().map(|t| t.chars().count()), Some(MAX_ERROR_CHARS));
         assert!(err.model_message().ends_with(&"e".repeat(MAX_ERROR_CHARS)));
         assert!(!err.public_message().contains("eee"), "{}", err.public_message());

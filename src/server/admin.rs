@@ -23,7 +23,7 @@ use crate::session::calls::observe::count;
 use crate::session::calls::{Action, CallTable, unix_ms};
 use crate::session::SessionDeps;
 use crate::session::runner::ToolJob;
-use crate::tools::{CallContext, ToolError};
+use crate::tools::{CallContext, ErrorCode, ToolError};
 
 /// The largest request body the admin API reads.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -119,17 +119,12 @@ pub async fn invoke_tool(
         return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the call did not finish"));
     };
     let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let status = match value.pointer("/error/code").and_then(Value::as_str) {
+    let status = match value.pointer("/error/code").and_then(Value::as_str).map(ErrorCode::parse) {
         None => StatusCode::OK,
-        Some("unknown_tool") => StatusCode::NOT_FOUND,
-        Some("invalid_arguments") => StatusCode::UNPROCESSABLE_ENTITY,
-        Some("permission_denied") => StatusCode::FORBIDDEN,
-        Some("rate_limited") => StatusCode::TOO_MANY_REQUESTS,
-        Some("phi_blocked") => StatusCode::UNPROCESSABLE_ENTITY,
-        Some("timeout") => StatusCode::GATEWAY_TIMEOUT,
-        Some("audit_unavailable") => StatusCode::SERVICE_UNAVAILABLE,
-        Some(_) => StatusCode::BAD_GATEWAY,
+        Some(Some(code)) => http_status(code),
+        Some(None) => StatusCode::BAD_GATEWAY,
     };
+
     Ok((status, Json(value)).into_response())
 }
 
@@ -190,6 +185,19 @@ impl Invocation {
             pending = next;
         }
         output
+    }
+}
+
+/// The admin API's answer to a call that failed with `code`.
+fn http_status(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::UnknownTool => StatusCode::NOT_FOUND,
+        ErrorCode::InvalidArguments | ErrorCode::PhiBlocked => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+        ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorCode::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::BackendError | ErrorCode::InternalError => StatusCode::BAD_GATEWAY,
     }
 }
 

@@ -370,9 +370,9 @@ impl CallTable {
                 // no PHI, no upstream bodies).
                 actions.push(Action::Output {
                     call_id: call_id.to_string(),
-                    output: events::error_output(err.code(), &err.model_message()),
+                    output: events::error_output(err.code().as_str(), &err.model_message()),
                 });
-                actions.push(Action::Client(events::failed(call_id, &name, err.code(), &err.public_message())));
+                actions.push(Action::Client(events::failed(call_id, &name, err.code().as_str(), &err.public_message())));
             }
             Some(Outcome::Declined(reason)) => {
                 actions.push(Action::Output {

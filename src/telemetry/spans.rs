@@ -14,6 +14,8 @@ use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::metrics::ToolLabel;
+use crate::audit::{AuditStatus, Confirmation};
+use crate::tools::ErrorCode;
 
 
 /// Recorded instead of an identifier that does not look like one (it might carry user text).
@@ -85,17 +87,17 @@ pub fn tool_span(parent: &Span, tool: ToolLabel, call_id: &str) -> Span {
 }
 
 /// Records the terminal state of a tool call and logs "tool call finished" (one line per call).
-/// `status`: completed, failed, declined, expired, abandoned; `confirmation`: not_required,
-/// approved, declined, expired, session_closed, client_cannot_confirm; `error_code`: a
-/// `ToolError::code()` for failed calls; `duration`: how long the tool ran, `None` if it never did.
+/// `error_code` is set for failed calls; `duration` is how long the tool ran, `None` if it never did.
 pub fn record_tool_outcome(
     span: &Span,
-    status: &'static str,
-    confirmation: &'static str,
-    error_code: Option<&'static str>,
+    status: AuditStatus,
+    confirmation: Confirmation,
+    error_code: Option<ErrorCode>,
     duration: Option<Duration>,
 ) {
-    span.record("status", status);
+    let (status_name, confirmation) = (status.as_str(), confirmation.as_str());
+    let error_code = error_code.map(ErrorCode::as_str);
+    span.record("status", status_name);
     span.record("confirmation", confirmation);
     if let Some(code) = error_code {
         span.record("error.code", code);
@@ -103,13 +105,13 @@ pub fn record_tool_outcome(
     if let Some(duration) = duration {
         span.record("duration_ms", duration_ms(duration));
     }
-    if status == "failed" {
+    if status == AuditStatus::Failed {
         span.record("otel.status_code", "error");
     }
     tracing::info!(
         target: "voxgate::tool",
         parent: span,
-        status,
+        status = status_name,
         confirmation,
         error_code,
         duration_ms = duration.map(duration_ms),

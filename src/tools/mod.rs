@@ -11,6 +11,7 @@ pub mod calendar;
 pub mod files;
 pub mod guidelines;
 pub mod ddx;
+mod error_code;
 pub mod evidence;
 pub(crate) mod http;
 pub mod progress;
@@ -28,6 +29,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::policy::Principal;
+
+pub use error_code::ErrorCode;
 
 /// Every tool name voxgate knows, enabled or not (config keys `tools.<name>` are checked against it).
 pub const KNOWN_TOOLS: &[&str] = &[
@@ -165,19 +168,19 @@ pub enum ToolError {
 
 impl ToolError {
     /// The CONTRACT §4 error code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ToolError::UnknownTool => "unknown_tool",
-            ToolError::InvalidArguments(_) => "invalid_arguments",
-            ToolError::PermissionDenied => "permission_denied",
-            ToolError::RateLimited { .. } => "rate_limited",
-            ToolError::PhiBlocked => "phi_blocked",
-            ToolError::Timeout => "timeout",
-            ToolError::Backend(_) => "backend_error",
-            ToolError::Internal => "internal_error",
-            ToolError::AuditUnavailable => crate::audit::AUDIT_UNAVAILABLE,
+            ToolError::UnknownTool => ErrorCode::UnknownTool,
+            ToolError::InvalidArguments(_) => ErrorCode::InvalidArguments,
+            ToolError::PermissionDenied => ErrorCode::PermissionDenied,
+            ToolError::RateLimited { .. } => ErrorCode::RateLimited,
+            ToolError::PhiBlocked => ErrorCode::PhiBlocked,
+            ToolError::Timeout => ErrorCode::Timeout,
+            ToolError::Backend(_) => ErrorCode::BackendError,
+            ToolError::Internal => ErrorCode::InternalError,
+            ToolError::AuditUnavailable => ErrorCode::AuditUnavailable,
             // CONTRACT §4's list is closed and has no `tool_error`: the tool's own backend failed.
-            ToolError::Reported(_) => "backend_error",
+            ToolError::Reported(_) => ErrorCode::BackendError,
         }
     }
 

@@ -54,7 +54,7 @@ impl CallTable {
         let approved = event == AuditEvent::CallApproved;
         let (status, error_code) = match &call.outcome {
             Some(Outcome::Completed { .. }) => (AuditStatus::Completed, None),
-            Some(Outcome::Failed(err)) => (AuditStatus::Failed, Some(err.code().to_string())),
+            Some(Outcome::Failed(err)) => (AuditStatus::Failed, Some(err.code())),
             Some(Outcome::Declined(DeclineReason::Expired)) => (AuditStatus::Expired, None),
             Some(Outcome::Declined(_)) => (AuditStatus::Declined, None),
             None => (AuditStatus::Failed, None),

@@ -4,15 +4,16 @@
 
 use std::time::Duration;
 
-use crate::audit::{AuditEvent, AuditRecord};
+use crate::audit::{AuditEvent, AuditRecord, AuditStatus, Confirmation};
 use crate::telemetry::Metrics;
+use crate::tools::ErrorCode;
 
 /// A finished call as counted, for its span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counted {
-    pub status: &'static str,
-    pub confirmation: &'static str,
-    pub error_code: Option<&'static str>,
+    pub status: AuditStatus,
+    pub confirmation: Confirmation,
+    pub error_code: Option<ErrorCode>,
     /// Set when the tool ran (not for calls refused before running).
     pub duration: Option<Duration>,
 }
@@ -23,32 +24,24 @@ pub fn count(metrics: &Metrics, record: &AuditRecord) -> Option<Counted> {
     if record.event != AuditEvent::CallFinished {
         return None;
     }
-    let status = record.status.map(|s| s.as_str()).unwrap_or("failed");
-    let confirmation = record
-        .confirmation
-        .map(|c| c.as_str())
-        .unwrap_or("not_required");
-    let error_code = record.error_code.as_deref().and_then(static_code);
-    let refused = error_code.is_some_and(|c| {
-        matches!(
-            c,
-            "unknown_tool" | "invalid_arguments" | "permission_denied" | "rate_limited"
-        )
-    });
-    let ran = matches!(status, "completed" | "failed") && !refused;
+    let status = record.status.unwrap_or(AuditStatus::Failed);
+    let confirmation = record.confirmation.unwrap_or(Confirmation::NotRequired);
+    let error_code = record.error_code;
+    let refused = error_code.is_some_and(ErrorCode::is_refusal);
+    let ran = matches!(status, AuditStatus::Completed | AuditStatus::Failed) && !refused;
     let duration = ran.then(|| Duration::from_millis(record.duration_ms.unwrap_or_default()));
-    metrics.tool_call_finished(&record.tool, status, duration);
+    metrics.tool_call_finished(&record.tool, status.as_str(), duration);
     if let Some(code) = error_code {
-        metrics.tool_error(&record.tool, code);
-        if code == "rate_limited" {
+        metrics.tool_error(&record.tool, code.as_str());
+        if code == ErrorCode::RateLimited {
             metrics.rate_limited(&record.tool);
         }
-        if code == "phi_blocked" {
+        if code == ErrorCode::PhiBlocked {
             metrics.phi_blocked(&record.tool);
         }
     }
-    if confirmation != "not_required" {
-        metrics.tool_confirmation(&record.tool, confirmation);
+    if confirmation != Confirmation::NotRequired {
+        metrics.tool_confirmation(&record.tool, confirmation.as_str());
     }
     Some(Counted {
         status,
@@ -56,20 +49,4 @@ pub fn count(metrics: &Metrics, record: &AuditRecord) -> Option<Counted> {
         error_code,
         duration,
     })
-}
-
-/// The static error code a label may carry; anything else is not counted by code.
-fn static_code(code: &str) -> Option<&'static str> {
-    const CODES: [&str; 9] = [
-        "unknown_tool",
-        "invalid_arguments",
-        "permission_denied",
-        "rate_limited",
-        "phi_blocked",
-        "timeout",
-        "backend_error",
-        "internal_error",
-        "audit_unavailable",
-    ];
-    CODES.iter().copied().find(|c| *c == code)
 }

@@ -178,7 +178,7 @@ async fn validation_permission_and_unknown_tool_fail_without_running() {
         let records = audits(&actions);
         assert_eq!(records.len(), 2, "{id}: started + finished");
         assert_eq!(records[1].status, Some(AuditStatus::Failed));
-        assert_eq!(records[1].error_code.as_deref(), Some(code));
+        assert_eq!(records[1].error_code.map(crate::tools::ErrorCode::as_str), Some(code));
         let actions = t.on_audited(id);
         assert_eq!(output(&actions)["error"]["code"], code);
         let failed = &client_events(&actions)[0];
@@ -260,7 +260,7 @@ async fn failures_timeouts_and_drain_abandon() {
     accept(&mut t, "c1", "calculate_medical_score", r#"{"text":"a"}"#);
     accept(&mut t, "c2", "calculate_medical_score", r#"{"text":"b"}"#);
     let actions = t.on_tool_finished("c1", Err(ToolError::Timeout));
-    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("timeout"));
+    assert_eq!(audits(&actions)[0].error_code.map(crate::tools::ErrorCode::as_str), Some("timeout"));
     assert_eq!(output(&t.on_audited("c1"))["error"]["code"], "timeout");
     let actions = t.abandon_running();
     assert_eq!(audits(&actions).len(), 1);
@@ -278,7 +278,7 @@ async fn the_rate_limit_refuses_before_the_user_is_asked() {
     assert!(matches!(actions.last(), Some(Action::CheckLimit { call_id, .. }) if call_id == "c1"));
     let actions = t.on_limit_checked("c1", Err(Limited { retry_after_s: 30 }), 1_000);
     assert!(client_events(&actions).is_empty(), "the user is never asked");
-    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("rate_limited"));
+    assert_eq!(audits(&actions)[0].error_code.map(crate::tools::ErrorCode::as_str), Some("rate_limited"));
     assert_eq!(output(&t.on_audited("c1"))["error"]["code"], "rate_limited");
     assert!(t.on_limit_checked("c1", Ok(()), 1_000).is_empty(), "one answer per call");
 }
@@ -298,7 +298,7 @@ async fn fail_closed_withholds_results_and_approved_calls() {
     t.on_confirm("c2", true).unwrap();
     let actions = t.on_audit_failed("c2");
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "an approval not on disk does not run");
-    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("audit_unavailable"));
+    assert_eq!(audits(&actions)[0].error_code.map(crate::tools::ErrorCode::as_str), Some("audit_unavailable"));
     assert_eq!(output(&t.on_audited("c2"))["error"]["code"], "audit_unavailable");
 }
 
@@ -367,7 +367,7 @@ async fn nothing_is_released_before_every_gating_record_is_on_disk() {
     t.on_confirm("c1", true).unwrap();
     // The drain deadline passes while the approval is being flushed: the call finishes as
     // timed out, and its finish may be acknowledged before the approval.
-    assert_eq!(audits(&t.abandon_running())[0].error_code.as_deref(), Some("timeout"));
+    assert_eq!(audits(&t.abandon_running())[0].error_code.map(crate::tools::ErrorCode::as_str), Some("timeout"));
     assert!(t.on_audited("c1").is_empty(), "one of two records acknowledged: nothing goes out");
     let actions = t.on_audited("c1");
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
@@ -381,7 +381,7 @@ async fn a_tools_own_error_text_reaches_only_the_model_and_taints_like_a_result(
     let mut t = table_with(true, vec![lab_lookup()]);
     accept(&mut t, "c1", "lab__lookup_result", r#"{"text":"ord-9"}"#);
     let actions = t.on_tool_finished("c1", Err(ToolError::Reported(server_text.into())));
-    assert_eq!(audits(&actions)[0].error_code.as_deref(), Some("backend_error"), "CONTRACT §4's closed list");
+    assert_eq!(audits(&actions)[0].error_code.map(crate::tools::ErrorCode::as_str), Some("backend_error"), "CONTRACT §4's closed list");
     let actions = t.on_audited("c1");
 
     // The client: a fixed sentence, no upstream body (CONTRACT §4).
@@ -396,7 +396,7 @@ async fn a_tools_own_error_text_reaches_only_the_model_and_taints_like_a_result(
     // What the model got taints the session as a completed result's would.
     assert!(!t.taint().is_empty());
     let actions = accept(&mut t, "c2", "third_party_echo", r#"{"text":"Zebulon heart failure"}"#);
-    assert_eq!(audits(&actions).last().and_then(|r| r.error_code.as_deref()), Some("phi_blocked"));
+    assert_eq!(audits(&actions).last().and_then(|r| r.error_code.map(crate::tools::ErrorCode::as_str)), Some("phi_blocked"));
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
     let actions = accept(&mut t, "c3", "third_party_echo", r#"{"text":"beta blockers in heart failure"}"#);
     assert!(actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "ordinary words stay usable");
@@ -440,7 +440,7 @@ async fn a_query_blocked_after_approval_is_not_audited() {
     let actions = t.on_audited("c1");
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
     let finished = audits(&actions);
-    assert_eq!(finished[0].error_code.as_deref(), Some("phi_blocked"));
+    assert_eq!(finished[0].error_code.map(crate::tools::ErrorCode::as_str), Some("phi_blocked"));
     assert_eq!(finished[0].arguments, None, "the text judged PHI is not written down");
     let sent = format!("{actions:?}");
     assert!(!sent.contains("Zebulon"), "{sent}");

@@ -97,7 +97,7 @@ async fn failures_are_retried_then_reported_without_internals() {
     // Failing every attempt (the first and three retries) gives up.
     let (_fake, tool) = start(answer().to_string(), vec![500; crate::tools::http::MAX_ATTEMPTS as usize]).await;
     let err = tool.call(json!({"query": "x"}), ctx()).await.unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     assert!(
         err.public_message().contains("search_pubmed") && !err.public_message().contains("db-7")
     );

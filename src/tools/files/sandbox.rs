@@ -199,7 +199,7 @@ mod tests {
         // Too slow is not damaged: the model is told the reading timed out.
         let err = run_worker(&hang, b"%PDF", timeout).await.unwrap_err();
         assert!(matches!(err, FilesError::TooSlow), "{err:?}");
-        assert_eq!(crate::tools::ToolError::from(err).code(), "timeout");
+        assert_eq!(crate::tools::ToolError::from(err).code().as_str(), "timeout");
         assert!(started.elapsed() < timeout + Duration::from_secs(10), "{:?}", started.elapsed());
         // And it is gone, not left running.
         assert!(run_worker(&hang_recording, b"%PDF", timeout).await.is_err());

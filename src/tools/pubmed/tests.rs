@@ -253,7 +253,7 @@ async fn gives_up_after_three_failures_without_leaking_url_or_key() {
     let fake = Arc::new(fake);
     let tool = tool_for(fake.clone(), Some(50)).await;
     let err = tool.call(json!({"query": "sperm motility"}), ctx()).await.unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     let message = err.public_message();
     assert!(message.starts_with("PubMed is unavailable"), "{message}");
     for secret in [API_KEY, "127.0.0.1", "eutils", "Service temporarily"] {
@@ -269,7 +269,7 @@ async fn client_errors_and_unreadable_answers_are_not_retried() {
     let fake = Arc::new(fake);
     let tool = tool_for(fake.clone(), Some(50)).await;
     let err = tool.call(json!({"query": "x"}), ctx()).await.unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     assert_eq!(fake.count("esearch.fcgi"), 1);
 
     let fake = Arc::new(Fake::new(ESEARCH_ERROR, EFETCH));

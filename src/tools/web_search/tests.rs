@@ -133,7 +133,7 @@ async fn domain_filter_narrows_the_search_and_must_be_inside_the_allow_list() {
             )
             .await
             .unwrap_err();
-        assert_eq!(err.code(), "invalid_arguments");
+        assert_eq!(err.code().as_str(), "invalid_arguments");
         assert!(
             err.public_message().contains("microsoft.com, github.com"),
             "{}",
@@ -243,7 +243,7 @@ async fn a_provider_that_stays_down_says_so_and_points_at_local_sources() {
         .call(json!({"query": "semantic kernel"}), ctx())
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     assert!(err.public_message().contains("search_medical_guidelines"));
     assert!(!err.public_message().contains("127.0.0.1"));
     assert_eq!(fake.seen().len(), http::MAX_ATTEMPTS as usize);

@@ -32,7 +32,7 @@ pub(super) fn rejected(calculator_name: &str, parameters: Value) -> String {
     match TOOL.calculate(calculator_name, &map) {
         Ok(result) => panic!("{calculator_name} accepted invalid parameters: {result}"),
         Err(err) => {
-            assert_eq!(err.code(), "invalid_arguments", "{err}");
+            assert_eq!(err.code().as_str(), "invalid_arguments", "{err}");
             let ToolError::InvalidArguments(message) = err else { panic!("not invalid_arguments") };
             message
         }

@@ -201,7 +201,7 @@ async fn creating_in_a_read_only_calendar_is_refused_without_a_request() {
     let (script, backend) = serve(&[(207, NEXTCLOUD_ROOT), (207, NEXTCLOUD_HOME), (403, "")]).await;
     let err = backend.create_event(booking("Contact birthdays")).await.unwrap_err();
     let public = crate::tools::ToolError::from(err);
-    assert_eq!(public.code(), "invalid_arguments", "{}", public.public_message());
+    assert_eq!(public.code().as_str(), "invalid_arguments", "{}", public.public_message());
     assert!(public.public_message().contains("read-only"), "{}", public.public_message());
     assert_eq!(methods(&script), ["PROPFIND", "PROPFIND"]);
 }

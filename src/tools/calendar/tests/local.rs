@@ -141,7 +141,7 @@ async fn a_malformed_file_fails_clearly_and_is_not_overwritten() {
         .call("create_calendar_event", json!({"title": "X", "start_datetime": "2024-01-16T10:00Z"}), "s", "c")
         .await;
     let err = created.unwrap_err();
-    assert_eq!(err.code(), "backend_error");
+    assert_eq!(err.code().as_str(), "backend_error");
     for message in [err.to_string(), err.public_message()] {
         assert!(!message.contains(&path) && !message.contains("Zebulon"), "{message}");
     }
