@@ -139,8 +139,10 @@ pub struct Line {
     pub roles: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<AuditStatus>,
+    /// Text, not [`ErrorCode`]: logs written by earlier versions hold codes the list no longer
+    /// has (`tool_error`, before MCP errors became `backend_error`), and must still be read.
     #[serde(default)]
-    pub error_code: Option<ErrorCode>,
+    pub error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<Confirmation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,7 +181,7 @@ impl Line {
             user: record.user,
             roles: record.roles,
             status: record.status,
-            error_code: record.error_code,
+            error_code: record.error_code.map(|code| code.as_str().to_string()),
             confirmation: record.confirmation,
             duration_ms: record.duration_ms,
             phi: record.phi,

@@ -205,3 +205,36 @@ async fn records_queued_together_are_committed_once_in_order() {
     assert_eq!(commits.as_deref(), Some("1"), "one fdatasync for the pair");
 }
 
+
+/// A log written before MCP errors became `backend_error` holds `"error_code":"tool_error"`: a code
+/// the list no longer has. It still opens (recovery reads every line) and still verifies.
+#[tokio::test]
+async fn a_log_with_a_code_no_longer_in_the_list_still_opens_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let mut failed = record(AuditEvent::CallFinished, "c1");
+    failed.status = Some(AuditStatus::Failed);
+    failed.error_code = Some(crate::tools::ErrorCode::BackendError);
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c1"), failed]).await;
+    // Rewrite it as the older version wrote it, chain included.
+    let chain = Chain::default();
+    let mut prev = record::GENESIS.to_string();
+    let mut text = String::new();
+    for raw in std::fs::read_to_string(&cfg.path).unwrap().lines() {
+        let mut line: serde_json::Value = serde_json::from_str(raw).unwrap();
+        if line["error_code"].is_string() {
+            line["error_code"] = "tool_error".into();
+        }
+        line["prev_sha256"] = prev.clone().into();
+        let bytes = serde_json::to_vec(&line).unwrap();
+        prev = chain.link(&bytes);
+        text.push_str(std::str::from_utf8(&bytes).unwrap());
+        text.push('\n');
+    }
+    assert!(text.contains(r#""error_code":"tool_error""#));
+    std::fs::write(&cfg.path, text).unwrap();
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c2"), record(AuditEvent::CallFinished, "c2")]).await;
+    assert_eq!(lines(&cfg).len(), 4);
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
+    assert!(report.is_ok(), "{report}");
+}
