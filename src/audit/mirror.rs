@@ -71,12 +71,17 @@ pub(super) fn spawn(
                         }
                         // The whole back-off, even as new lines are flushed: each attempt
                         // reconnects and may re-read the log, so a busy instance must not retry
-                        // once per flush. Lines flushed meanwhile are in the next attempt.
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        if flushed.has_changed().is_err() {
-                            return;
+                        // once per flush. Lines flushed meanwhile are in the next attempt. Only
+                        // the writer's end cuts it short (shutdown must not wait on Redis).
+                        let pause = tokio::time::sleep(backoff);
+                        tokio::pin!(pause);
+                        loop {
+                            tokio::select! {
+                                _ = &mut pause => break,
+                                changed = flushed.changed() => if changed.is_err() { return },
+                            }
                         }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
                         continue;
                     }
                 }

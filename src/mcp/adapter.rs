@@ -26,8 +26,9 @@ const DEFAULT_RATE_PER_MIN: u32 = 30;
 /// Longest description passed to the model, in characters.
 const MAX_DESCRIPTION_CHARS: usize = 1024;
 /// Largest `inputSchema` accepted, serialized: it goes upstream in every `session.update` and each
-/// session keeps its own copy, so a server must not be able to make that arbitrarily large.
-const MAX_SCHEMA_BYTES: usize = 16 * 1024;
+/// session keeps its own copy, so a server must not be able to make that arbitrarily large. 64 KiB
+/// leaves room for large real ones (FHIR search tools with long enums).
+const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// How long a call waits for a server that is reconnecting before it fails.
 const RECONNECT_GRACE: Duration = Duration::from_secs(3);
 

@@ -2,9 +2,11 @@
 //! but rmcp's Streamable HTTP client keeps its worker running while every request fails (and
 //! reconnects its event stream forever), so a dead HTTP server would stay `up` with its tools in
 //! the catalogue. The supervisor therefore pings each connected server every [`Liveness::every`]
-//! (MCP `ping`, answered by every server) and treats a ping that fails, or takes longer than
-//! [`Liveness::timeout`], as a lost connection: the server's tools leave the catalogue and it is
-//! reconnected with the usual back-off.
+//! (MCP `ping`, answered by every server) and treats two pings in a row that fail, or take longer
+//! than [`Liveness::timeout`], as a lost connection: the server's tools leave the catalogue and it
+//! is reconnected with the usual back-off. One lost request (a proxy's hiccup) does not end the
+//! connection and the calls running on it. An error answer ("method not found" from a server
+//! without `ping`) is an answer: the server is there.
 //!
 //! A server that handles one request at a time cannot answer a ping while a long call runs; it
 //! is not dropped (and the call with it) for a slow ping while calls are running. A call that
@@ -13,7 +15,7 @@
 use std::time::Duration;
 
 use rmcp::model::{ClientRequest, PingRequest};
-use rmcp::service::{Peer, RoleClient};
+use rmcp::service::{Peer, RoleClient, ServiceError};
 
 /// How often, and how patiently, the supervisor checks a connected server.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +31,9 @@ impl Default for Liveness {
     }
 }
 
+/// Pings in a row not answered before the connection counts as lost.
+pub(super) const MISSES: u32 = 2;
+
 /// How a server took a `ping`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ping {
@@ -39,12 +44,24 @@ pub(super) enum Ping {
     Late,
 }
 
+impl Ping {
+    /// Pings missed in a row after this one, `missed` before it. A late answer while calls run
+    /// is not a miss: a server that handles one request at a time is busy, not gone.
+    pub fn missed_after(self, missed: u32, calls_running: bool) -> u32 {
+        match self {
+            Ping::Answered => 0,
+            Ping::Late if calls_running => missed,
+            Ping::Failed | Ping::Late => missed + 1,
+        }
+    }
+}
+
 impl Liveness {
     /// Send the server a `ping`.
     pub async fn ping(&self, peer: &Peer<RoleClient>) -> Ping {
         let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
         match tokio::time::timeout(self.timeout, ping).await {
-            Ok(Ok(_)) => Ping::Answered,
+            Ok(Ok(_) | Err(ServiceError::McpError(_) | ServiceError::UnexpectedResponse)) => Ping::Answered,
             Ok(Err(_)) => Ping::Failed,
             Err(_) => Ping::Late,
         }
@@ -87,6 +104,16 @@ mod tests {
             .find_map(|line| line.strip_prefix("listening on ").map(|p| p.trim().to_string()))
             .expect("the HTTP MCP server did not start");
         (child, format!("http://127.0.0.1:{port}/mcp"))
+    }
+
+    #[test]
+    fn a_connection_is_lost_after_two_misses_in_a_row_not_one() {
+        let after = |pings: &[Ping], calls_running: bool| pings.iter().fold(0, |m, p| p.missed_after(m, calls_running));
+        assert!(after(&[Ping::Failed], false) < MISSES, "one lost request is not a lost server");
+        assert!(after(&[Ping::Failed, Ping::Answered, Ping::Late], false) < MISSES, "an answer resets the count");
+        assert!(after(&[Ping::Failed, Ping::Late], false) >= MISSES);
+        assert!(after(&[Ping::Late, Ping::Late, Ping::Late], true) < MISSES, "busy with a call");
+        assert!(after(&[Ping::Failed, Ping::Failed], true) >= MISSES, "a failure is a failure, calls or not");
     }
 
     /// Real server, real time: the bug was that nothing noticed.

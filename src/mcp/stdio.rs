@@ -18,12 +18,44 @@ use crate::config::mcp::McpServerConfig;
 /// - `HOME`: where npm, uv and pip keep caches and per-user config;
 /// - `LANG`, `LC_ALL`: the text encoding of the server's I/O (Python chooses UTF-8 from them);
 /// - `TMPDIR`: where temporary files go in a container with a read-only root;
-/// - `VIRTUAL_ENV`: a server started from an activated Python venv (`uv run`, launch scripts that
-///   check it) finds its packages.
+/// - `VIRTUAL_ENV`, `PYTHONPATH`, `LD_LIBRARY_PATH`: a server started from a Python venv or a
+///   non-system build (conda) finds its packages and libraries;
+/// - the proxy (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, either case) and the CA bundle
+///   (`SSL_CERT_FILE`, `SSL_CERT_DIR`, `REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`) of a hospital
+///   network: without them `npx` and `uvx` cannot fetch a server, nor a server reach its backend;
+/// - `TZ`: a server that reads dates means the clinic's local time, not the container's UTC;
+/// - `USER`, `LOGNAME`, `XDG_CACHE_HOME`, `XDG_CONFIG_HOME`, `XDG_DATA_HOME`: where tools that
+///   ignore `HOME` keep their caches and config.
 ///
-/// None of these holds a secret. Anything else a server needs goes in its `env`
-/// (docs/tools-mcp.md).
-const PASSED_THROUGH: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV"];
+/// These are the host's plumbing, not voxgate's secrets (a proxy URL may carry the proxy's
+/// credentials, which the server needs to go through it). Anything else a server needs goes in its
+/// `env` (docs/tools-mcp.md).
+const PASSED_THROUGH: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+];
 
 /// Start `config`'s server (`config.command` is not empty: checked at load) with its stderr
 /// discarded, since a clinic's server may print patient data there.

@@ -26,7 +26,7 @@ use super::McpHub;
 use super::adapter;
 use super::backoff::Backoff;
 use super::link::{LinkHandler, LinkState, ServerLink};
-use super::liveness::{Liveness, Ping};
+use super::liveness::Liveness;
 use super::stdio::{self, ProcessGroup};
 
 /// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
@@ -83,6 +83,7 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                 });
                 let start = tokio::time::Instant::now() + liveness.every;
                 let mut pings = tokio::time::interval_at(start, liveness.every);
+                let mut missed = 0;
                 pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let lost = loop {
                     match std::mem::replace(&mut listed, Ok(())) {
@@ -104,13 +105,8 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                                 _ = stop.cancelled() => continue,
                                 ping = liveness.ping(&peer) => ping,
                             };
-                            let gone = match ping {
-                                Ping::Answered => false,
-                                Ping::Failed => true,
-                                // Busy with a call, perhaps (liveness.rs).
-                                Ping::Late => !link.progress.calls_running(),
-                            };
-                            if gone {
+                            missed = ping.missed_after(missed, link.progress.calls_running());
+                            if missed >= super::liveness::MISSES {
                                 // Not waited for: a dead HTTP server would hold up the ending
                                 // connection's goodbye; it winds down on its own once dropped.
                                 closed.cancel();

@@ -204,10 +204,36 @@ fn named_patient(text: &str) -> bool {
 
 /// Screen what a third-party call would send. `Err(PhiBlocked)` means the call must not leave.
 pub fn screen_call(tool: &dyn Tool, args: &Value, taint: &TaintSet) -> Result<(), ToolError> {
-    let mut strings = Vec::new();
-    collect_strings(args, &mut strings);
-    let built = tool.outbound_text(args);
-    strings.iter().map(|text| text.as_ref()).chain(built.as_deref()).try_for_each(|text| screen_text(text, taint))
+    screen_value(None, args, taint)?;
+    tool.outbound_text(args).map_or(Ok(()), |built| screen_text(&built, taint))
+}
+
+/// Screen every text of `value` (its strings, keys and numbers, at any depth); `key` is the key it
+/// is the value of. An integer is screened with its key ("mrn 48213377" is a record number where
+/// 48213377 alone reads as a PubMed id) and, like a string, a bare run of nine or more digits reads
+/// as a phone number: a timestamp in seconds is blocked too, so a third-party tool should take
+/// its dates as text. A fraction is no identifier: it is checked against the taint only
+/// (0.30000000000000004 is not a phone number).
+fn screen_value(key: Option<&str>, value: &Value, taint: &TaintSet) -> Result<(), ToolError> {
+    match value {
+        Value::String(text) => screen_text(text, taint),
+        Value::Number(n) => {
+            let digits = n.to_string();
+            let fraction = n.is_f64() && n.as_f64().is_some_and(|f| f.fract() != 0.0);
+            match (fraction, key) {
+                (true, _) if taint.matches(&digits) => Err(ToolError::PhiBlocked),
+                (true, _) => Ok(()),
+                (false, Some(key)) => screen_text(&format!("{key} {digits}"), taint),
+                (false, None) => screen_text(&digits, taint),
+            }
+        }
+        Value::Array(items) => items.iter().try_for_each(|item| screen_value(key, item, taint)),
+        Value::Object(map) => map.iter().try_for_each(|(key, item)| {
+            screen_text(key, taint)?;
+            screen_value(Some(key), item, taint)
+        }),
+        Value::Bool(_) | Value::Null => Ok(()),
+    }
 }
 
 pub fn screen_text(text: &str, taint: &TaintSet) -> Result<(), ToolError> {

@@ -11,6 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use tracing::Instrument;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -114,7 +115,7 @@ pub async fn invoke_tool(
     // (a load balancer's timeout, Ctrl-C), hyper drops this handler, and the tool would finish
     // without its `call_finished` record.
     let call = Invocation { deps, table, session_id, principal, user };
-    let output = state.shutdown.tracker().spawn(call.run(pending)).await.ok().flatten();
+    let output = state.shutdown.tracker().spawn(call.run(pending).instrument(tracing::Span::current())).await.ok().flatten();
     let Some(text) = output else {
         return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the call did not finish"));
     };

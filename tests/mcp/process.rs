@@ -87,14 +87,20 @@ async fn a_stdio_server_gets_only_the_allowed_environment() {
     let lab_dir = tempfile::tempdir().unwrap();
     let secrets =
         [("OPENAI_API_KEY", "sk-env-canary-0001"), ("VOXGATE_AUTH__ADMIN_TOKEN", "admin-env-canary-0123456789")];
+    // The host's plumbing a server needs to reach anything from a hospital network.
+    let plumbing = [("HTTPS_PROXY", "http://proxy.clinic.example:3128"), ("SSL_CERT_FILE", "/etc/clinic-ca.pem"), ("TZ", "Europe/Berlin")];
+    let env: Vec<(&str, &str)> = secrets.iter().chain(plumbing.iter()).copied().collect();
     let (mut child, _, _) =
-        spawn_voxgate_logged(&process_config(&fake, dir.path(), lab_dir.path()), dir.path(), None, &secrets).await;
+        spawn_voxgate_logged(&process_config(&fake, dir.path(), lab_dir.path()), dir.path(), None, &env).await;
     stop(&mut child).await;
     let started = read_jsonl(&lab_dir.path().join("started.jsonl"));
     assert!(!started.is_empty(), "the lab server never started");
     let names: Vec<&str> = started[0]["env"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert!(names.contains(&"LAB_DIR"), "the configured env is passed: {names:?}");
     assert!(names.contains(&"PATH"), "{names:?}");
+    for (name, _) in plumbing {
+        assert!(names.contains(&name), "{name} did not reach the MCP server: {names:?}");
+    }
     for (secret, _) in secrets {
         assert!(!names.contains(&secret), "{secret} reached the MCP server: {names:?}");
     }

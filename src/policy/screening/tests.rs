@@ -222,6 +222,11 @@ fn numbers_are_screened_as_their_decimal_text() {
     }
     let taint = tainted(&["Case 48213377"]);
     assert_eq!(screen_call(&plain(), &json!({"case": 48213377}), &taint), Err(ToolError::PhiBlocked));
+    // With its key: a record number, where 48213377 alone reads as a PubMed id.
+    assert_eq!(screen_call(&plain(), &json!({"mrn": 48213377}), &empty), Err(ToolError::PhiBlocked));
+    assert_eq!(screen_call(&plain(), &json!({"pmid": 48213377}), &empty), Ok(()));
+    // A fraction is no identifier, however many digits it prints with.
+    assert_eq!(screen_call(&plain(), &json!({"ratio": 0.30000000000000004, "dose_mg": 2.5}), &empty), Ok(()));
     assert_eq!(screen_call(&plain(), &json!({"max_results": 20, "query": "asthma", "ok": true}), &taint), Ok(()));
 }
 

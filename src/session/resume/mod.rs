@@ -147,8 +147,9 @@ const FIRST_ATTEMPT_JITTER: Duration = Duration::from_millis(500);
 
 /// The attempts of a resume (`upstream.resume_attempts`) are spread over at least this long, so
 /// that a provider answering 429/503 for a few seconds does not end every session a second after
-/// the blip: each retry waits at least this divided by the retries, or the doubling back-off
-/// (250 ms, 500 ms, …) when that is longer, plus up to 50 % jitter.
+/// the blip. The retries but the last keep the doubling back-off (250 ms, 500 ms, …), so a
+/// connect that failed once is tried again while the user may still be speaking; the last waits
+/// for what is left of the window. Each gets up to 50 % jitter.
 pub(super) const RETRY_WINDOW: Duration = Duration::from_secs(10);
 
 /// The back-off's first step, doubled on each retry after.
@@ -161,9 +162,13 @@ fn delay_before(attempt: u32, attempts: u32) -> Duration {
     if attempt <= 1 {
         return Duration::from_millis(rng.random_range(0..=FIRST_ATTEMPT_JITTER.as_millis() as u64));
     }
-    let doubling = BACKOFF_BASE.saturating_mul(2u32.saturating_pow(attempt - 2));
-    let share = RETRY_WINDOW / attempts.saturating_sub(1).max(1);
-    let base = doubling.max(share);
+    let doubling = |attempt: u32| BACKOFF_BASE.saturating_mul(2u32.saturating_pow(attempt - 2));
+    let base = if attempt < attempts {
+        doubling(attempt)
+    } else {
+        let earlier: Duration = (2..attempt).map(doubling).sum();
+        doubling(attempt).max(RETRY_WINDOW.saturating_sub(earlier))
+    };
     base + Duration::from_millis(rng.random_range(0..=base.as_millis() as u64 / 2))
 }
 
