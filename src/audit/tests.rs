@@ -238,3 +238,24 @@ async fn a_log_with_a_code_no_longer_in_the_list_still_opens_and_verifies() {
     let report = verify(&cfg.path, &Chain::default()).unwrap();
     assert!(report.is_ok(), "{report}");
 }
+
+/// A finish whose call has no start in the log (its `call_started` was refused while the backlog
+/// was full) is refused too: written alone, it would be a finish without a start, which `audit
+/// verify` reports as a break.
+#[tokio::test]
+async fn a_finish_whose_start_never_made_the_log_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let (handle, writer) = open(&cfg, Default::default()).await.unwrap();
+    assert_eq!(handle.record(record(AuditEvent::CallFinished, "orphan")).await, Err(AuditError::Unavailable));
+    assert_eq!(handle.record(record(AuditEvent::CallApproved, "orphan")).await, Err(AuditError::Unavailable));
+    handle.record(record(AuditEvent::CallStarted, "c1")).await.unwrap();
+    handle.record(record(AuditEvent::CallApproved, "c1")).await.unwrap();
+    handle.record(record(AuditEvent::CallFinished, "c1")).await.unwrap();
+    assert_eq!(handle.record(record(AuditEvent::CallFinished, "c1")).await, Err(AuditError::Unavailable), "finished once");
+    drop(handle);
+    writer.join().await.unwrap();
+    assert_eq!(lines(&cfg).len(), 3);
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
+    assert!(report.is_ok(), "{report}");
+}

@@ -15,6 +15,7 @@
 //! On open it continues the hash chain and sequence of the existing file, repairs a line a crash
 //! cut short, and closes every call a crash left open (see [`super::recovery`]).
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -168,6 +169,7 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
         on_error: config.on_error,
         healthy: healthy.clone(),
         backlog: Vec::new(),
+        open: HashSet::new(),
         checkpoint_records: config.checkpoint_records,
         checkpoint_interval: Duration::from_secs(config.checkpoint_interval_s),
         since_checkpoint: 0,
@@ -242,6 +244,9 @@ struct Writer {
     healthy: Arc<AtomicBool>,
     /// Records whose write failed, in order, written before anything newer.
     backlog: Vec<AuditRecord>,
+    /// Calls whose `call_started` is written or held, and not yet their `call_finished`: a record
+    /// of any other call would be a finish without a start (see [`Writer::admit`]).
+    open: HashSet<(String, String)>,
     checkpoint_records: u64,
     checkpoint_interval: Duration,
     since_checkpoint: u64,
@@ -267,6 +272,7 @@ impl Writer {
                     }
                 }
             }
+            let (records, acks) = self.admit(records, acks);
             let result = self.commit(records);
             for ack in acks {
                 let _ = ack.send(result.clone());
@@ -282,6 +288,43 @@ impl Writer {
         }
     }
 
+    /// The records that may join the log, and their acknowledgements; the others are refused
+    /// here. When the backlog is full, every fresh record is refused. Otherwise a `call_approved`
+    /// or `call_finished` is refused when its call's `call_started` is not in the log or held:
+    /// that start was refused (a full backlog), and the finish alone would be a call with no start
+    /// (`audit verify` reports it as a break). Its session withholds the result as for any refused
+    /// record; the call is missing from the log, as are all calls while the disk refuses them.
+    fn admit(&mut self, records: Vec<AuditRecord>, acks: Vec<Ack>) -> (Vec<AuditRecord>, Vec<Ack>) {
+        let full = self.backlog.len() + records.len() > MAX_BACKLOG;
+        if full {
+            tracing::error!("audit backlog full: records refused");
+        }
+        let mut admitted = (Vec::with_capacity(records.len()), Vec::with_capacity(acks.len()));
+        for (record, ack) in records.into_iter().zip(acks) {
+            let call = (record.session_id.clone(), record.call_id.clone());
+            let fits = !full
+                && match record.event {
+                    AuditEvent::CallStarted => {
+                        self.open.insert(call);
+                        true
+                    }
+                    AuditEvent::CallApproved => self.open.contains(&call),
+                    AuditEvent::CallFinished => self.open.remove(&call),
+                    AuditEvent::Checkpoint => true,
+                };
+            if fits {
+                admitted.0.push(record);
+                admitted.1.push(ack);
+            } else {
+                if !full {
+                    tracing::error!(event = record.event.as_str(), "audit record of a call whose start was refused: refused too");
+                }
+                let _ = ack.send(Err(AuditError::Unavailable));
+            }
+        }
+        admitted
+    }
+
     /// Write the held records, then `fresh`, in one fsynced batch.
     fn commit(&mut self, fresh: Vec<AuditRecord>) -> Result<(), AuditError> {
         let timed = self.checkpoint_interval > Duration::ZERO
@@ -292,7 +335,7 @@ impl Writer {
         }
         let fresh_from = self.backlog.len();
         if fresh_from + fresh.len() > MAX_BACKLOG {
-            tracing::error!("audit backlog full: records refused");
+            // `admit` refused such a batch already: the bound's last line.
             return Err(AuditError::Unavailable);
         }
         self.backlog.extend(fresh);
