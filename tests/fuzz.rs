@@ -261,6 +261,7 @@ proptest! {
             Err(Refusal::ServerCall) => prop_assert!(forged),
             Err(Refusal::HostedMcp) => prop_assert!(!allow && has_mcp && !forged),
             Err(Refusal::Malformed) => prop_assert!(false, "a JSON frame was called malformed"),
+            Err(Refusal::RepeatedKey) => prop_assert!(false, "a frame built from a map has no repeated key"),
             Ok(result) => {
                 prop_assert!(!forged, "a server call item got through");
                 prop_assert!(allow || !has_mcp, "hosted MCP slipped through");

@@ -55,6 +55,9 @@ pub enum Refusal {
     /// `response.input` carries a `function_call`/`function_call_output` of a server call.
     #[error("this call belongs to a server tool; only voxgate can answer it")]
     ServerCall,
+    /// An object in it has a key written twice ([`super::unique_keys`]).
+    #[error("a key is written twice in one object")]
+    RepeatedKey,
 }
 
 impl From<FrameError> for Refusal {
@@ -87,6 +90,9 @@ pub fn guard_response_create(
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
 ) -> Result<Option<MergedUpdate>, Refusal> {
     let mut event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
+    if !super::unique_keys::has_unique_keys(bytes) {
+        return Err(Refusal::RepeatedKey);
+    }
     let Some(response) = event.get_mut("response") else { return Ok(None) };
     if let Some(input) = response.get("input").and_then(Value::as_array) {
         let forged = input.iter().any(|item| {
@@ -151,6 +157,9 @@ pub fn merge_session_update(
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
 ) -> Result<Option<MergedUpdate>, Refusal> {
     let mut event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
+    if !super::unique_keys::has_unique_keys(bytes) {
+        return Err(Refusal::RepeatedKey);
+    }
     let Some(tools) = event.get_mut("session").and_then(|s| s.get_mut("tools")) else {
         return Ok(None);
     };

@@ -13,6 +13,7 @@ pub mod client;
 pub mod flat;
 pub mod server;
 pub mod voxgate;
+mod unique_keys;
 
 use std::borrow::Cow;
 

@@ -10,7 +10,7 @@
 //! grace only while nothing else holds the response gate shut, the close deadline only while calls
 //! run), so an idle session sleeps until a frame or a real deadline.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -84,6 +84,9 @@ pub(super) struct Bridge {
     pub client_tools: super::client_frames::ClientTools,
     /// Server-owned function-call items: item id → call id.
     pub owned_items: HashMap<String, String>,
+    /// Call ids and item ids of the client's own function calls, seen in their items: an
+    /// arguments event that names no tool is forwarded only for one of these.
+    pub client_calls: HashSet<String>,
     /// Server-owned calls seen so far: call id → tool name.
     pub owned_calls: HashMap<String, String>,
     /// voxgate has sent its own tool injection.
@@ -149,6 +152,7 @@ impl Bridge {
             span,
             client_tools: Default::default(),
             owned_items: HashMap::new(),
+            client_calls: HashSet::new(),
             owned_calls: HashMap::new(),
             injected: false,
             progress: None,

@@ -209,6 +209,9 @@ impl Bridge {
     async fn refuse(&mut self, refusal: Refusal, what: &str, event_id: Option<&str>) {
         match refusal {
             Refusal::Malformed => self.client_error(codes::INVALID_EVENT, &format!("{what} could not be read"), event_id).await,
+            Refusal::RepeatedKey => {
+                self.client_error(codes::INVALID_EVENT, &format!("{what} has a key written twice in one object"), event_id).await
+            }
             Refusal::HostedMcp => {
                 let message = "Hosted MCP tools are not allowed on this server; the event was dropped.";
                 self.client_error(codes::HOSTED_MCP_REFUSED, message, event_id).await;

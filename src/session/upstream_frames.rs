@@ -62,7 +62,13 @@ impl Bridge {
                     Some(kind) => self.handle_upstream_event(&kind, text).await,
                 }
             }
-            Message::Binary(bytes) => self.send_client(Message::Binary(bytes)).await,
+            // The Realtime API sends text only. A binary frame would reach the client unread — a
+            // forged voxgate.* event, a server call's arguments — and clients that parse bytes as
+            // JSON (Python's json.loads, Node's JSON.parse(data.toString())) would believe it.
+            Message::Binary(_) => {
+                tracing::warn!(parent: &self.span, "dropped a binary frame from the upstream");
+                self.deps.metrics.upstream_forged_event();
+            }
             Message::Close(frame) => {
                 let resumable = frame.as_ref().is_none_or(|f| resumable_close(f.code));
                 let client_close = frame.map(|f| close_frame(sendable(f.code), &f.reason));
@@ -200,7 +206,17 @@ impl Bridge {
             .or_else(|| event.item_id.as_deref().and_then(|i| self.owned_items.get(i).cloned()));
         let known_name = call_id.as_deref().and_then(|c| self.owned_calls.get(c).cloned());
         let name = known_name.clone().or_else(|| event.name.as_deref().map(str::to_string));
-        let owned = known_name.is_some() || name.as_deref().is_some_and(|n| self.is_owned_name(n));
+        let owned = match (&known_name, &name) {
+            (Some(_), _) => true,
+            (None, Some(name)) => self.is_owned_name(name),
+            // No name (a `.delta`, a beta `.done`) and no call voxgate knows: the client's only
+            // if its item was seen as the client's. Else its item never read (dropped as
+            // unreadable), and these may be a server call's arguments: hidden.
+            (None, None) => {
+                let seen = |id: Option<&str>| id.is_some_and(|id| self.client_calls.contains(id));
+                !(seen(event.call_id.as_deref()) || seen(event.item_id.as_deref()))
+            }
+        };
         if !owned {
             self.send_client(Message::Text(text)).await;
             return;
@@ -256,6 +272,7 @@ impl Bridge {
         let already = call_id.is_some_and(|c| self.owned_calls.contains_key(c))
             || item.id.as_deref().is_some_and(|i| self.owned_items.contains_key(i));
         if !already && !self.is_owned_name(name) {
+            self.client_calls.extend(call_id.into_iter().chain(item.id.as_deref()).map(str::to_string));
             return false;
         }
         if let Some(call_id) = call_id {
