@@ -91,7 +91,9 @@ pub struct Condition {
     pub age: AgeRange,
     #[serde(default)]
     pub sex: Option<Sex>,
-    /// Dangerous if missed: always listed when any of its findings is present.
+    /// Dangerous if missed: kept in the list, in place of lower-ranked ordinary conditions, when
+    /// it scores at least 0.3 × the leader's score (`MUST_NOT_MISS_RATIO` in `mod.rs`); below that,
+    /// one shared finding alone does not list it. It is flagged and named in the reasoning.
     pub must_not_miss: bool,
     /// Vocabulary key → weight: how strongly the finding points to this condition.
     pub findings: BTreeMap<String, f64>,
@@ -108,10 +110,18 @@ pub struct KnowledgeBase {
     pub version: u32,
     #[serde(default)]
     pub about: String,
-    /// Finding key → the phrases (lower case) that name it, first one the display name.
+    /// Finding key → the phrases (lower case) that name it, first one the display name. A phrase
+    /// starting with `!` is an exception: words that contain one of the key's phrases but do not
+    /// name the finding ("!collapsed lung" under syncope); they are moved to `exceptions`.
     pub vocabulary: BTreeMap<String, Vec<String>>,
     pub conditions: Vec<Condition>,
+    /// Finding key → its exception phrases (normalised, without the `!`).
+    #[serde(skip)]
+    pub exceptions: BTreeMap<String, Vec<String>>,
 }
+
+/// Marks a vocabulary phrase as an exception (see [`KnowledgeBase::vocabulary`]).
+const EXCEPTION_MARK: char = '!';
 
 impl KnowledgeBase {
     /// The base compiled into the binary.
@@ -155,10 +165,23 @@ impl KnowledgeBase {
             return Err(KbError::Empty);
         }
         for (key, terms) in &self.vocabulary {
-            if terms.is_empty() || terms.iter().any(|t| t.trim().is_empty()) {
+            let bare = |t: &String| {
+                t.trim()
+                    .trim_start_matches(EXCEPTION_MARK)
+                    .trim()
+                    .is_empty()
+            };
+            if terms.is_empty() || terms.iter().any(bare) {
                 return Err(KbError::Vocabulary {
                     key: key.clone(),
                     reason: "needs at least one non-empty phrase".into(),
+                });
+            }
+            // The first phrase is the display name, so it must name the finding.
+            if terms[0].trim().starts_with(EXCEPTION_MARK) {
+                return Err(KbError::Vocabulary {
+                    key: key.clone(),
+                    reason: "the first phrase must not be an exception (!)".into(),
                 });
             }
         }
@@ -208,11 +231,22 @@ impl KnowledgeBase {
         Ok(())
     }
 
-    /// Phrases in lower case, so matching compares like with like.
+    /// Phrases in lower case, so matching compares like with like; exceptions set apart.
     fn normalised(mut self) -> Self {
-        for terms in self.vocabulary.values_mut() {
-            for term in terms.iter_mut() {
-                *term = super::matcher::normalise(term);
+        for (key, terms) in self.vocabulary.iter_mut() {
+            let (exceptions, phrases): (Vec<String>, Vec<String>) = terms
+                .drain(..)
+                .partition(|t| t.trim().starts_with(EXCEPTION_MARK));
+            *terms = phrases
+                .iter()
+                .map(|t| super::matcher::normalise(t))
+                .collect();
+            if !exceptions.is_empty() {
+                let exceptions = exceptions
+                    .iter()
+                    .map(|t| super::matcher::normalise(t.trim().trim_start_matches(EXCEPTION_MARK)))
+                    .collect();
+                self.exceptions.insert(key.clone(), exceptions);
             }
         }
         self
@@ -245,6 +279,27 @@ mod tests {
         }
     }
 
+    /// One phrase under two findings that the same condition weighs would count twice ("hiv" was
+    /// both a tuberculosis exposure and immunosuppression).
+    #[test]
+    fn no_condition_counts_one_phrase_twice() {
+        let kb = KnowledgeBase::embedded().unwrap();
+        for c in &kb.conditions {
+            let keys: Vec<&String> = c.findings.keys().chain(c.risk_factors.keys()).collect();
+            for (i, a) in keys.iter().enumerate() {
+                for b in &keys[i + 1..] {
+                    for term in &kb.vocabulary[*a] {
+                        assert!(
+                            a == b || !kb.vocabulary[*b].contains(term),
+                            "{}: {term:?} is under both {a} and {b}",
+                            c.id
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_bad_record_is_named() {
         let mut value: serde_json::Value = serde_json::from_str(EMBEDDED).unwrap();
@@ -271,6 +326,25 @@ mod tests {
             err.to_string().contains("conditions[2].prevalence"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn exception_phrases_are_set_apart_and_cannot_be_the_display_name() {
+        let kb = KnowledgeBase::embedded().unwrap();
+        assert!(kb.exceptions["syncope"].contains(&" collapsed lung ".to_string()));
+        assert!(kb.vocabulary.values().flatten().all(|t| !t.contains('!')));
+
+        let mut value: serde_json::Value = serde_json::from_str(EMBEDDED).unwrap();
+        value["vocabulary"]["syncope"] = serde_json::json!(["!collapsed lung", "syncope"]);
+        let err = KnowledgeBase::parse(&value.to_string()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("vocabulary entry syncope: the first"),
+            "{err}"
+        );
+        value["vocabulary"]["syncope"] = serde_json::json!(["syncope", " ! "]);
+        let err = KnowledgeBase::parse(&value.to_string()).unwrap_err();
+        assert!(err.to_string().contains("non-empty phrase"), "{err}");
     }
 
     #[test]

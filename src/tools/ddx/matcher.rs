@@ -97,6 +97,26 @@ fn negated_at(text: &str, at: usize) -> bool {
     scope.into_iter().any(|w| NEGATIONS.contains(w))
 }
 
+/// Where in `text` the key's exception phrases are ("collapsed lung" for syncope), as byte ranges
+/// of their words (the padding spaces left out, so a neighbouring phrase does not touch them).
+fn excepted_spans(kb: &KnowledgeBase, key: &str, text: &str) -> Vec<(usize, usize)> {
+    kb.exceptions
+        .get(key)
+        .into_iter()
+        .flatten()
+        .flat_map(|phrase| {
+            text.match_indices(phrase.as_str())
+                .map(|(at, _)| (at + 1, at + phrase.len() - 1))
+        })
+        .collect()
+}
+
+/// Does the padded phrase of `len` bytes at `at` share a word with an excepted span?
+fn overlaps(spans: &[(usize, usize)], at: usize, len: usize) -> bool {
+    let (start, end) = (at + 1, at + len - 1);
+    spans.iter().any(|&(s, e)| s < end && start < e)
+}
+
 /// Every vocabulary finding the statements mention, affirmed or negated.
 fn mentions(kb: &KnowledgeBase, statements: &[&str]) -> (BTreeMap<String, Mention>, Vec<usize>) {
     let mut found: BTreeMap<String, Mention> = BTreeMap::new();
@@ -105,8 +125,12 @@ fn mentions(kb: &KnowledgeBase, statements: &[&str]) -> (BTreeMap<String, Mentio
         for clause in clauses(statement) {
             let text = normalise(clause);
             for (key, terms) in &kb.vocabulary {
+                let excepted = excepted_spans(kb, key, &text);
                 for term in terms {
                     for (at, _) in text.match_indices(term.as_str()) {
+                        if overlaps(&excepted, at, term.len()) {
+                            continue;
+                        }
                         hits_per_statement[i] += 1;
                         let entry = found.entry(key.clone()).or_default();
                         if negated_at(&text, at) {
@@ -280,6 +304,58 @@ mod tests {
         );
         // Negated in one statement, affirmed in another: affirmed wins.
         assert_eq!(found["fever"].affirmed.as_deref(), Some("fever"));
+    }
+
+    #[test]
+    fn an_exception_phrase_hides_the_finding_only_where_it_stands() {
+        let kb = kb();
+        let (found, _) = mentions(&kb, &["collapsed lung"]);
+        assert!(!found.contains_key("syncope"), "{found:?}");
+        let (found, _) = mentions(&kb, &["collapsed lung", "collapsed at home"]);
+        assert!(found["syncope"].affirmed.is_some());
+    }
+
+    #[test]
+    fn phrases_name_the_right_finding() {
+        let kb = kb();
+        let affirmed = |text: &str, key: &str| {
+            mentions(&kb, &[text])
+                .0
+                .get(key)
+                .is_some_and(|m| m.affirmed.is_some())
+        };
+        for (text, wrong) in [
+            ("heart pounding", "unilateral_headache"),
+            ("pulsating mass", "unilateral_headache"),
+            ("throbbing toe", "unilateral_headache"),
+            ("tearing of the eyes", "tearing_pain"),
+            ("neck pain", "neck_stiffness"),
+            ("sharp chest pain", "pleuritic"),
+            ("left upper quadrant pain", "splenomegaly"),
+            ("arm pain", "radiation_arm_jaw"),
+            ("jaw pain when chewing", "radiation_arm_jaw"),
+            ("temple pain", "scalp_tenderness"),
+            ("stress", "band_like"),
+            ("collapsed lung", "syncope"),
+            ("hiv", "tb_exposure"),
+            ("bilateral leg weakness", "focal_weakness"),
+            ("missed insulin", "insulin"),
+        ] {
+            assert!(!affirmed(text, wrong), "{text:?} should not be {wrong}");
+        }
+        for (text, right) in [
+            ("heart pounding", "palpitations"),
+            ("pulsating mass", "pulsatile_mass"),
+            ("throbbing headache", "unilateral_headache"),
+            ("tearing chest pain", "tearing_pain"),
+            ("sharp chest pain", "chest_pain"),
+            ("radiates to the jaw", "radiation_arm_jaw"),
+            ("jaw pain when chewing", "jaw_claudication"),
+            ("temple pain", "temporal_headache"),
+            ("hiv", "immunosuppression"),
+        ] {
+            assert!(affirmed(text, right), "{text:?} should be {right}");
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! the LLM path against a fake chat-completions server on 127.0.0.1 is in [`llm`].
 
 mod llm;
+mod must_not_miss;
+mod vocabulary;
 
 use serde_json::{Value, json};
 

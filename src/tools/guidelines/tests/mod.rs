@@ -1,6 +1,8 @@
 //! Unit tests of `search_medical_guidelines`: the corpus checks (a bad line is named), the shipped
-//! corpus, filters, the result schema and citations, truncation, and relevance ([`relevance`]).
+//! corpus, filters, the result schema and citations, truncation, relevance ([`relevance`]) and the
+//! corpus content against the review rules ([`content`]).
 
+mod content;
 mod relevance;
 
 use std::sync::{Arc, LazyLock};
