@@ -140,9 +140,12 @@ fn grace(params: &Params<'_>) -> Result<Assessment, ToolError> {
     if stemi {
         recommendations.push("Manage as STEMI: immediate reperfusion pathway per local protocol".to_string());
     } else if risk_category == "high" {
-        // ESC NSTE-ACS guidelines: GRACE >140 triggers an early (<24 h) invasive strategy.
-        recommendations
-            .push("GRACE over 140: an early invasive strategy (within 24 h) is recommended (ESC)".into());
+        // CALCULATORS.md: ESC NSTE-ACS guidelines use >140 as the trigger for an early (<24 h)
+        // invasive strategy. ESC 2020 made it a recommendation (class I); ESC 2023 (ACS) has it as
+        // one that should be considered (class IIa): the advice says the current strength.
+        recommendations.push(
+            "GRACE over 140: an early invasive strategy (within 24 h) should be considered (ESC 2023, class IIa)".into(),
+        );
     } else {
         recommendations
             .push("Choose invasive timing by the full clinical picture and local ACS pathway".into());

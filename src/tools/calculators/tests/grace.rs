@@ -27,6 +27,9 @@ fn umass_worked_patient_scores_209() {
     assert_eq!(result["risk_category"], json!("high"));
     let text = result["interpretation"].as_str().unwrap_or_default();
     assert!(text.contains("18%") && text.contains("23%"), "{text}");
+    // The guideline's current strength (ESC 2023: class IIa), not the 2020 "recommended".
+    let advice = result["recommendations"].to_string();
+    assert!(advice.contains("should be considered") && !advice.contains("is recommended"), "{advice}");
     let used = &result["parameters_used"];
     assert_eq!(used["acs_type"], json!("nste_acs"));
     assert_eq!(used["elevated_cardiac_enzymes"], json!(false));
