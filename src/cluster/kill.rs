@@ -1,6 +1,9 @@
 //! The admin-kill listener: each instance subscribes to its own channel (`voxgate:kill:{instance}`)
 //! and ends the sessions whose ids arrive there, so `DELETE /admin/sessions/{id}` works on any
-//! instance. The subscription is re-made after any Redis outage.
+//! instance. The subscription is re-made after any Redis outage, and checked with a `PING` as
+//! often as the registry is refreshed: a connection that went half-open (a failover, a dropped
+//! NAT entry) stays subscribed in Redis's eyes, so publishers count it as listening while nothing
+//! arrives, and without the check every kill forwarded here would be lost until TCP noticed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +24,12 @@ pub(super) async fn listen(
     channel: String,
     live: Arc<LiveSessions>,
     stop: CancellationToken,
+    check_every: Duration,
 ) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            ended = subscribe_and_serve(&client, &channel, &live) => {
+            ended = subscribe_and_serve(&client, &channel, &live, check_every) => {
                 if let Err(err) = ended {
                     tracing::debug!(error = ?err.kind(), "admin-kill subscription lost; retrying");
                 }
@@ -42,21 +46,33 @@ async fn subscribe_and_serve(
     client: &redis::Client,
     channel: &str,
     live: &LiveSessions,
+    check_every: Duration,
 ) -> redis::RedisResult<()> {
+    let timed_out = |what: &'static str| redis::RedisError::from((redis::ErrorKind::Io, what));
     let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
         .await
-        .map_err(|_| {
-            redis::RedisError::from((redis::ErrorKind::Io, "pub/sub connect timed out"))
-        })??;
-    pubsub.subscribe(channel).await?;
-    let mut messages = pubsub.into_on_message();
-    while let Some(message) = messages.next().await {
-        let Ok(id) = message.get_payload::<String>() else {
-            continue;
-        };
-        if live.kill(&id) {
-            tracing::info!(session.id = %id, "session ended by an administrator (forwarded)");
+        .map_err(|_| timed_out("pub/sub connect timed out"))??;
+    tokio::time::timeout(CONNECT_TIMEOUT, pubsub.subscribe(channel))
+        .await
+        .map_err(|_| timed_out("subscribe timed out"))??;
+    let (mut sink, mut messages) = pubsub.split();
+    let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + check_every, check_every);
+    checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = messages.next() => {
+                let Some(message) = message else { return Ok(()) };
+                let Ok(id) = message.get_payload::<String>() else { continue };
+                if live.kill(&id) {
+                    tracing::info!(session.id = %id, "session ended by an administrator (forwarded)");
+                }
+            }
+            _ = checks.tick() => {
+                // Any answer will do (subscribed, Redis answers PING as a message-shaped array).
+                tokio::time::timeout(CONNECT_TIMEOUT, sink.ping::<redis::Value>())
+                    .await
+                    .map_err(|_| timed_out("the subscription stopped answering"))??;
+            }
         }
     }
-    Ok(())
 }

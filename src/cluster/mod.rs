@@ -182,7 +182,7 @@ impl Cluster {
             stop.clone(),
         ));
         let channel = registry::kill_channel(&cluster.instance);
-        tokio::spawn(kill::listen(link.client, channel, live, stop));
+        tokio::spawn(kill::listen(link.client, channel, live, stop, link.ttl / 3));
         cluster
     }
 

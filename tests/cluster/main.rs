@@ -15,6 +15,7 @@ mod degrades;
 mod instance;
 mod nginx;
 mod outage;
+mod stalled;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
