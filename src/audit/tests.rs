@@ -253,9 +253,12 @@ async fn a_finish_whose_start_never_made_the_log_is_refused() {
     handle.record(record(AuditEvent::CallApproved, "c1")).await.unwrap();
     handle.record(record(AuditEvent::CallFinished, "c1")).await.unwrap();
     assert_eq!(handle.record(record(AuditEvent::CallFinished, "c1")).await, Err(AuditError::Unavailable), "finished once");
+    handle.record(record(AuditEvent::CallStarted, "c2")).await.unwrap();
+    assert_eq!(handle.record(record(AuditEvent::CallStarted, "c2")).await, Err(AuditError::Unavailable), "started once");
+    handle.record(record(AuditEvent::CallFinished, "c2")).await.unwrap();
     drop(handle);
     writer.join().await.unwrap();
-    assert_eq!(lines(&cfg).len(), 3);
+    assert_eq!(lines(&cfg).len(), 5);
     let report = verify(&cfg.path, &Chain::default()).unwrap();
     assert!(report.is_ok(), "{report}");
 }

@@ -292,8 +292,9 @@ impl Writer {
     /// here. When the backlog is full, every fresh record is refused. Otherwise a `call_approved`
     /// or `call_finished` is refused when its call's `call_started` is not in the log or held:
     /// that start was refused (a full backlog), and the finish alone would be a call with no start
-    /// (`audit verify` reports it as a break). Its session withholds the result as for any refused
-    /// record; the call is missing from the log, as are all calls while the disk refuses them.
+    /// (`audit verify` reports it as a break), as would a second `call_started` of one call. The
+    /// session treats it as any refused record (`audit.on_error`); the call is missing from the
+    /// log, as are all calls while the disk refuses them.
     fn admit(&mut self, records: Vec<AuditRecord>, acks: Vec<Ack>) -> (Vec<AuditRecord>, Vec<Ack>) {
         let full = self.backlog.len() + records.len() > MAX_BACKLOG;
         if full {
@@ -302,16 +303,20 @@ impl Writer {
         let mut admitted = (Vec::with_capacity(records.len()), Vec::with_capacity(acks.len()));
         for (record, ack) in records.into_iter().zip(acks) {
             let call = (record.session_id.clone(), record.call_id.clone());
-            let fits = !full
-                && match record.event {
-                    AuditEvent::CallStarted => {
-                        self.open.insert(call);
-                        true
+            let fits = match record.event {
+                _ if full => {
+                    // The call is over either way: it must not stay open until a restart.
+                    if record.event == AuditEvent::CallFinished {
+                        self.open.remove(&call);
                     }
-                    AuditEvent::CallApproved => self.open.contains(&call),
-                    AuditEvent::CallFinished => self.open.remove(&call),
-                    AuditEvent::Checkpoint => true,
-                };
+                    false
+                }
+                // A second start of one call would be a break too.
+                AuditEvent::CallStarted => self.open.insert(call),
+                AuditEvent::CallApproved => self.open.contains(&call),
+                AuditEvent::CallFinished => self.open.remove(&call),
+                AuditEvent::Checkpoint => true,
+            };
             if fits {
                 admitted.0.push(record);
                 admitted.1.push(ack);

@@ -84,8 +84,8 @@ pub(super) struct Bridge {
     pub client_tools: super::client_frames::ClientTools,
     /// Server-owned function-call items: item id → call id.
     pub owned_items: HashMap<String, String>,
-    /// Call ids and item ids of the client's own function calls, seen in their items: an
-    /// arguments event that names no tool is forwarded only for one of these.
+    /// Call ids and item ids of the client's own function calls whose items are announced and not
+    /// done: an arguments event that names no tool is forwarded only for one of these.
     pub client_calls: HashSet<String>,
     /// Server-owned calls seen so far: call id → tool name.
     pub owned_calls: HashMap<String, String>,

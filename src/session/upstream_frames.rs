@@ -272,7 +272,15 @@ impl Bridge {
         let already = call_id.is_some_and(|c| self.owned_calls.contains_key(c))
             || item.id.as_deref().is_some_and(|i| self.owned_items.contains_key(i));
         if !already && !self.is_owned_name(name) {
-            self.client_calls.extend(call_id.into_iter().chain(item.id.as_deref()).map(str::to_string));
+            // Kept from the item's announcement to its end, the span in which its arguments come.
+            let ids = call_id.into_iter().chain(item.id.as_deref());
+            match kind {
+                "response.output_item.added" => self.client_calls.extend(ids.map(str::to_string)),
+                "response.output_item.done" => ids.for_each(|id| {
+                    self.client_calls.remove(id);
+                }),
+                _ => {}
+            }
             return false;
         }
         if let Some(call_id) = call_id {

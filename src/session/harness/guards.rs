@@ -245,6 +245,23 @@ async fn arguments_of_a_call_whose_item_did_not_read_are_hidden() {
     }
 }
 
+/// A client call's arguments pieces (which name no tool) still reach the client once its item
+/// was seen as the client's.
+#[tokio::test(start_paused = true)]
+async fn arguments_of_a_client_call_whose_item_was_seen_reach_the_client() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    h.browser_sends(json!({"type": "session.update", "session": {"tools": [{"type": "function", "name": "show_map",
+        "description": "map", "parameters": {"type": "object"}}]}}))
+    .await;
+    h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "response.output_item.added", "item": {"id": "ic1", "type": "function_call",
+        "status": "in_progress", "call_id": "cc1", "name": "show_map", "arguments": ""}}))
+    .await;
+    h.model_sends(json!({"type": "response.function_call_arguments.delta", "item_id": "ic1", "call_id": "cc1", "delta": "{\"town\":"})).await;
+    let delta = h.browser_expects("response.function_call_arguments.delta").await;
+    assert_eq!(delta["call_id"], "cc1");
+}
+
 /// Each `response.create` may bring tools of its own, and calls to them are the client's; but the
 /// names it brings are kept for the session, so a client inventing new ones on every frame would
 /// grow the session without bound. Past the bound such a frame is refused, and names already

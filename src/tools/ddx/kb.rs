@@ -165,9 +165,10 @@ impl KnowledgeBase {
             return Err(KbError::Empty);
         }
         for (key, terms) in &self.vocabulary {
+            // Nothing left once normalised (only punctuation, "!." or "?") would match, or
+            // cancel, at every space.
             let bare = |t: &String| {
-                t.trim()
-                    .trim_start_matches(EXCEPTION_MARK)
+                super::matcher::normalise(t.trim().trim_start_matches(EXCEPTION_MARK))
                     .trim()
                     .is_empty()
             };
@@ -345,6 +346,12 @@ mod tests {
         value["vocabulary"]["syncope"] = serde_json::json!(["syncope", " ! "]);
         let err = KnowledgeBase::parse(&value.to_string()).unwrap_err();
         assert!(err.to_string().contains("non-empty phrase"), "{err}");
+        // Only punctuation is nothing once normalised: it would match (or cancel) at every space.
+        for phrase in ["!.", "?", " ,; "] {
+            value["vocabulary"]["syncope"] = serde_json::json!(["syncope", phrase]);
+            let err = KnowledgeBase::parse(&value.to_string()).unwrap_err();
+            assert!(err.to_string().contains("non-empty phrase"), "{phrase:?}: {err}");
+        }
     }
 
     #[test]
