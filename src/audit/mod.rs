@@ -4,8 +4,9 @@
 //! `call_finished` line, written and fsynced before the result reaches the model. Lines are JSON,
 //! each carrying `prev_sha256` (the hash of the line before), so any edit breaks the chain. One
 //! writer task owns the file ([`writer`]); `voxgate audit verify` checks it ([`verify`]); with
-//! `redis.url` every line is mirrored to the stream `voxgate:audit` ([`mirror`]), the file staying
-//! the source of truth.
+//! `redis.url` every line is mirrored to the stream `audit.redis_stream` (by default
+//! `voxgate:audit:{instance_id}`, trimmed to `audit.redis_stream_maxlen`; [`mirror`]), the file
+//! staying the source of truth.
 
 mod chain;
 mod mirror;

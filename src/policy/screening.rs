@@ -2,9 +2,11 @@
 //! for a third party"; the rules with examples are in docs/phi.md).
 //!
 //! Two checks run before a third-party call leaves, on every text in its arguments (string values,
-//! numbers as their decimal text, and keys, at any depth: a date limit reaches PubMed as `mindate`
-//! just as the query does, a phone number may come as a JSON number) and on any text the tool
-//! builds from them ([`Tool::outbound_text`]), each on its own. A tool
+//! keys, and numbers — whole ones with their key, "mrn 48213377"; fractions against the taint only
+//! — at any depth: a date limit reaches PubMed as `mindate` just as the query does, a phone number
+//! may come as a JSON number) and on any text the tool builds from them ([`Tool::outbound_text`]).
+//! The same screen decides whether a non-PHI tool's arguments may be audited
+//! (session/calls/audit_record.rs). A tool
 //! is screened because its spec says `third_party`, so a new third-party tool is covered without
 //! writing anything:
 //!

@@ -8,7 +8,7 @@
 //! upstream is pinged and a missing pong ends it, closing is bounded by the drain timeout plus a
 //! grace). It never spins: a timer is armed only when its firing can change state (the speech
 //! grace only while nothing else holds the response gate shut, the close deadline only while calls
-//! run), so an idle session sleeps until a frame or a real deadline.
+//! run or are approved), so an idle session sleeps until a frame or a real deadline.
 
 use std::collections::{HashMap, HashSet};
 use std::task::Poll;
