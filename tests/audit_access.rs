@@ -197,9 +197,9 @@ async fn an_admin_call_abandoned_by_its_client_is_still_audited_once() {
     use axum::Router;
     use axum::routing::get;
     use std::time::Duration;
-    // A web search backend that answers after 1.5 s.
+    // A web search backend that answers after 3 s.
     let app = Router::new().fallback(get(|| async {
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         ([("content-type", "application/json")], r#"{"web":{"results":[]}}"#)
     }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -210,14 +210,15 @@ async fn an_admin_call_abandoned_by_its_client_is_still_audited_once() {
         "[auth]\nadmin_token = \"{ADMIN}\"\n[backends.web_search]\nprovider = \"brave\"\nbase_url = \"{brave}\"\napi_key = \"brave-key\"\n"
     );
     let proxy = TestProxy::with_upstream(&fake, &toml).await;
-    let gave_up = reqwest::Client::new()
-        .post(format!("http://{}/admin/tools/web_search_medical/invoke", proxy.addr))
-        .bearer_auth(ADMIN)
-        .timeout(Duration::from_millis(300))
-        .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
-        .send()
-        .await;
-    assert!(gave_up.is_err(), "the client gave up before the tool answered");
+    let url = format!("http://{}/admin/tools/web_search_medical/invoke", proxy.addr);
+    let request = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(ADMIN)
+            .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
+            .send()
+            .await
+    });
     let admin_records = || {
         proxy
             .audit_records()
@@ -225,6 +226,17 @@ async fn an_admin_call_abandoned_by_its_client_is_still_audited_once() {
             .filter(|r| r["admin"] == true)
             .collect::<Vec<Value>>()
     };
+    // The client gives up once the call is under way (its start is on disk), long before the
+    // tool answers: the connection goes away with the task.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !admin_records().iter().any(|r| r["event"] == "call_started") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the admin call never started");
+    request.abort();
+    assert!(request.await.is_err_and(|e| e.is_cancelled()), "the client gave up before the tool answered");
     let finished = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let records = admin_records();

@@ -86,7 +86,8 @@ async fn stream_entries(url: &str) -> Vec<(String, String)> {
 /// Wait until the stream holds exactly the file's lines, in order, each once.
 async fn assert_mirrored(proxy: &TestProxy, url: &str) {
     let mut last = Vec::new();
-    for _ in 0..100 {
+    // Longer than the mirror's longest back-off (10 s), which it always waits out.
+    for _ in 0..250 {
         let file: Vec<String> = std::fs::read_to_string(proxy.audit_path()).unwrap().lines().map(str::to_string).collect();
         last = stream_entries(url).await;
         let ids: Vec<String> = (1..=file.len()).map(|seq| format!("{seq}-1")).collect();

@@ -140,7 +140,8 @@ mod tests {
         server.wait().unwrap();
         let killed = tokio::time::Instant::now();
         while hub.health()[0].state == LinkState::Up || hub.registry().get("hlab__lookup_result").is_some() {
-            assert!(killed.elapsed() < Duration::from_secs(5), "still up 5 s after the server died");
+            // Two misses take ~2.6 s here; the bug was "never", so the bound is loose for a loaded CI.
+            assert!(killed.elapsed() < Duration::from_secs(15), "still up 15 s after the server died");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(hub.health()[0].state, LinkState::Down);

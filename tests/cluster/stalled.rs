@@ -98,7 +98,7 @@ async fn stalled_subscription() {
     let mut fake = FakeUpstream::start().await;
     let toml = |id: &str, url: &str| {
         format!(
-            "[server]\ninstance_id = \"{id}\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-key\"\n[redis]\nurl = \"{url}\"\nsession_ttl_ms = 1500\n"
+            "[server]\ninstance_id = \"{id}\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-key\"\n[redis]\nurl = \"{url}\"\nsession_ttl_ms = 3000\n"
         )
     };
     let a = support::TestProxy::with_upstream(&fake, &toml("vg-half", &proxy.url())).await;
@@ -108,7 +108,7 @@ async fn stalled_subscription() {
     proxy.stall_subscriptions();
 
     // Redis still counts the stalled subscriber, so each DELETE is "forwarded": the session must
-    // end once the instance has subscribed again (its check fails within ~2.5 s here).
+    // end once the instance has subscribed again (its check fails within ~3 s here).
     let http = reqwest::Client::new();
     let ended = tokio::time::timeout(WAIT, async {
         loop {
@@ -119,7 +119,8 @@ async fn stalled_subscription() {
                 .await
                 .unwrap()
                 .status();
-            assert!(status.is_success() || status.as_u16() == 503, "{status}");
+            // 404: the registry entry lapsed while the instance's Redis links recovered; retried.
+            assert!(status.is_success() || matches!(status.as_u16(), 404 | 503), "{status}");
             if let Ok(closing) = tokio::time::timeout(Duration::from_millis(700), victim.until("voxgate.session.closing")).await {
                 return closing;
             }

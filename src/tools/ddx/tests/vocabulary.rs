@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::{kb_tool, name_of, names, run};
 
+/// The conditions listed, in order (none, for a complaint the base has nothing for: "red eye").
 async fn listed(args: Value) -> Vec<String> {
     names(&run(&kb_tool(), args).await)
 }
