@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
 use crate::tools::ErrorCode;
 
 /// `prev_sha256` of the very first line.

@@ -26,10 +26,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::AuditError;
 use super::chain::Chain;
-use crate::tools::ErrorCode;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
 use super::recovery::{self, Recovery};
 use crate::config::{AuditConfig, AuditOnError, Secret};
+use crate::tools::ErrorCode;
 use crate::telemetry::metrics::Metrics;
 
 /// Jobs taken per fsync at most (a job is one record, or the few of one session turn).

@@ -132,16 +132,7 @@ impl TaintSet {
     /// Taint everything inside a PHI tool's result: every string and number (a case number may
     /// come as a JSON number), and every object key (a result may be keyed by patient name).
     pub fn add_result(&mut self, result: &Value) {
-        match result {
-            Value::String(s) => self.add_text(s),
-            Value::Number(n) => self.add_text(&n.to_string()),
-            Value::Array(items) => items.iter().for_each(|v| self.add_result(v)),
-            Value::Object(map) => map.iter().for_each(|(key, v)| {
-                self.add_key(key);
-                self.add_result(v);
-            }),
-            Value::Bool(_) | Value::Null => {}
-        }
+        each_text(result, &mut |text, is_key| if is_key { self.add_key(&text) } else { self.add_text(&text) });
     }
 
     pub fn add_text(&mut self, text: &str) {
@@ -246,13 +237,19 @@ pub fn screen_text(text: &str, taint: &TaintSet) -> Result<(), ToolError> {
 /// phone or record number sent as a JSON number leaves just as a string would) and object keys,
 /// each key right before its value, at any depth.
 pub(crate) fn collect_strings<'a>(value: &'a Value, out: &mut Vec<Cow<'a, str>>) {
+    each_text(value, &mut |text, _| out.push(text));
+}
+
+/// Calls `f` with every text of `value` in order, depth first: each object key (`true`) right
+/// before its value, string values, and numbers as their decimal text.
+fn each_text<'a>(value: &'a Value, f: &mut impl FnMut(Cow<'a, str>, bool)) {
     match value {
-        Value::String(s) => out.push(Cow::Borrowed(s)),
-        Value::Number(n) => out.push(Cow::Owned(n.to_string())),
-        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::String(s) => f(Cow::Borrowed(s), false),
+        Value::Number(n) => f(Cow::Owned(n.to_string()), false),
+        Value::Array(items) => items.iter().for_each(|v| each_text(v, f)),
         Value::Object(map) => map.iter().for_each(|(key, v)| {
-            out.push(Cow::Borrowed(key));
-            collect_strings(v, out);
+            f(Cow::Borrowed(key), true);
+            each_text(v, f);
         }),
         Value::Bool(_) | Value::Null => {}
     }

@@ -89,10 +89,7 @@ pub fn guard_response_create(
     server_tools: &[Value],
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
 ) -> Result<Option<MergedUpdate>, Refusal> {
-    let mut event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
-    if !super::unique_keys::has_unique_keys(bytes) {
-        return Err(Refusal::RepeatedKey);
-    }
+    let mut event = parse_guarded(bytes)?;
     let Some(response) = event.get_mut("response") else { return Ok(None) };
     if let Some(input) = response.get("input").and_then(Value::as_array) {
         let forged = input.iter().any(|item| {
@@ -106,6 +103,16 @@ pub fn guard_response_create(
     let Some(tools) = response.get_mut("tools") else { return Ok(None) };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
     Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
+}
+
+/// A guarded event as JSON, refused when it is not JSON or an object in it has a key written
+/// twice ([`super::unique_keys`]).
+fn parse_guarded(bytes: &[u8]) -> Result<Value, Refusal> {
+    let event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
+    if !super::unique_keys::has_unique_keys(bytes) {
+        return Err(Refusal::RepeatedKey);
+    }
+    Ok(event)
 }
 
 /// Put the server tools into a client tools list (dropping client tools that take a server
@@ -156,10 +163,7 @@ pub fn merge_session_update(
     server_tools: &[Value],
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
 ) -> Result<Option<MergedUpdate>, Refusal> {
-    let mut event: Value = serde_json::from_slice(bytes).map_err(|_| Refusal::Malformed)?;
-    if !super::unique_keys::has_unique_keys(bytes) {
-        return Err(Refusal::RepeatedKey);
-    }
+    let mut event = parse_guarded(bytes)?;
     let Some(tools) = event.get_mut("session").and_then(|s| s.get_mut("tools")) else {
         return Ok(None);
     };

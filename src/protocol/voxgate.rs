@@ -142,11 +142,12 @@ pub fn tool_call_progress(call_id: &str, progress: f64, total: Option<f64>, mess
     .to_string()
 }
 
-/// The `function_call_output` item voxgate adds for a server call.
-pub fn function_call_output(call_id: &str, output: &str) -> String {
+/// The `function_call_output` item voxgate adds for a server call, sent as `event_id` (an upstream
+/// `error` about it names that id).
+pub fn function_call_output(event_id: &str, call_id: &str, output: &str) -> String {
     json!({
         "type": "conversation.item.create",
-        "event_id": event_id(),
+        "event_id": event_id,
         "item": {"type": "function_call_output", "call_id": call_id, "output": output},
     })
     .to_string()

@@ -64,7 +64,7 @@ const READY_BATCH: usize = 32;
 /// it).
 pub(super) struct PendingOutput {
     /// The frame's `event_id`: an upstream `error` naming it refuses the output.
-    pub event_id: Option<String>,
+    pub event_id: String,
     pub frame: String,
 }
 

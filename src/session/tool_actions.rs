@@ -86,8 +86,8 @@ impl Bridge {
                 }
                 Action::Output { call_id, output } => {
                     self.queue_audits(&mut audits);
-                    let frame = events::function_call_output(&call_id, &output);
-                    let event_id = crate::protocol::peek_client(&frame).ok().and_then(|(_, id)| id.map(|id| id.into_owned()));
+                    let event_id = events::event_id();
+                    let frame = events::function_call_output(&event_id, &call_id, &output);
                     // Recorded whether or not the upstream's queue took it: a send that fails (it
                     // timed out on an upstream that stopped reading, or the upstream is gone)
                     // queued nothing, and the resume that follows sends every unacknowledged
@@ -107,7 +107,7 @@ impl Bridge {
     /// longer pending: a resume does not send it again, and it no longer keeps the session from
     /// being quiet enough to recycle. True when `event_id` was an output's.
     pub(super) fn on_output_refused(&mut self, event_id: &str) -> bool {
-        let refused = self.unacknowledged_outputs.iter().find(|(_, o)| o.event_id.as_deref() == Some(event_id)).map(|(c, _)| c.clone());
+        let refused = self.unacknowledged_outputs.iter().find(|(_, o)| o.event_id == event_id).map(|(c, _)| c.clone());
         let Some(call_id) = refused else { return false };
         tracing::warn!(parent: &self.span, "the realtime service refused a tool output");
         self.unacknowledged_outputs.remove(&call_id);

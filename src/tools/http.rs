@@ -183,7 +183,7 @@ pub(crate) fn retry_delay(retryable: bool, retry_after: Option<Duration>, attemp
         return None;
     }
     let delay = retry_after.unwrap_or_else(|| backoff(attempt));
-    let fits = DEADLINE.try_with(|deadline| Instant::now() + delay + took < *deadline).unwrap_or(true);
+    let fits = time_left().is_none_or(|left| delay + took < left);
     fits.then_some(delay)
 }
 
@@ -214,9 +214,17 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
 
 /// 250 ms, 500 ms, … plus up to 50% jitter so that sessions retrying together spread out.
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    let base = BASE_BACKOFF * 2u32.saturating_pow(attempt.saturating_sub(1));
-    let jitter = rand::rng().random_range(0..=base.as_millis() as u64 / 2);
-    base + Duration::from_millis(jitter)
+    jittered(backoff_base(attempt))
+}
+
+/// The back-off before retry `attempt` (1-based) without its jitter: 250 ms, doubled each time.
+pub(crate) fn backoff_base(attempt: u32) -> Duration {
+    BASE_BACKOFF.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)))
+}
+
+/// `base` plus up to half of it again, at random.
+pub(crate) fn jittered(base: Duration) -> Duration {
+    base + Duration::from_millis(rand::rng().random_range(0..=base.as_millis() as u64 / 2))
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
-import { FakeUpstream } from "./support/fake-upstream.js";
 import { connectPage, openPage, screenshot, startVoxgate, typeRequest } from "./support/harness.js";
+import { connectedSession, fakeModel } from "./support/session.js";
 
 const JWT_SECRET = "e2e-test-secret-that-is-long-enough-0123456789";
 
@@ -22,17 +22,6 @@ function jwt(claims, secret) {
   const part = (obj) => Buffer.from(JSON.stringify(obj)).toString("base64url");
   const body = `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}`;
   return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
-}
-
-/**
- * A fake model, stopped after the test.
- * @param {import("node:test").TestContext} t
- */
-async function fakeModel(t) {
-  const fake = new FakeUpstream();
-  const upstreamUrl = await fake.start();
-  t.after(() => fake.stop());
-  return { fake, upstreamUrl };
 }
 
 /** @param {import("playwright-core").Page} page */
@@ -83,13 +72,7 @@ test("the page and its modules are served with a strict CSP and load without err
 });
 
 test("connect, a typed exchange in the transcript, disconnect", { timeout: 60_000 }, async (t) => {
-  const { fake, upstreamUrl } = await fakeModel(t);
-  const voxgate = await startVoxgate({ upstreamUrl });
-  t.after(() => voxgate.stop());
-  const browser = await openPage({ baseUrl: voxgate.baseUrl });
-  t.after(() => browser.close());
-  const { page } = browser;
-  await connectPage(page);
+  const { fake, browser, page } = await connectedSession(t);
   await page.waitForFunction(() => /tools? available/.test(document.querySelector("[data-testid=connection-status]").textContent));
   const tools = await page.evaluate(() => window.voxgate.tools.map((tool) => tool.name));
   assert.ok(tools.includes("create_calendar_event"), `session.ready lists the tools (${tools})`);
@@ -119,13 +102,7 @@ test("connect, a typed exchange in the transcript, disconnect", { timeout: 60_00
 });
 
 test("errors from the server appear in the alert region", { timeout: 60_000 }, async (t) => {
-  const { upstreamUrl } = await fakeModel(t);
-  const voxgate = await startVoxgate({ upstreamUrl });
-  t.after(() => voxgate.stop());
-  const browser = await openPage({ baseUrl: voxgate.baseUrl });
-  t.after(() => browser.close());
-  const { page } = browser;
-  await connectPage(page);
+  const { browser, page } = await connectedSession(t);
   // A decision for a call that does not exist: voxgate answers with the standard error event.
   await page.evaluate(() => window.voxgate.confirm("call_does_not_exist", true));
   const error = page.locator("[role=alert] [data-testid=error-message]").first();

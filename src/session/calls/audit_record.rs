@@ -72,12 +72,8 @@ impl CallTable {
             duration_ms: finished.then(|| call.accepted_at.elapsed().as_millis() as u64),
             phi: call.phi,
             args_sha256: call.args_sha256.clone(),
-            // Never the arguments of a blocked call, however they were settled.
-            arguments: match &call.outcome {
-                _ if call.phi || !finished => None,
-                Some(Outcome::Failed(ToolError::PhiBlocked)) => None,
-                _ => call.audit_arguments.clone(),
-            },
+            // Settled as the call ended ([`CallTable::settle_audit_arguments`]).
+            arguments: if call.phi || !finished { None } else { call.audit_arguments.clone() },
             origin: self.origin.clone(),
             resource: call.resource.clone(),
         }

@@ -39,6 +39,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::tools::http;
 use crate::upstream::{UpstreamConn, UpstreamError};
 
 /// Opens a new upstream connection like the session's first one (same URL, auth, subprotocol,
@@ -152,24 +153,19 @@ const FIRST_ATTEMPT_JITTER: Duration = Duration::from_millis(500);
 /// for what is left of the window. Each gets up to 50 % jitter.
 pub(super) const RETRY_WINDOW: Duration = Duration::from_secs(10);
 
-/// The back-off's first step, doubled on each retry after.
-const BACKOFF_BASE: Duration = Duration::from_millis(250);
-
 /// How long attempt `attempt` (1-based) of a resume of `attempts` waits before connecting.
 fn delay_before(attempt: u32, attempts: u32) -> Duration {
     use rand::Rng;
-    let mut rng = rand::rng();
     if attempt <= 1 {
-        return Duration::from_millis(rng.random_range(0..=FIRST_ATTEMPT_JITTER.as_millis() as u64));
+        return Duration::from_millis(rand::rng().random_range(0..=FIRST_ATTEMPT_JITTER.as_millis() as u64));
     }
-    let doubling = |attempt: u32| BACKOFF_BASE.saturating_mul(2u32.saturating_pow(attempt - 2));
-    let base = if attempt < attempts {
-        doubling(attempt)
-    } else {
-        let earlier: Duration = (2..attempt).map(doubling).sum();
-        doubling(attempt).max(RETRY_WINDOW.saturating_sub(earlier))
-    };
-    base + Duration::from_millis(rng.random_range(0..=base.as_millis() as u64 / 2))
+    // The tools' back-off (tools::http), retry by retry; the last one fills the window.
+    let retry = attempt - 1;
+    if attempt < attempts {
+        return http::backoff(retry);
+    }
+    let earlier: Duration = (1..retry).map(http::backoff_base).sum();
+    http::jittered(http::backoff_base(retry).max(RETRY_WINDOW.saturating_sub(earlier)))
 }
 
 /// The time without an upstream.

@@ -386,10 +386,9 @@ fn flapping_connector() -> (Connect, Arc<std::sync::Mutex<Vec<tokio::time::Insta
     (connect, connects)
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_upstream_that_closes_right_after_every_restore_ends_the_session_after_the_bounded_attempts() {
-    let (connect, connects) = flapping_connector();
-    let mut h = start_with(
+/// A session that resumes with three attempts, each connecting through `connect`.
+async fn resuming_with_three_attempts(connect: Connect) -> Harness {
+    start_with(
         |c| {
             c.upstream.resume = true;
             c.upstream.resume_attempts = 3;
@@ -398,7 +397,13 @@ async fn an_upstream_that_closes_right_after_every_restore_ends_the_session_afte
         Some(connect),
         Vec::new(),
     )
-    .await;
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_closes_right_after_every_restore_ends_the_session_after_the_bounded_attempts() {
+    let (connect, connects) = flapping_connector();
+    let mut h = resuming_with_three_attempts(connect).await;
     h.model.close(Some(CloseFrame { code: CloseCode::Error, reason: "overloaded".into() })).await.unwrap();
     h.browser_expects("voxgate.session.resuming").await;
     // Each resume "succeeds" and its upstream closes at once: a resume that did not last continues
@@ -476,16 +481,7 @@ async fn a_refused_resume_spreads_its_attempts_over_the_retry_window() {
         recorded.lock().unwrap().push(tokio::time::Instant::now());
         async { Err(UpstreamError::Refused { status: 503 }) }.boxed()
     });
-    let mut h = start_with(
-        |c| {
-            c.upstream.resume = true;
-            c.upstream.resume_attempts = 3;
-        },
-        1 << 20,
-        Some(connect),
-        Vec::new(),
-    )
-    .await;
+    let mut h = resuming_with_three_attempts(connect).await;
     let lost = tokio::time::Instant::now();
     drop(drop_model(&mut h).await);
     h.browser_expects("voxgate.session.resuming").await;

@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use chrono::{DateTime, Duration, NaiveDate, NaiveTime, Utc};
 use chrono_tz::Tz;
-use rrule::{RRule, RRuleSet, Unvalidated};
+use rrule::{Frequency, RRule, RRuleSet, Unvalidated};
 
 use super::backend::{CalendarEvent, EventPage, EventQuery, EventTiming, local_midnight, next_day};
 
@@ -251,27 +251,25 @@ fn occurrences(
 }
 
 /// Roughly how many dates walking `series` from `start` to `until` costs: the time between over the
-/// rule's period (`FREQ` and `INTERVAL`; `BY…` parts and `COUNT` are ignored), for ordering only.
+/// rule's period (`FREQ` and `INTERVAL`; `BY…` parts and `COUNT` are ignored), for ordering only. A
+/// rule the crate cannot read costs nothing here: it fails at once when expanded.
 fn walk_estimate(start: DateTime<Utc>, series: &Series, until: DateTime<Utc>) -> i64 {
     let span = (until - start).num_seconds().max(0);
     series
         .rules
         .iter()
+        .filter_map(|rule| rule.parse::<RRule<Unvalidated>>().ok())
         .map(|rule| {
-            let part = |name: &str| {
-                rule.split(';').find_map(|p| p.split_once('=').filter(|(k, _)| k.trim().eq_ignore_ascii_case(name)))
+            let period: i64 = match rule.get_freq() {
+                Frequency::Secondly => 1,
+                Frequency::Minutely => 60,
+                Frequency::Hourly => 3_600,
+                Frequency::Daily => 86_400,
+                Frequency::Weekly => 604_800,
+                Frequency::Monthly => 2_629_746,
+                Frequency::Yearly => 31_556_952,
             };
-            let period: i64 = match part("FREQ").map(|(_, v)| v.trim().to_ascii_uppercase()).as_deref() {
-                Some("SECONDLY") => 1,
-                Some("MINUTELY") => 60,
-                Some("HOURLY") => 3_600,
-                Some("DAILY") => 86_400,
-                Some("WEEKLY") => 604_800,
-                Some("MONTHLY") => 2_629_746,
-                _ => 31_556_952,
-            };
-            let interval = part("INTERVAL").and_then(|(_, v)| v.trim().parse::<i64>().ok()).unwrap_or(1).max(1);
-            span / period.saturating_mul(interval)
+            span / period.saturating_mul(i64::from(rule.get_interval().max(1)))
         })
         .fold(0, i64::saturating_add)
 }

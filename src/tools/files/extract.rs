@@ -195,11 +195,7 @@ fn push_capped(out: &mut String, text: &str) -> bool {
         out.push_str(text);
         return false;
     }
-    let mut end = room;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    out.push_str(&text[..end]);
+    out.push_str(&text[..text.floor_char_boundary(room)]);
     true
 }
 

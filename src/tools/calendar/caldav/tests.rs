@@ -127,18 +127,7 @@ const NEXTCLOUD_HOME: &str = r#"<?xml version="1.0"?>
 #[tokio::test]
 async fn nextcloud_default_calendar_is_the_first_writable_one() {
     let (script, backend) = serve(&[(207, NEXTCLOUD_ROOT), (207, NEXTCLOUD_HOME), (201, "")]).await;
-    let event = crate::tools::calendar::CalendarEvent {
-        id: "abc@voxgate".into(),
-        title: "Ward round".into(),
-        timing: crate::tools::calendar::EventTiming::Timed {
-            start: chrono::DateTime::from_timestamp(1_711_965_600, 0).unwrap(),
-            end: chrono::DateTime::from_timestamp(1_711_969_200, 0).unwrap(),
-        },
-        location: None,
-        description: None,
-        calendar: crate::tools::calendar::DEFAULT_CALENDAR.into(),
-    };
-    let outcome = backend.create_event(event).await.unwrap();
+    let outcome = backend.create_event(booking(crate::tools::calendar::DEFAULT_CALENDAR)).await.unwrap();
     assert!(outcome.created);
     assert_eq!(outcome.event.calendar, "Personal");
     let seen = script.seen.lock().unwrap().clone();
