@@ -33,6 +33,62 @@ fn check_config_accepts_a_good_file_and_hides_secrets() {
 }
 
 #[test]
+fn check_config_hides_credentials_inside_urls() {
+    let file = write_config(
+        "[upstream]\nkind = \"azure\"\nurl = \"wss://az.example/openai/v1/realtime?api-key=TOPSECRET1\"\n\
+         [telemetry]\notlp_endpoint = \"https://collector:TOPSECRET2@otel.example:4318\"\n",
+    );
+    let out = std::process::Command::new(binary())
+        .arg("check-config")
+        .arg(file.path())
+        .env("VOXGATE_UPSTREAM__API_KEY", "az-key-0123")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("upstream.url = wss://az.example/openai/v1/realtime?***"), "{stdout}");
+    assert!(stdout.contains("telemetry.otlp_endpoint = https://***@otel.example:4318/"), "{stdout}");
+    assert!(!stdout.contains("TOPSECRET") && !stdout.contains("collector"), "{stdout}");
+}
+
+/// An "unlimited" `max_sessions` is a bad setting like any other (exit 2), not a panic at start.
+#[test]
+fn a_huge_max_sessions_is_refused_at_start_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_config(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmax_sessions = 9223372036854775807\n[audit]\npath = \"{}\"\n\
+         [backends.calendar]\npath = \"{}\"\n[backends.files]\nroot = \"{}\"\n",
+        dir.path().join("audit.jsonl").display(),
+        dir.path().join("cal.ics").display(),
+        dir.path().join("files").display(),
+    ));
+    let mut child = std::process::Command::new(binary())
+        .arg("--config")
+        .arg(file.path())
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Should it start after all, it must not outlive the test.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("invalid configuration: server.max_sessions:"), "{stderr}");
+}
+
+#[test]
 fn a_bad_config_names_the_key_and_exits_2() {
     let file = write_config("[server]\nmax_sessions = 0\n");
     for args in [vec!["check-config".to_string(), file.path().display().to_string()], vec!["--config".into(), file.path().display().to_string()]] {

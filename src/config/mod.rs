@@ -381,6 +381,11 @@ impl Config {
         };
         env::overlay(&mut table, env)?;
         let mut config = Self::from_table(table)?;
+        // An empty key (an empty k8s Secret or compose variable) is no key, like an empty
+        // `OPENAI_API_KEY`: otherwise it would pick `openai` and send `Bearer ` on every session.
+        if config.upstream.api_key.as_ref().is_some_and(|key| key.expose().is_empty()) {
+            config.upstream.api_key = None;
+        }
         if config.upstream.api_key.is_none()
             && let Some(key) = env.get("OPENAI_API_KEY").filter(|k| !k.is_empty())
         {

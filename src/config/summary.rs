@@ -1,4 +1,5 @@
-//! The effective settings as `check-config` prints them: every secret shown only as set or unset.
+//! The effective settings as `check-config` prints them: every secret shown only as set or unset,
+//! and every URL without the credentials it may carry (user info, query string, fragment).
 
 use std::fmt::Write;
 
@@ -6,6 +7,32 @@ use super::{Config, Secret};
 
 fn secret(value: &Option<Secret>) -> &'static str {
     if value.is_some() { "(set)" } else { "(unset)" }
+}
+
+/// `raw` as written, or with its user info, query and fragment each replaced by `***` when it has
+/// any: a collector's `user:token@` or an upstream's `?api-key=` is a credential.
+fn url(raw: &str) -> String {
+    const HIDDEN: &str = "***";
+    let Ok(mut parsed) = url::Url::parse(raw) else {
+        // Only an unused setting (the URL of the simulated upstream) reaches here unparsed.
+        return "(not a URL, hidden)".into();
+    };
+    let has_userinfo = !parsed.username().is_empty() || parsed.password().is_some();
+    if !has_userinfo && parsed.query().is_none() && parsed.fragment().is_none() {
+        return raw.to_string();
+    }
+    if has_userinfo {
+        // Cannot fail: a URL with user info has a host.
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username(HIDDEN);
+    }
+    if parsed.query().is_some() {
+        parsed.set_query(Some(HIDDEN));
+    }
+    if parsed.fragment().is_some() {
+        parsed.set_fragment(Some(HIDDEN));
+    }
+    parsed.to_string()
 }
 
 /// One `key = value` line per setting worth checking.
@@ -27,7 +54,7 @@ pub fn summary(config: &Config) -> String {
         ("server.instance_id", s.instance_id()),
         ("server.trusted_proxies", format!("{:?}", s.trusted_proxies)),
         ("upstream.kind", format!("{:?}", u.effective_kind()).to_lowercase()),
-        ("upstream.url", u.url.clone()),
+        ("upstream.url", url(&u.url)),
         ("upstream.api_key", secret(&u.api_key).into()),
         ("upstream.model", u.model.clone()),
         ("upstream.protocol", format!("{:?}", u.protocol).to_lowercase()),
@@ -41,7 +68,7 @@ pub fn summary(config: &Config) -> String {
         ("audit.chain_key", secret(&config.audit.chain_key).into()),
         ("redis.url", secret(&config.redis.url).into()),
         ("redis.session_ttl_ms", config.redis.session_ttl_ms.to_string()),
-        ("telemetry.otlp_endpoint", config.telemetry.otlp_endpoint.clone().unwrap_or_else(|| "(unset)".into())),
+        ("telemetry.otlp_endpoint", config.telemetry.otlp_endpoint.as_deref().map_or("(unset)".into(), url)),
         ("tools.confirmation_timeout_ms", config.tools.confirmation_timeout_ms.to_string()),
         ("backends.calendar.kind", format!("{:?}", config.backends.calendar.kind).to_lowercase()),
         ("backends.calendar.password", secret(&config.backends.calendar.password).into()),
@@ -68,7 +95,7 @@ pub fn summary(config: &Config) -> String {
         ("backends.ddx.llm_api_key", secret(&config.backends.ddx.llm_api_key).into()),
         ("backends.web_search.provider", format!("{:?}", config.backends.web_search.provider).to_lowercase()),
         ("backends.web_search.api_key", secret(&config.backends.web_search.api_key).into()),
-        ("backends.evidence.base_url", config.backends.evidence.base_url.clone().unwrap_or_else(|| "(unset)".into())),
+        ("backends.evidence.base_url", config.backends.evidence.base_url.as_deref().map_or("(unset)".into(), url)),
         ("backends.evidence.api_key", secret(&config.backends.evidence.api_key).into()),
     ];
     for (key, value) in lines {

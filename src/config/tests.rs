@@ -77,12 +77,22 @@ fn every_validation_error_names_its_key() {
         ("[upstream]\nprotocol = \"v2\"", &[], "upstream.protocol"),
         ("[upstream]\nresume_attempts = 0", &[], "upstream.resume_attempts"),
         ("[upstream]\nresume_max_items = 0", &[], "upstream.resume_max_items"),
+        ("[upstream]\nsend_timeout_ms = 0", &[], "upstream.send_timeout_ms"),
+        // An empty key is no key: refused where a key is required, not sent as `Bearer `.
+        ("[upstream]\nkind = \"openai\"\napi_key = \"\"", &[], "upstream.api_key"),
+        ("[upstream]\nkind = \"openai\"", &[("VOXGATE_UPSTREAM__API_KEY", "")], "upstream.api_key"),
+        // An "unlimited" guess would panic the semaphore that holds the places.
+        ("[server]\nmax_sessions = 9223372036854775807", &[], "server.max_sessions"),
+        ("[server]\nmax_sessions = 1000001", &[], "server.max_sessions"),
         ("[auth]\nmode = \"jwt\"", &[], "auth.mode"),
         // JWT mode accepts JWTs only: an admin token alone would start a proxy that refuses everyone.
         ("[auth]\nmode = \"jwt\"\nadmin_token = \"0123456789abcdef0123456789abcdef\"", &[], "auth.mode"),
         ("[auth]\nmode = \"ticket\"\njwt_secret = \"0123456789abcdef0123456789abcdef\"", &[], "auth.admin_token"),
         ("[auth]\nmode = \"jwt\"\njwt_secret = \"short\"", &[], "auth.jwt_secret"),
         ("[auth]\nadmin_token = \"short\"", &[], "auth.admin_token"),
+        // A short or empty key makes every user hash reversible from a list of staff ids.
+        ("[auth]\nuser_hash_key = \"shared-key\"", &[], "auth.user_hash_key"),
+        ("", &[("VOXGATE_AUTH__USER_HASH_KEY", "")], "auth.user_hash_key"),
         ("[auth]\njwt_secret = \"0123456789abcdef0123456789abcdef\"\njwt_public_key_pem = \"x\"", &[], "auth.jwt_public_key_pem"),
         // A key that does not parse is a config error (exit 2, and check-config says so), not a
         // failed start.
@@ -106,6 +116,42 @@ fn every_validation_error_names_its_key() {
     for (text, vars, key) in cases {
         assert_eq!(&key_of(text, vars), key, "config {text:?} {vars:?}");
     }
+}
+
+#[test]
+fn limits_at_their_bounds_are_accepted() {
+    let config = load_toml(
+        "[server]\nmax_sessions = 1000000\n[upstream]\nsend_timeout_ms = 1\n[auth]\nuser_hash_key = \"0123456789abcdef\"\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.server.max_sessions, 1_000_000);
+    assert_eq!(config.upstream.send_timeout_ms, 1);
+}
+
+#[test]
+fn an_empty_upstream_key_is_unset_and_openai_api_key_fills_it() {
+    // An empty k8s secret or compose variable: as if unset, like an empty OPENAI_API_KEY.
+    let config = Config::load(None, &env(&[("VOXGATE_UPSTREAM__API_KEY", "")])).unwrap();
+    assert!(config.upstream.api_key.is_none());
+    assert_eq!(config.upstream.effective_kind(), UpstreamKind::Simulated);
+    let config =
+        Config::load(None, &env(&[("VOXGATE_UPSTREAM__API_KEY", ""), ("OPENAI_API_KEY", "sk-from-openai")])).unwrap();
+    assert_eq!(config.upstream.api_key.as_ref().unwrap().expose(), "sk-from-openai");
+    assert_eq!(config.upstream.effective_kind(), UpstreamKind::Openai);
+}
+
+/// docs/config.md promises a string for anything but a number, boolean, array or inline table:
+/// `2024-10-21` reads as a TOML date, which must still arrive as the text written.
+#[test]
+fn an_env_value_that_looks_like_a_date_stays_a_string() {
+    let config = Config::load(None, &env(&[("VOXGATE_UPSTREAM__API_VERSION", "2024-10-21")])).unwrap();
+    assert_eq!(config.upstream.api_version.as_deref(), Some("2024-10-21"));
+    let config = Config::load(None, &env(&[("VOXGATE_UPSTREAM__MODEL", "2024-10-21"), ("VOXGATE_SERVER__INSTANCE_ID", "2024-10-21")])).unwrap();
+    assert_eq!(config.upstream.model, "2024-10-21");
+    assert_eq!(config.server.instance_id(), "2024-10-21");
+    let config = Config::load(None, &env(&[("VOXGATE_MCP__SERVERS__LAB__URL", "https://lab.example/mcp"), ("VOXGATE_MCP__SERVERS__LAB__HEADERS__X_SINCE", "2024-10-21")])).unwrap();
+    assert_eq!(config.mcp.servers["lab"].headers["X_SINCE"].expose(), "2024-10-21");
 }
 
 #[test]
@@ -138,6 +184,27 @@ fn summary_never_prints_secrets() {
     for secret in ["SECRET1", "SECRET2", "SECRET3"] {
         assert!(!text.contains(secret), "{text}");
     }
+}
+
+#[test]
+fn summary_hides_credentials_inside_urls() {
+    let config = load_toml(
+        "[upstream]\nkind = \"azure\"\napi_key = \"k\"\nurl = \"wss://USERNAME1:SECRET1@az.example/openai/v1/realtime?api-key=SECRET2\"\n\
+         [telemetry]\notlp_endpoint = \"https://COLLECTOR1:SECRET3@otel.example:4318/?token=SECRET4#SECRET5\"\n\
+         [backends.evidence]\nbase_url = \"https://evidence.example/v1?api-key=SECRET6\"\n",
+        &[],
+    )
+    .unwrap();
+    let text = summary(&config);
+    for secret in ["SECRET1", "SECRET2", "SECRET3", "SECRET4", "SECRET5", "SECRET6", "USERNAME1", "COLLECTOR1"] {
+        assert!(!text.contains(secret), "{secret}: {text}");
+    }
+    assert!(text.contains("upstream.url = wss://***@az.example/openai/v1/realtime?***\n"), "{text}");
+    assert!(text.contains("telemetry.otlp_endpoint = https://***@otel.example:4318/?***#***\n"), "{text}");
+    assert!(text.contains("backends.evidence.base_url = https://evidence.example/v1?***\n"), "{text}");
+    // A URL with nothing to hide is printed as written.
+    let config = load_toml("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n", &[]).unwrap();
+    assert!(summary(&config).contains("telemetry.otlp_endpoint = http://127.0.0.1:4318\n"));
 }
 
 #[test]

@@ -5,6 +5,13 @@ use crate::tools::KNOWN_TOOLS;
 
 /// More session threads than this is a typo, not a machine (each is an OS thread and a runtime).
 const MAX_SESSION_THREADS: usize = 256;
+/// More sessions than this is an "unlimited" guess, not a capacity: each holds a client and an
+/// upstream socket. It also keeps the count within what the semaphore of places can hold
+/// (`usize::MAX >> 3`), which panics rather than refuses.
+const MAX_SESSIONS: usize = 1_000_000;
+/// The shortest `auth.user_hash_key` accepted, as for `audit.chain_key`: with a guessable key,
+/// anyone holding a list of staff ids can reverse every user hash in logs, audit and Redis.
+const MIN_USER_HASH_KEY_BYTES: usize = 16;
 
 /// Reject a configuration that cannot work, before anything starts serving.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -12,8 +19,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if server.max_frame_bytes < 1024 || server.max_frame_bytes > 256 * 1024 * 1024 {
         return Err(ConfigError::new("server.max_frame_bytes", "must be between 1 KiB and 256 MiB"));
     }
-    if server.max_sessions == 0 {
-        return Err(ConfigError::new("server.max_sessions", "must be at least 1"));
+    if server.max_sessions == 0 || server.max_sessions > MAX_SESSIONS {
+        return Err(ConfigError::new("server.max_sessions", "must be between 1 and 1000000"));
     }
     if server.handshake_timeout_ms == 0 {
         return Err(ConfigError::new("server.handshake_timeout_ms", "must be at least 1"));
@@ -64,7 +71,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         if !matches!(parsed.scheme(), "ws" | "wss") {
             return Err(ConfigError::new("upstream.url", "scheme must be ws:// or wss://"));
         }
-        if upstream.api_key.is_none() {
+        // `Config::load` already drops an empty key; this covers a config built another way.
+        if upstream.api_key.as_ref().is_none_or(|key| key.expose().is_empty()) {
             return Err(ConfigError::new(
                 "upstream.api_key",
                 format!("required for upstream.kind = \"{}\" (or set OPENAI_API_KEY)", kind_name(kind)),
@@ -82,6 +90,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     if upstream.connect_timeout_ms == 0 {
         return Err(ConfigError::new("upstream.connect_timeout_ms", "must be at least 1"));
+    }
+    // 0 would end every session whose upstream send queue is momentarily full.
+    if upstream.send_timeout_ms == 0 {
+        return Err(ConfigError::new("upstream.send_timeout_ms", "must be at least 1"));
     }
 
     let auth = &config.auth;
@@ -122,6 +134,14 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         && token.expose().len() < 16
     {
         return Err(ConfigError::new("auth.admin_token", "must be at least 16 characters"));
+    }
+    if let Some(key) = &auth.user_hash_key
+        && key.expose().len() < MIN_USER_HASH_KEY_BYTES
+    {
+        return Err(ConfigError::new(
+            "auth.user_hash_key",
+            format!("must be at least {MIN_USER_HASH_KEY_BYTES} bytes"),
+        ));
     }
     if auth.mode == AuthMode::None
         && !server.listen.ip().is_loopback()

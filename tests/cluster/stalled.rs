@@ -98,7 +98,7 @@ async fn stalled_subscription() {
     let mut fake = FakeUpstream::start().await;
     let toml = |id: &str, url: &str| {
         format!(
-            "[server]\ninstance_id = \"{id}\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-key\"\n[redis]\nurl = \"{url}\"\nsession_ttl_ms = 3000\n"
+            "[server]\ninstance_id = \"{id}\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-user-hash-key\"\n[redis]\nurl = \"{url}\"\nsession_ttl_ms = 3000\n"
         )
     };
     let a = support::TestProxy::with_upstream(&fake, &toml("vg-half", &proxy.url())).await;
