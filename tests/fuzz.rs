@@ -306,8 +306,11 @@ proptest! {
 }
 
 static REGISTRY: LazyLock<voxgate::tools::registry::ToolRegistry> = LazyLock::new(|| {
-    voxgate::tools::registry::ToolRegistry::from_config(&voxgate::config::Config::default())
-        .unwrap()
+    // A calendar file of this process's own: the default one is locked by whichever process opens
+    // it first (nextest runs each test as a process).
+    let mut config = voxgate::config::Config::default();
+    config.backends.calendar.path = std::env::temp_dir().join(format!("voxgate-fuzz-{}.ics", std::process::id()));
+    voxgate::tools::registry::ToolRegistry::from_config(&config).unwrap()
 });
 
 static PRINCIPAL: LazyLock<voxgate::policy::Principal> = LazyLock::new(|| {

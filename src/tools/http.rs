@@ -4,10 +4,11 @@
 //! TOOLS.md's retry rule lives here once ([`retry_delay`]): connect errors, timeouts and 5xx are
 //! retried up to 3 times (so [`MAX_ATTEMPTS`] is 4) with exponential back-off and jitter, a 429
 //! only when it says when (`Retry-After`, honoured); any other answer fails at once. All of it
-//! "inside the tool's timeout": the call runs [`within_deadline`] of its timeout, and a retry that
+//! "inside the tool's timeout": the call runs [`within_deadline`] of its timeout, a retry that
 //! would not end before it (waiting, then taking as long as the attempt before it) is not started,
-//! so a backend that hangs is reported as failing (`backend_error`, with its advice to the model)
-//! rather than cut off as a `timeout`.
+//! and each attempt gets at most what is left of it (less [`DEADLINE_MARGIN`]) rather than the
+//! client's fixed timeout, so a backend that hangs is reported as failing (`backend_error`, with its
+//! advice to the model) rather than cut off as a `timeout`.
 //!
 //! A reqwest error's `Display` includes the URL, and some APIs carry their key in the query string,
 //! so errors are reduced to a [`Failure`] (kind and status only) before anything logs them.
@@ -27,6 +28,9 @@ const BASE_BACKOFF: Duration = Duration::from_millis(250);
 /// A `Retry-After` longer than this is not waited for in full (the tool has a 30 s budget).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// An attempt is cut off this long before the call's deadline, so that its failure (with its advice
+/// to the model) is reported before the session's own timeout fires.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(250);
 
 /// Why a request failed, in terms safe to log: no URL, no body, no key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,7 +149,9 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, max_bytes: usiz
     Ok(body.freeze())
 }
 
-/// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent.
+/// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent. Inside a
+/// call ([`within_deadline`]) each attempt is cut off (as [`Failure::Timeout`]) when only
+/// [`DEADLINE_MARGIN`] of the call is left, and none is started after that.
 /// `backend` names the service in logs ("PubMed", "web search").
 pub async fn with_retries<F, Fut>(
     backend: &'static str,
@@ -156,14 +162,27 @@ where
     Fut: Future<Output = Result<Bytes, AttemptError>>,
 {
     let mut attempt = 1;
+    // What to report if the call's time runs out before an attempt can start.
+    let mut last = Failure::Timeout;
     loop {
+        // The client's own timeout (10 s, 15 s) may be longer than what is left of the call.
+        let budget = time_left().map(|left| left.saturating_sub(DEADLINE_MARGIN));
+        if budget.is_some_and(|budget| budget.is_zero()) {
+            tracing::warn!(backend, attempt, error = %last, "no time left for another backend request");
+            return Err(last);
+        }
         let started = Instant::now();
-        match attempt_once().await {
+        let outcome = match budget {
+            Some(budget) => tokio::time::timeout(budget, attempt_once()).await.unwrap_or(Err((Failure::Timeout, None))),
+            None => attempt_once().await,
+        };
+        match outcome {
             Ok(body) => return Ok(body),
             Err((failure, wait)) if let Some(delay) = retry_delay(failure.retryable(wait), wait, attempt, started.elapsed()) => {
                 tracing::debug!(backend, attempt, error = %failure, "backend request failed; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
+                last = failure;
             }
             Err((failure, _)) => {
                 tracing::warn!(backend, attempt, error = %failure, "backend request failed");
@@ -287,6 +306,49 @@ mod tests {
         assert_eq!(within_deadline(deadline, slow_failures).await, Err(Failure::Status(503)));
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert!(Instant::now() < deadline);
+    }
+
+    /// Each attempt gets at most what is left of the call (less a margin), not the client's fixed
+    /// timeout: three quick 429s with `Retry-After: 5` and then a hang, or a tool timeout shorter
+    /// than the client's, still end as the backend's failure before the call's deadline.
+    #[tokio::test(start_paused = true)]
+    async fn each_attempt_is_capped_at_the_time_the_call_has_left() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let hangs_last = with_retries("test", || {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 3 {
+                    return Err((Failure::Status(429), Some(MAX_RETRY_AFTER)));
+                }
+                // A client timeout of 15 s, as the evidence client has.
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                Err((Failure::Timeout, None))
+            }
+        });
+        assert_eq!(within_deadline(deadline, hangs_last).await, Err(Failure::Timeout));
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert!(Instant::now() < deadline, "cut off by the deadline");
+
+        // A tool timeout (5 s) shorter than the client's (10 s).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let slow = with_retries("test", || async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(Bytes::from_static(b"late"))
+        });
+        assert_eq!(within_deadline(deadline, slow).await, Err(Failure::Timeout));
+        assert!(Instant::now() < deadline, "cut off by the deadline");
+
+        // With nothing left, no attempt is started at all.
+        let started = Arc::new(AtomicU32::new(0));
+        let counter = started.clone();
+        let none_left = with_retries("test", || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Bytes::from_static(b"x")) }
+        });
+        assert_eq!(within_deadline(Instant::now(), none_left).await, Err(Failure::Timeout));
+        assert_eq!(started.load(Ordering::SeqCst), 0);
     }
 
     /// `Retry-After` as seconds or as an HTTP date (RFC 9110 §10.2.3), capped; a value that is

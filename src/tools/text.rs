@@ -1,5 +1,6 @@
 //! Small text helpers for tool results: cutting long text to fit the 32 KiB a `function_call_output`
-//! may take (TOOLS.md), and turning a search engine's HTML snippet into plain text.
+//! may take (TOOLS.md), and turning a search engine's HTML snippet into plain text (or only tidying
+//! the whitespace of one that is plain text already).
 
 /// What a tool's serialised result may take, so that one `function_call_output` stays under the
 /// 32 KiB of TOOLS.md with room for the envelope around it. Tools cut each text field with
@@ -71,7 +72,13 @@ pub fn plain(snippet: &str) -> String {
         .replace("&gt;", ">")
         .replace("&nbsp;", " ")
         .replace("&amp;", "&");
-    decoded.split_whitespace().collect::<Vec<_>>().join(" ")
+    collapse_whitespace(&decoded)
+}
+
+/// Text that is already plain (Google's `title` and `snippet`) with its whitespace runs collapsed:
+/// a "<" in it is a less-than sign ("eGFR <30"), not the start of markup, so nothing else changes.
+pub fn collapse_whitespace(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

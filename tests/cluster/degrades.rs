@@ -69,8 +69,9 @@ async fn an_unreachable_redis_at_start_degrades_instead_of_refusing() {
 async fn start_with_redis_url(url: &str) -> Result<voxgate::server::RunningServer, voxgate::server::StartError> {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[redis]\nurl = \"{url}\"\n[audit]\npath = \"{}\"\n",
-        dir.path().join("audit.jsonl").display()
+        "[server]\nlisten = \"127.0.0.1:0\"\n[redis]\nurl = \"{url}\"\n[audit]\npath = \"{}\"\n[backends.calendar]\npath = \"{}\"\n",
+        dir.path().join("audit.jsonl").display(),
+        dir.path().join("calendar.ics").display()
     );
     let config = voxgate::config::Config::from_table(toml::from_str(&text).unwrap()).unwrap();
     voxgate::server::start(config).await

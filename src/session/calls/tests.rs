@@ -331,7 +331,12 @@ async fn audited_arguments_are_screened_and_bounded() {
 /// `third_party: true`) is screened: an identifier in any of them blocks the call.
 #[test]
 fn identifiers_in_any_string_argument_of_any_third_party_tool_are_blocked() {
-    let registry = ToolRegistry::from_config(&crate::config::Config::default()).unwrap();
+    // A calendar file of this test's own: the default one is locked by whichever process opens it
+    // first (nextest runs each test as a process).
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::config::Config::default();
+    config.backends.calendar.path = dir.path().join("calendar.ics");
+    let registry = ToolRegistry::from_config(&config).unwrap();
     let taint = TaintSet::default();
     let identifiers = ["born 12 March 1961", "1961-03-12", "1961/03/12", "Mr. Quixote", "MRN 4471123", "patient Zebulon"];
     let mut screened = 0;

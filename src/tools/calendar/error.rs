@@ -18,6 +18,10 @@ pub enum CalendarError {
     /// so it is dropped on purpose).
     #[error("the calendar store does not hold valid iCalendar data")]
     Malformed,
+    /// Another process holds the lock file next to the local calendar: two processes writing one
+    /// file would overwrite each other's events.
+    #[error("another process is using the calendar file (one voxgate process owns it)")]
+    InUse,
     /// The store is larger than the local backend is willing to load into memory.
     #[error("the calendar store is too large to load")]
     TooLarge,
@@ -67,7 +71,10 @@ pub enum CalendarError {
 impl From<CalendarError> for ToolError {
     fn from(err: CalendarError) -> Self {
         match err {
-            CalendarError::Unavailable(_) | CalendarError::Unreachable(_) | CalendarError::Status(_) => {
+            CalendarError::Unavailable(_)
+            | CalendarError::InUse
+            | CalendarError::Unreachable(_)
+            | CalendarError::Status(_) => {
                 ToolError::Backend("the calendar is unavailable; try again later".into())
             }
             CalendarError::Refused => ToolError::Backend(
@@ -107,7 +114,10 @@ impl From<CalendarError> for RegistryError {
         if let Some(source) = std::error::Error::source(&err) {
             reason.push_str(&format!(": {source}"));
         }
-        if matches!(err, CalendarError::Unavailable(_) | CalendarError::Malformed | CalendarError::TooLarge) {
+        if matches!(
+            err,
+            CalendarError::Unavailable(_) | CalendarError::InUse | CalendarError::Malformed | CalendarError::TooLarge
+        ) {
             reason.push_str(" (check backends.calendar.path)");
         }
         RegistryError::Backend { family: "calendar", reason }

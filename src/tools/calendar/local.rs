@@ -2,18 +2,25 @@
 //!
 //! Writes are read-modify-write under an in-process mutex and land atomically (temp file in the same
 //! directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new file and
-//! concurrent creates from many sessions never lose one another. One process owns the file.
+//! concurrent creates from many sessions never lose one another. The mutex is held by the blocking
+//! write itself, so a create whose call timed out still keeps the next one waiting until it has
+//! written.
+//!
+//! One process owns the file: `open` takes an exclusive advisory lock (`flock`) on a lock file next
+//! to it (`.calendar.ics.lock`) and fails if another process still holds it after a short wait.
+//! Every `LocalCalendar` of the same file within one process shares that lock and the write mutex.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use chrono_tz::Tz;
 
-use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery};
+use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery, EventTiming};
 use super::{CalendarError, ics};
 
 /// Larger files are refused rather than loaded: a clinic calendar is far smaller.
@@ -22,6 +29,20 @@ const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// Distinguishes temp files of concurrent writers in one process (the pid covers other processes).
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// How long `open` waits for another owner of the file to let go before refusing to start (short
+/// in unit tests, which test the refusal).
+const OWNER_WAIT: Duration = if cfg!(test) { Duration::from_millis(200) } else { Duration::from_secs(5) };
+
+/// The write locks of the calendars this process has open, by their lock file's canonical path. A
+/// second `open` of the same file in this process (a registry built again) shares the first one's
+/// `flock` and write mutex: it must neither lock itself out nor write past the first one's mutex.
+type Owned = Vec<(PathBuf, Weak<WriteLock>)>;
+static OWNED: Mutex<Owned> = Mutex::new(Vec::new());
+
+/// The write mutex; it holds the lock file, whose `flock` lasts as long as the file is open, so the
+/// lock is released only when no calendar and no write in flight uses the file any more.
+type WriteLock = tokio::sync::Mutex<File>;
+
 /// The local `.ics` backend.
 #[derive(Debug)]
 pub struct LocalCalendar {
@@ -29,22 +50,23 @@ pub struct LocalCalendar {
     path: Arc<PathBuf>,
     tz: Tz,
     /// Serialises read-modify-write cycles; readers need no lock because writes are atomic renames.
-    write_lock: tokio::sync::Mutex<()>,
+    write_lock: Arc<WriteLock>,
 }
 
 impl LocalCalendar {
     /// Open the calendar at `path`, creating it (and its parent directories) as an empty VCALENDAR
     /// when missing. An existing file is not parsed here: a bad file fails the calls, not startup.
+    /// Fails with [`CalendarError::InUse`] when another process owns the file.
     pub fn open(path: impl Into<PathBuf>, tz: Tz) -> Result<Self, CalendarError> {
         let path: PathBuf = path.into();
-        remove_stale_temp_files(&path);
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).map_err(CalendarError::Unavailable)?;
+        }
+        let write_lock = take_ownership(&path)?;
         if !path.exists() {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs::create_dir_all(parent).map_err(CalendarError::Unavailable)?;
-            }
             write_atomically(&path, ics::empty_calendar().as_bytes()).map_err(CalendarError::Unavailable)?;
         }
-        Ok(Self { path: Arc::new(path), tz, write_lock: tokio::sync::Mutex::new(()) })
+        Ok(Self { path: Arc::new(path), tz, write_lock })
     }
 
     /// Where the file lives (for operators and tests; never put it in a public message).
@@ -72,13 +94,21 @@ impl CalendarBackend for LocalCalendar {
     }
 
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {
-        let _writer = self.write_lock.lock().await;
+        let writer = Arc::clone(&self.write_lock).lock_owned().await;
         let (path, tz) = (Arc::clone(&self.path), self.tz);
         run_blocking(move || {
+            // Held until the file is written, not by this future: when the call's timeout drops the
+            // future, this work still runs, and the next create must read what it wrote.
+            let _writer = writer;
             let text = read_store(&path)?;
             let parsed = ics::parse(&text, tz)?;
             if let Some(existing) = parsed.find(&event.id) {
-                return Ok(CreateOutcome { event: existing, created: false });
+                // An earlier attempt of this call, unless it has other details (as for CalDAV).
+                return if same_details(&existing, &event) {
+                    Ok(CreateOutcome { event: existing, created: false })
+                } else {
+                    Err(CalendarError::Conflict)
+                };
             }
             let vevent = ics::event_to_ics(&event, Utc::now())?;
             let updated = ics::insert_event(&text, &vevent)?;
@@ -95,6 +125,63 @@ impl CalendarBackend for LocalCalendar {
         })
         .await
     }
+}
+
+/// Whether the stored `existing` event is what `event` would write: the same title and times. The
+/// file keeps whole seconds, so a fraction of a second in the call's times is not a difference.
+fn same_details(existing: &CalendarEvent, event: &CalendarEvent) -> bool {
+    let seconds = |timing: &EventTiming| match timing {
+        EventTiming::Timed { start, end } => {
+            EventTiming::Timed { start: start.trunc_subsecs(0), end: end.trunc_subsecs(0) }
+        }
+        all_day => all_day.clone(),
+    };
+    existing.title == ics::clean_text(&event.title) && seconds(&existing.timing) == seconds(&event.timing)
+}
+
+/// Take ownership of the calendar at `path` for this process: the first `open` takes an exclusive
+/// `flock` on its lock file (refused with [`CalendarError::InUse`] when another process still holds
+/// it after [`OWNER_WAIT`]), and only then, with no other writer possible, removes stale temp files.
+/// Later opens in this process share the same lock.
+fn take_ownership(path: &Path) -> Result<Arc<WriteLock>, CalendarError> {
+    let lock_path = lock_path(path);
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let file = options.open(&lock_path).map_err(CalendarError::Unavailable)?;
+    let key = fs::canonicalize(&lock_path).map_err(CalendarError::Unavailable)?;
+    let mut owned = OWNED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(shared) = owned.iter().find(|(k, _)| *k == key).and_then(|(_, weak)| weak.upgrade()) {
+        return Ok(shared);
+    }
+    owned.retain(|(_, weak)| weak.strong_count() > 0);
+    let asked = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            // An owner that is just going away (a restart, a calendar of this process being
+            // dropped) releases the lock when it closes the file: wait a little for it.
+            Err(fs::TryLockError::WouldBlock) if asked.elapsed() < OWNER_WAIT => {
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Err(CalendarError::InUse),
+            Err(fs::TryLockError::Error(e)) => return Err(CalendarError::Unavailable(e)),
+        }
+    }
+    remove_stale_temp_files(path);
+    let shared = Arc::new(tokio::sync::Mutex::new(file));
+    owned.push((key, Arc::downgrade(&shared)));
+    Ok(shared)
+}
+
+/// The lock file next to the calendar (`.calendar.ics.lock`) that marks which process owns it.
+pub(super) fn lock_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.lock"))
 }
 
 /// Run file work off the async threads; a panic inside (a parser bug on odd input) becomes an error.
@@ -120,7 +207,8 @@ fn read_store(path: &Path) -> Result<String, CalendarError> {
 }
 
 /// Delete temp copies of the calendar a crash left between write and rename: they hold patient
-/// data nobody will read. At start nothing else writes them (one process owns the file).
+/// data nobody will read. Called only right after taking the file's `flock`, so no other process
+/// (and no other calendar in this one) can be writing them.
 fn remove_stale_temp_files(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };

@@ -43,26 +43,31 @@ const UNAVAILABLE: &str = "The evidence service is unavailable right now. Use se
     search_medical_guidelines instead, and tell the user the evidence service could not be reached.";
 const UNREADABLE: &str = "The evidence service is unavailable: its answer could not be read.";
 
-/// One result as the adapter sends it.
+/// One result as the adapter sends it. Every field may be missing or `null`; a result without a
+/// title or URL is dropped by the caller.
 #[derive(Debug, Deserialize)]
 struct Evidence {
-    title: String,
     #[serde(default)]
-    summary: String,
+    title: Option<String>,
+    #[serde(default)]
+    summary: Option<String>,
     #[serde(default)]
     evidence_level: Option<String>,
     #[serde(default)]
-    source: String,
+    source: Option<String>,
     #[serde(default, deserialize_with = "id_text")]
     pubmed_id: Option<String>,
-    url: String,
+    #[serde(default)]
+    url: Option<String>,
     #[serde(default)]
     date: Option<String>,
 }
 
+/// The answer; its results are read one by one ([`Evidence`]), so one result of the wrong shape
+/// (a number for a title, not an object) drops that result, not the whole answer.
 #[derive(Debug, Deserialize)]
 struct Answer {
-    results: Vec<Evidence>,
+    results: Vec<Value>,
     #[serde(default)]
     total_count: Option<u64>,
 }
@@ -192,20 +197,24 @@ impl Tool for SearchEvidence {
 
         let total = answer.total_count.unwrap_or(answer.results.len() as u64);
         let (mut results, mut citations) = (Vec::new(), Vec::new());
-        for item in answer.results {
-            let url_ok = item.url.len() <= MAX_URL_BYTES
-                && Url::parse(&item.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+        let items = answer.results.into_iter().filter_map(|item| serde_json::from_value::<Evidence>(item).ok());
+        for item in items {
+            let (Some(url), Some(raw_title)) = (item.url, item.title) else {
+                continue;
+            };
+            let url_ok = url.len() <= MAX_URL_BYTES
+                && Url::parse(&url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
             let level = level(item.evidence_level.as_deref());
             // A service that ignores the filter must not widen it.
-            if !url_ok || item.title.trim().is_empty() || wanted.is_some_and(|w| w != level) {
+            if !url_ok || raw_title.trim().is_empty() || wanted.is_some_and(|w| w != level) {
                 continue;
             }
             if results.len() as u64 == limit {
                 break;
             }
-            let (summary, cut_summary) = truncate(item.summary.trim(), SUMMARY_CHARS);
-            let (title, cut_title) = truncate(item.title.trim(), TITLE_CHARS);
-            let (source, cut_source) = truncate(item.source.trim(), SOURCE_CHARS);
+            let (summary, cut_summary) = truncate(item.summary.as_deref().unwrap_or_default().trim(), SUMMARY_CHARS);
+            let (title, cut_title) = truncate(raw_title.trim(), TITLE_CHARS);
+            let (source, cut_source) = truncate(item.source.as_deref().unwrap_or_default().trim(), SOURCE_CHARS);
             let pubmed_id = item.pubmed_id.as_deref().map(|id| truncate(id, PUBMED_ID_CHARS));
             let date = item.date.as_deref().map(|d| truncate(d, DATE_CHARS));
             let truncated = cut_summary
@@ -216,7 +225,7 @@ impl Tool for SearchEvidence {
             let (pubmed_id, date) = (pubmed_id.map(|p| p.0), date.map(|d| d.0));
             let mut value = json!({
                 "title": title, "summary": summary, "evidence_level": level, "source": source,
-                "pubmed_id": pubmed_id, "url": item.url, "date": date,
+                "pubmed_id": pubmed_id, "url": url, "date": date,
             });
             if truncated {
                 value["truncated"] = json!(true);
@@ -224,7 +233,7 @@ impl Tool for SearchEvidence {
             results.push(value);
             citations.push(Citation {
                 title,
-                url: item.url,
+                url,
                 source: if source.is_empty() { "Evidence service".into() } else { source },
                 pmid: pubmed_id,
                 evidence_level: Some(level),

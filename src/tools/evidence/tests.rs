@@ -154,3 +154,31 @@ async fn an_oversized_answer_is_cut_to_fit_one_function_call_output() {
     assert_eq!(out.citations.len(), listed.len());
     assert!(out.citations.iter().all(|c| c.title.len() <= 4 * TITLE_CHARS + 3));
 }
+
+/// The docs: a result without a title or URL is dropped, not the answer. Missing, `null` or
+/// mistyped fields in one result must not fail the whole call.
+#[tokio::test]
+async fn an_incomplete_result_is_skipped_not_the_whole_answer() {
+    let body = json!({
+        "results": [
+            {"title": "x", "source": null},
+            {"title": "No URL", "summary": null, "url": null},
+            {"title": 7, "url": "https://example.org/7"},
+            "not an object",
+            {"title": "Good", "summary": null, "evidence_level": null, "source": null, "pubmed_id": null,
+             "url": "https://example.org/good", "date": null},
+        ],
+        "total_count": null
+    });
+    let (_fake, tool) = start(body.to_string(), vec![]).await;
+    let out = tool.call(json!({"query": "x"}), ctx()).await.unwrap();
+    let results = out.result["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(
+        results[0],
+        json!({"title": "Good", "summary": "", "evidence_level": "unknown", "source": "",
+               "pubmed_id": null, "url": "https://example.org/good", "date": null})
+    );
+    assert_eq!(out.result["total_count"], 5);
+    assert_eq!(out.citations.len(), 1);
+}

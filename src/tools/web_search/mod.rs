@@ -2,8 +2,9 @@
 //! the Google Custom Search JSON API ([`providers`]), restricted to an allow-list of medical domains.
 //!
 //! The allow-list (`backends.web_search.allowed_domains`, a medical default) is enforced twice: the
-//! query carries a `site:` restriction when the list is short enough for the provider's query
-//! length, and every result whose host is not an allowed domain (or a subdomain of one) is dropped.
+//! query carries a `site:` restriction when the list is short and the query with it stays within the
+//! provider's limits ([`providers::query_limits`]), and every result whose host is not an allowed
+//! domain (or a subdomain of one) is dropped.
 //! The model may narrow it with `domain_filter`, never widen it (`invalid_arguments`).
 //!
 //! A third party receives the query, so the session screens every string argument for PHI first
@@ -29,8 +30,9 @@ const DEFAULT_RESULTS: u64 = 5;
 const MAX_RESULTS: u64 = 10;
 const MAX_QUERY_CHARS: u64 = 300;
 const MAX_FILTER_DOMAINS: u64 = 20;
-/// With more domains than this, the `site:` restriction would push the query past Brave's
-/// 400-character limit; the result filter alone then enforces the list.
+/// With more domains than this no `site:` restriction is tried (the default list is far longer);
+/// with fewer it is still left out when the query with it would exceed the provider's limits. The
+/// result filter alone then enforces the list.
 const MAX_SITE_TERMS: usize = 8;
 const SNIPPET_CHARS: usize = 500;
 /// Titles and dates come from the provider (or the page), unbounded: cut like snippets.
@@ -143,6 +145,18 @@ fn parameters() -> Value {
     })
 }
 
+/// `query (site:a OR site:b …)`, if the domains are few and the whole stays within the provider's
+/// query limits: a query the provider refuses (Brave answers 422) would make the search fail.
+fn restricted(provider: WebSearchProvider, query: &str, domains: &[String]) -> Option<String> {
+    if domains.len() > MAX_SITE_TERMS {
+        return None;
+    }
+    let sites: Vec<String> = domains.iter().map(|d| format!("site:{d}")).collect();
+    let sent = format!("{query} ({})", sites.join(" OR "));
+    let (max_chars, max_words) = providers::query_limits(provider);
+    (sent.chars().count() <= max_chars && sent.split_whitespace().count() <= max_words).then_some(sent)
+}
+
 /// Is `host` the domain itself or one of its subdomains?
 fn within(host: &str, domain: &str) -> bool {
     host == domain
@@ -211,12 +225,7 @@ impl Tool for WebSearchMedical {
         let query = args::required_text(&args, "query")?;
         let max = args::count(&args, "max_results", DEFAULT_RESULTS, MAX_RESULTS) as usize;
         let domains = self.domains(&args)?;
-        let sent = if domains.len() <= MAX_SITE_TERMS {
-            let sites: Vec<String> = domains.iter().map(|d| format!("site:{d}")).collect();
-            format!("{query} ({})", sites.join(" OR "))
-        } else {
-            query.clone()
-        };
+        let sent = restricted(self.provider, &query, &domains).unwrap_or_else(|| query.clone());
         // Ask for more than needed: results outside the allow-list are dropped below.
         let answer = self.search(&sent, (max * 3).max(10)).await?;
         let hits = providers::hits(self.provider, &answer).ok_or_else(|| {

@@ -4,7 +4,9 @@
 //!   `X-Subscription-Token` header; results in `web.results[]` (`title`, `url`, `description` with
 //!   `<strong>` markup, `page_age`).
 //! - Google Custom Search JSON API: `GET {base}/customsearch/v1?key=&cx=&q=&num=`; results in
-//!   `items[]` (`title`, `link`, `snippet`, dates only in `pagemap.metatags`).
+//!   `items[]` (`title`, `link`, `snippet`, dates only in `pagemap.metatags`). These are plain text
+//!   (the markup is in `htmlTitle`/`htmlSnippet`): only their whitespace is collapsed, so a "<" or
+//!   ">" in "eGFR <30" stays.
 //!
 //! Google's key travels in the query string, so only `http::Failure` is ever logged.
 
@@ -12,11 +14,21 @@ use serde_json::Value;
 use url::Url;
 
 use crate::config::WebSearchProvider;
-use crate::tools::text::plain;
+use crate::tools::text::{collapse_whitespace, plain};
 
 /// Largest page of results each API gives per request.
 pub const BRAVE_MAX_COUNT: usize = 20;
 pub const GOOGLE_MAX_NUM: usize = 10;
+
+/// The longest query each API takes, in characters and in words. Brave refuses a `q` over 400
+/// characters or 50 words; Google reads at most 32 words and its whole request URL (key and cx
+/// included) must stay under 2,048 bytes.
+pub fn query_limits(provider: WebSearchProvider) -> (usize, usize) {
+    match provider {
+        WebSearchProvider::Brave => (400, 50),
+        WebSearchProvider::Google => (1500, 32),
+    }
+}
 
 /// One search result, before the allow-list is applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,10 +72,15 @@ pub fn request(
 /// The hits in a provider's answer, in its order; entries without a title or an http(s) URL are
 /// skipped. `None` when the answer is not the provider's format at all.
 pub fn hits(provider: WebSearchProvider, answer: &Value) -> Option<Vec<Hit>> {
+    // Brave's text is HTML; Google's is plain text, where stripping "tags" would eat "<7% … >130".
+    let clean = match provider {
+        WebSearchProvider::Brave => plain,
+        WebSearchProvider::Google => collapse_whitespace,
+    };
     let text = |item: &Value, key: &str| {
         item.get(key)
             .and_then(Value::as_str)
-            .map(plain)
+            .map(clean)
             .unwrap_or_default()
     };
     let list = match provider {
@@ -166,6 +183,25 @@ mod tests {
         assert_eq!(hits.len(), 4);
         assert_eq!(hits[1].url, "https://github.com/microsoft/semantic-kernel");
         assert!(!hits[0].snippet.is_empty());
+    }
+
+    /// Google's `title` and `snippet` are plain text: a "<" is a less-than sign, not a tag, and
+    /// dropping up to the next ">" would change a clinical threshold without a trace.
+    #[test]
+    fn google_text_keeps_its_angle_brackets() {
+        let answer = serde_json::json!({"items": [{
+            "title": "BP <130/80 &amp; A1C <7%",
+            "link": "https://cdc.gov/x",
+            "snippet": "BP <130/80 if eGFR >60;\n  stop if eGFR <30 · see <b>",
+        }]});
+        let google = hits(WebSearchProvider::Google, &answer).unwrap();
+        assert_eq!(google[0].title, "BP <130/80 &amp; A1C <7%");
+        assert_eq!(google[0].snippet, "BP <130/80 if eGFR >60; stop if eGFR <30 · see <b>");
+        // Brave's description is HTML: its markup and entities still go.
+        let answer = serde_json::json!({"web": {"results": [{
+            "title": "T", "url": "https://cdc.gov/x", "description": "BP &lt;130/80 <strong>now</strong>",
+        }]}});
+        assert_eq!(hits(WebSearchProvider::Brave, &answer).unwrap()[0].snippet, "BP <130/80 now");
     }
 
     #[test]

@@ -301,3 +301,29 @@ async fn an_oversized_answer_is_cut_to_fit_one_function_call_output() {
     }
     assert_eq!(out.citations.len(), listed.len());
 }
+
+/// Brave takes at most 400 characters and 50 words per query: `site:` terms that would push a
+/// long query past either are left out, and the result filter alone enforces the list.
+#[tokio::test]
+async fn site_terms_that_would_push_the_query_past_brave_limits_are_left_out() {
+    let (fake, base) = start(BRAVE, vec![]).await;
+    let allowed = [
+        "pubmed.ncbi.nlm.nih.gov", "medlineplus.gov", "www.cdc.gov", "www.who.int",
+        "www.fda.gov", "www.nice.org.uk", "www.cochranelibrary.com", "www.mayoclinic.org",
+    ];
+    let tool = tool(&config(WebSearchProvider::Brave, &base, &allowed)).unwrap().unwrap();
+    let long = "hypertension treatment targets in chronic kidney disease ".repeat(5);
+    let long = long.trim();
+    let many_words = "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n";
+    for query in [long, many_words] {
+        tool.call(json!({"query": query}), ctx()).await.unwrap();
+    }
+    tool.call(json!({"query": "semantic kernel"}), ctx()).await.unwrap();
+    let seen = fake.seen();
+    assert_eq!(seen[0].query["q"], long, "{} characters with the terms", seen[0].query["q"].chars().count());
+    assert_eq!(seen[1].query["q"], many_words);
+    // A short query still carries the whole restriction.
+    let short = &seen[2].query["q"];
+    assert!(short.starts_with("semantic kernel (site:pubmed.ncbi.nlm.nih.gov OR "), "{short}");
+    assert!(short.chars().count() <= 400 && short.split_whitespace().count() <= 50, "{short}");
+}

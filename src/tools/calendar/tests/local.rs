@@ -172,3 +172,66 @@ fn bad_caldav_urls_and_unknown_zones_are_refused_naming_the_key() {
     let err = super::super::tools(&bad_zone).err().unwrap();
     assert!(err.to_string().contains("backends.calendar.timezone"), "{err}");
 }
+
+/// A create cut off by its call's timeout keeps running on its blocking thread; the write lock must
+/// stay held until it has written, or the next create reads the old file and its rename wipes out
+/// the first event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_cut_off_by_its_timeout_holds_the_lock_until_it_has_written() {
+    // Large enough that reading and parsing it takes far longer than the 1 ms timeout.
+    let mut big = String::from("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\n");
+    for i in 0..20_000 {
+        big.push_str(&format!(
+            "BEGIN:VEVENT\r\nUID:bulk-{i}\r\nSUMMARY:Bulk {i}\r\nDTSTART:20230101T100000Z\r\nDTEND:20230101T110000Z\r\nEND:VEVENT\r\n"
+        ));
+    }
+    big.push_str("END:VCALENDAR\r\n");
+    let f = std::sync::Arc::new(Fixture::with_file(tz("UTC"), Some(&big)));
+    let first = json!({"title": "Cut off", "start_datetime": "2024-03-01T08:00Z"});
+    let cut = tokio::time::timeout(std::time::Duration::from_millis(1), f.create(first, "s", "a")).await;
+    assert!(cut.is_err(), "the first create should still be running after 1 ms");
+    let second = f.create(json!({"title": "Next one", "start_datetime": "2024-03-01T09:00Z"}), "s", "b").await;
+    assert_eq!(second["created"], true);
+    // Give the cut-off write time to land (it does not wait for anyone once it has the lock).
+    let mut text = f.text();
+    for _ in 0..100 {
+        if text.contains("SUMMARY:Cut off") && text.contains("SUMMARY:Next one") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        text = f.text();
+    }
+    assert!(text.contains("SUMMARY:Cut off"), "the cut-off create was lost");
+    assert!(text.contains("SUMMARY:Next one"), "the second create was lost");
+    assert_eq!(vevent_count(&text), 20_002);
+}
+
+/// One process owns the file: a second owner (another process's `flock` on the lock file next to
+/// it) makes `open` fail clearly, and its temp files, which may be in flight, are left alone.
+#[test]
+fn a_file_another_process_holds_is_refused_and_its_temp_files_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("calendar.ics");
+    let lock_path = dir.path().join(".calendar.ics.lock");
+    let other = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
+    other.try_lock().unwrap();
+    let in_flight = dir.path().join(".calendar.ics.4242.0.tmp");
+    std::fs::write(&in_flight, "BEGIN:VCALENDAR").unwrap();
+
+    let err = super::super::LocalCalendar::open(&path, tz("UTC")).expect_err("a second owner is refused");
+    let reason = RegistryError::from(err).to_string();
+    assert!(reason.contains("another process") && reason.contains("backends.calendar.path"), "{reason}");
+    assert!(!reason.contains(&dir.path().display().to_string()), "{reason}");
+    assert!(in_flight.exists(), "another owner's temp file was removed");
+
+    // Once the other owner is gone, the file opens and the stale temp file is cleaned up.
+    drop(other);
+    let calendar = super::super::LocalCalendar::open(&path, tz("UTC")).unwrap();
+    assert!(!in_flight.exists());
+    // Opening it again in the same process shares the lock (and the write lock) instead.
+    let again = super::super::LocalCalendar::open(&path, tz("UTC")).unwrap();
+    let third = std::fs::OpenOptions::new().write(true).open(&lock_path).unwrap();
+    assert!(third.try_lock().is_err(), "the lock is held while a calendar is open");
+    drop((calendar, again));
+    assert!(third.try_lock().is_ok(), "the lock is released with the last calendar");
+}

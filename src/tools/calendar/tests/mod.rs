@@ -84,7 +84,8 @@ fn vevent_count(text: &str) -> usize {
     text.matches("BEGIN:VEVENT").count()
 }
 
-/// Files in `dir` other than the calendar (left-over temp files).
+/// Files in `dir` other than the calendar and its lock file (left-over temp files).
 fn stray_files(dir: &Path, calendar: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p != calendar).collect()
+    let lock = super::local::lock_path(calendar);
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p != calendar && *p != lock).collect()
 }

@@ -234,3 +234,22 @@ fn the_confirmation_prompt_follows_the_seed() {
          - End: Tuesday, 16 January 2024 at 14:00 (UTC)\n\nShould I proceed?"
     );
 }
+
+/// As with CalDAV: a replay that meets its UID with another title or other times is a conflict, not
+/// a silent success that reports details the calendar does not hold.
+#[tokio::test]
+async fn a_replay_with_other_details_is_a_conflict() {
+    let f = berlin();
+    let args = json!({"title": "Team meeting", "start_datetime": "2024-02-01T09:00:00.250", "duration_minutes": 30});
+    f.create(args.clone(), "s1", "call-7").await;
+    assert_eq!(f.create(args, "s1", "call-7").await["created"], false, "a fraction of a second is not a change");
+    let conflict = "an event with this call's id already exists with different details";
+    for other in [
+        json!({"title": "Other meeting", "start_datetime": "2024-02-01T09:00", "duration_minutes": 30}),
+        json!({"title": "Team meeting", "start_datetime": "2024-02-01T10:00", "duration_minutes": 30}),
+    ] {
+        let err = f.call("create_calendar_event", other, "s1", "call-7").await.unwrap_err();
+        assert_eq!(err, ToolError::Backend(conflict.into()));
+    }
+    assert_eq!(vevent_count(&f.text()), 1);
+}
