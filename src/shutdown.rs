@@ -1,6 +1,9 @@
 //! The process-wide drain: a root [`CancellationToken`] every session's token descends from, a
 //! [`TaskTracker`] that knows when the last session has ended (axum's upgraded sockets are detached
 //! tasks its own graceful shutdown does not wait for), and the "draining" flag `/readyz` reports.
+//! A request that may start a session or a tool call is tracked from its first await
+//! ([`Shutdown::enter`]), not only once its task is spawned: a drain that began while it waited
+//! (on Redis, on its body) would otherwise find nothing to wait for and drop it unanswered.
 //!
 //! A drain is bounded: sessions that outlive it (a peer that never answers, a tool that never
 //! returns) are dropped with the session threads that run them (`server::shards`), so SIGTERM
@@ -12,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 #[derive(Clone, Default)]
 pub struct Shutdown {
@@ -33,6 +37,15 @@ impl Shutdown {
     /// Sessions are spawned here so the drain can wait for them.
     pub fn tracker(&self) -> &TaskTracker {
         &self.tracker
+    }
+
+    /// Count a request as work the drain waits for, until the token is dropped; `None` once the
+    /// drain has begun. The token is taken before the check, and the check asks the tracker
+    /// itself (one atomic): either the drain's `wait` sees this request, or this request sees
+    /// the tracker closed. No request slips between the two.
+    pub fn enter(&self) -> Option<TaskTrackerToken> {
+        let token = self.tracker.token();
+        (!self.tracker.is_closed()).then_some(token)
     }
 
     pub fn is_draining(&self) -> bool {

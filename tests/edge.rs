@@ -1,6 +1,7 @@
 //! The edge against a hostile or merely careful client, over real sockets to a real server: a
 //! subprotocol is echoed only when offered (RFC 6455), `?model=` only from the allow-list, a ticket
-//! refused for its session cap is not spent, and a JWT may not outlive `auth.max_token_lifetime_s`.
+//! refused for its session cap is not spent, a JWT may not outlive `auth.max_token_lifetime_s`,
+//! and a `Sec-WebSocket-Key` that is not 16 bytes in base64 is a 400 `bad_handshake`.
 
 mod support;
 
@@ -134,4 +135,34 @@ async fn tokens_longer_lived_than_the_maximum_are_refused() {
         handshake_status(&proxy.url(""), &[], &[("authorization", &bearer(no_iat))]).await,
         401
     );
+}
+
+/// The status line and body of a WebSocket handshake sent with `key` as its `Sec-WebSocket-Key`.
+async fn handshake_with_key(addr: std::net::SocketAddr, key: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "GET /v1/realtime HTTP/1.1\r\nhost: voxgate\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
+         sec-websocket-version: 13\r\nsec-websocket-key: {key}\r\n\r\n"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), socket.read(&mut answer)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// RFC 6455 §4.2.1: the key is 16 bytes in base64; anything else is refused before the upgrade, as
+/// docs/protocol.md says.
+#[tokio::test]
+async fn an_invalid_websocket_key_is_a_bad_handshake() {
+    let proxy = TestProxy::start("").await;
+    // 16 bytes in base64: the upgrade goes ahead.
+    let good = handshake_with_key(proxy.addr, "dGhlIHNhbXBsZSBub25jZQ==").await;
+    assert!(good.starts_with("HTTP/1.1 101"), "{good:?}");
+    // Not base64; base64 of 8 bytes; base64 of 17 bytes.
+    for key in ["not a key!", "AAAAAAAAAAA=", "AAAAAAAAAAAAAAAAAAAAAAA="] {
+        let answer = handshake_with_key(proxy.addr, key).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{key}: {answer:?}");
+        assert!(answer.contains(r#""code":"bad_handshake""#), "{key}: {answer:?}");
+    }
 }

@@ -2,6 +2,7 @@
 //! `prev_sha256`, the link to the previous line (SHA-256, or HMAC-SHA256 with `audit.chain_key`,
 //! see [`super::chain`]), so the file is tamper-evident.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -79,7 +80,8 @@ impl Confirmation {
     }
 }
 
-/// What the session knows about a call event; the writer adds `ts`, `seq`, `id`, `prev_sha256`.
+/// What the session knows about a call event; the writer adds `seq`, `id`, `prev_sha256`, and `ts`:
+/// the time the record was handed to it, which a record held through an outage keeps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditRecord {
     pub event: AuditEvent,
@@ -167,11 +169,17 @@ pub struct Line {
 }
 
 impl Line {
+    /// The line of a record made now.
     pub fn new(record: AuditRecord, seq: u64, instance: &str, prev_sha256: String) -> Self {
+        Self::made_at(record, Utc::now(), seq, instance, prev_sha256)
+    }
+
+    /// The line of a record made at `made` (its `ts`), however much later it is written.
+    pub fn made_at(record: AuditRecord, made: DateTime<Utc>, seq: u64, instance: &str, prev_sha256: String) -> Self {
         let arguments = if record.phi { None } else { record.arguments };
         let origin = record.origin.as_ref().clone();
         Line {
-            ts: now(),
+            ts: stamp(made),
             seq,
             id: record_id(seq),
             instance: instance.to_string(),
@@ -228,7 +236,11 @@ impl Line {
 }
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    stamp(Utc::now())
+}
+
+fn stamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The record id, which is also its Redis stream id: deterministic, so a retried XADD cannot

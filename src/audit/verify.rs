@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use super::AuditError;
@@ -66,35 +68,48 @@ pub fn rotated_files(path: &Path) -> Result<Vec<PathBuf>, AuditError> {
     Ok(rotated)
 }
 
-#[derive(Default)]
-struct CallSeen {
-    starts: u32,
-    finishes: u32,
-    where_: String,
-}
-
 /// Verify the log at `path` together with its rotated predecessors, linked by `chain`.
 pub fn verify(path: &Path, chain: &Chain) -> Result<VerifyReport, AuditError> {
+    check(path, chain).map(|(report, _)| report)
+}
+
+/// [`verify`], and the most calls it kept in memory at once: only open calls are kept (a call is
+/// let go at its finish) and files are read a line at a time, so a daily run over years of kept
+/// rotations needs memory for the calls in flight, not for the history.
+pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize), AuditError> {
     let mut files = rotated_files(path)?;
     files.push(path.to_path_buf());
     let mut report = VerifyReport { files: files.len(), ..VerifyReport::default() };
     let mut prev = GENESIS.to_string();
     let mut expected_seq: Option<u64> = None;
-    let mut calls: HashMap<(String, String), CallSeen> = HashMap::new();
+    // Each open call, with where it started.
+    let mut calls: HashMap<(String, String), String> = HashMap::new();
+    let mut most = 0;
+    let mut raw = Vec::new();
     for file in &files {
-        let text = std::fs::read(file).map_err(|e| AuditError::Io(format!("{}: {}", file.display(), e.kind())))?;
+        let failed = |e: std::io::Error| AuditError::Io(format!("{}: {}", file.display(), e.kind()));
+        let mut reader = BufReader::new(File::open(file).map_err(failed)?);
         let label = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
-        for (index, raw) in text.split(|b| *b == b'\n').enumerate() {
+        let mut index = 0;
+        loop {
+            raw.clear();
+            if reader.read_until(b'\n', &mut raw).map_err(failed)? == 0 {
+                break;
+            }
+            index += 1;
+            if raw.last() == Some(&b'\n') {
+                raw.pop();
+            }
             if raw.is_empty() {
                 continue;
             }
-            let at = format!("{label}:{}", index + 1);
+            let at = format!("{label}:{index}");
             report.lines += 1;
-            let line: Line = match serde_json::from_slice(raw) {
+            let line: Line = match serde_json::from_slice(&raw) {
                 Ok(line) => line,
                 Err(_) => {
                     report.problems.push(format!("{at}: not a valid audit record"));
-                    prev = chain.link(raw);
+                    prev = chain.link(&raw);
                     continue;
                 }
             };
@@ -107,48 +122,44 @@ pub fn verify(path: &Path, chain: &Chain) -> Result<VerifyReport, AuditError> {
                 report.problems.push(format!("{at}: seq {} where {expected} was expected (lines missing or reordered)", line.seq));
             }
             expected_seq = Some(line.seq + 1);
-            prev = chain.link(raw);
-            if line.event == AuditEvent::Checkpoint {
-                if line.chain_head.as_deref() != Some(line.prev_sha256.as_str()) {
-                    report.problems.push(format!("{at}: checkpoint does not name the chain head"));
-                }
-                continue;
-            }
-            let seen = calls.entry((line.session_id.clone(), line.call_id.clone())).or_default();
+            prev = chain.link(&raw);
+            let call = (line.session_id, line.call_id);
             match line.event {
-                AuditEvent::CallStarted => {
-                    seen.starts += 1;
-                    if seen.starts > 1 {
-                        report.problems.push(format!("{at}: call {} started twice", line.call_id));
+                AuditEvent::Checkpoint => {
+                    if line.chain_head.as_deref() != Some(line.prev_sha256.as_str()) {
+                        report.problems.push(format!("{at}: checkpoint does not name the chain head"));
                     }
-                    seen.where_ = at;
+                }
+                AuditEvent::CallStarted => {
+                    if calls.contains_key(&call) {
+                        report.problems.push(format!("{at}: call {} started twice", call.1));
+                    } else {
+                        report.calls += 1;
+                    }
+                    calls.insert(call, at);
+                    most = most.max(calls.len());
                 }
                 AuditEvent::CallFinished => {
-                    seen.finishes += 1;
-                    if seen.starts == 0 {
-                        report.problems.push(format!("{at}: call {} finished without a start", line.call_id));
-                    }
-                    if seen.finishes > 1 {
-                        report.problems.push(format!("{at}: call {} finished twice", line.call_id));
+                    // The call is over: let it go. A second finish then finds no start.
+                    if calls.remove(&call).is_none() {
+                        report.problems.push(format!("{at}: call {} finished twice, or without a start", call.1));
                     }
                     if line.status == Some(AuditStatus::Abandoned) {
                         report.abandoned += 1;
                     }
                 }
                 AuditEvent::CallApproved => {
-                    if seen.starts == 0 || seen.finishes > 0 {
-                        report.problems.push(format!("{at}: call {} approved outside its start and finish", line.call_id));
+                    if !calls.contains_key(&call) {
+                        report.problems.push(format!("{at}: call {} approved outside its start and finish", call.1));
                     }
                 }
-                AuditEvent::Checkpoint => {}
             }
         }
     }
-    report.calls = calls.len() as u64;
-    let mut open: Vec<_> = calls.iter().filter(|(_, s)| s.starts > 0 && s.finishes == 0).collect();
-    open.sort_by(|a, b| a.1.where_.cmp(&b.1.where_));
-    for ((_, call_id), seen) in open {
-        report.problems.push(format!("{}: call {call_id} has no finish", seen.where_));
+    let mut open: Vec<_> = calls.iter().collect();
+    open.sort_by(|a, b| a.1.cmp(b.1));
+    for ((_, call_id), started) in open {
+        report.problems.push(format!("{started}: call {call_id} has no finish"));
     }
-    Ok(report)
+    Ok((report, most))
 }

@@ -11,6 +11,10 @@
 //! `call_finished` that missed its first write is rewritten as failed `audit_unavailable` (the
 //! caller withheld the result); with `fail_open` it is written as it happened (the result went
 //! out). The writer retries every second, so health comes back on its own once space returns.
+//! A commit still running after [`STALLED_AFTER`] (a hung volume: `fdatasync` never returns) makes
+//! the writer unhealthy too, for as long as it runs; the ticker task watches it, since the writer
+//! thread is blocked in it, and exports how long it has been running. A record's `ts` is the time
+//! it was queued, however long it is then held.
 //!
 //! On open it continues the hash chain and sequence of the existing file, repairs a line a crash
 //! cut short, and closes every call a crash left open (see [`super::recovery`]).
@@ -19,9 +23,10 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::AuditError;
@@ -36,15 +41,27 @@ use crate::telemetry::metrics::Metrics;
 const BATCH: usize = 512;
 /// Records held for a retry while the disk refuses them; beyond this, new records are refused
 /// (and counted by the caller) rather than exhausting memory.
-const MAX_BACKLOG: usize = 100_000;
+pub(super) const MAX_BACKLOG: usize = 100_000;
+/// A group commit (write and fdatasync) running longer than this makes the writer unhealthy: the
+/// volume has hung (an EBS, iSCSI or NFS stall), every tool answer waits on it, and `/readyz`
+/// turns 503 so no new session is sent into the stall. A healthy commit takes well under 10 ms and
+/// a slow disk's p99 alerts at 50 ms, so 5 s is a hang, not a slow moment.
+pub const STALLED_AFTER: Duration = Duration::from_secs(5);
 /// How often the writer retries held records and checks whether a checkpoint is due.
 const TICK: Duration = Duration::from_secs(1);
 
 type Ack = oneshot::Sender<Result<(), AuditError>>;
 
+/// A record as the writer holds it: with the time it was made, which its line's `ts` says however
+/// long the disk then refuses it.
+struct Held {
+    record: AuditRecord,
+    made: DateTime<Utc>,
+}
+
 enum Job {
     /// One record, or those of one session turn: the writer wakes once for all of them.
-    Records(Vec<(Box<AuditRecord>, Ack)>),
+    Records(Vec<(Box<AuditRecord>, DateTime<Utc>, Ack)>),
     /// Retry held records; write a checkpoint when one is due by time.
     Tick,
 }
@@ -56,7 +73,7 @@ pub struct AuditHandle {
     /// by construction (a `call_finished` can never overtake its `call_started`). The queue is
     /// bounded in practice by the results waiting on their acknowledgements.
     tx: mpsc::UnboundedSender<Job>,
-    healthy: Arc<AtomicBool>,
+    health: Arc<Health>,
     on_error: AuditOnError,
 }
 
@@ -66,7 +83,7 @@ impl AuditHandle {
     /// [`AuditError::Unavailable`] when that first attempt failed.
     pub fn record(&self, record: impl Into<Box<AuditRecord>>) -> impl Future<Output = Result<(), AuditError>> + Send + 'static {
         let (ack_tx, ack_rx) = oneshot::channel();
-        self.queue(vec![(record.into(), ack_tx)]);
+        self.queue(vec![(record.into(), Utc::now(), ack_tx)]);
         acknowledged(ack_rx)
     }
 
@@ -75,11 +92,12 @@ impl AuditHandle {
     /// once: one wake-up of the writer thread instead of two, and never a group wait for the
     /// second (see [`gather_awaited`]).
     pub fn record_all(&self, records: Vec<Box<AuditRecord>>) -> Vec<impl Future<Output = Result<(), AuditError>> + Send + 'static> {
+        let made = Utc::now();
         let (jobs, acks): (Vec<_>, Vec<_>) = records
             .into_iter()
             .map(|record| {
                 let (ack_tx, ack_rx) = oneshot::channel();
-                ((record, ack_tx), acknowledged(ack_rx))
+                ((record, made, ack_tx), acknowledged(ack_rx))
             })
             .unzip();
         if !jobs.is_empty() {
@@ -90,18 +108,71 @@ impl AuditHandle {
 
     /// A writer that has stopped drops the job, and with it every acknowledgement sender: each
     /// waiting future then resolves to [`AuditError::Closed`].
-    fn queue(&self, records: Vec<(Box<AuditRecord>, Ack)>) {
+    fn queue(&self, records: Vec<(Box<AuditRecord>, DateTime<Utc>, Ack)>) {
         let _ = self.tx.send(Job::Records(records));
     }
 
-    /// Are records being made durable? False from a failed write until a write succeeds again.
+    /// Are records being made durable? False from a failed write until a write succeeds again,
+    /// and while a commit has been running longer than [`STALLED_AFTER`].
     pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.health.writable.load(Ordering::Relaxed) && !self.is_stalled()
+    }
+
+    /// Has the commit under way been running longer than [`STALLED_AFTER`]?
+    /// Every call waits on that commit, whatever `audit.on_error` says.
+    pub fn is_stalled(&self) -> bool {
+        self.health.commit_running().is_some_and(|running| running >= STALLED_AFTER)
     }
 
     /// `audit.on_error`: whether a record that could not be made durable withholds its result.
     pub fn on_error(&self) -> AuditOnError {
         self.on_error
+    }
+
+    /// Are new calls refused at accept? With `fail_closed`, while records are not being made
+    /// durable: a tool that ran now would read PHI or send arguments out with no durable trace.
+    pub fn refuses_calls(&self) -> bool {
+        self.on_error == AuditOnError::FailClosed && !self.is_healthy()
+    }
+}
+
+/// What the handles know of the writer: a blocked writer thread cannot say it is stuck, so the
+/// start of the commit under way is kept where anyone can read how long it has been running.
+struct Health {
+    /// False from a failed write until a write succeeds again.
+    writable: AtomicBool,
+    /// Milliseconds from `epoch` to the start of the commit under way, plus one; 0: none is.
+    commit_since: AtomicU64,
+    epoch: Instant,
+}
+
+impl Health {
+    fn new() -> Self {
+        Health { writable: AtomicBool::new(true), commit_since: AtomicU64::new(0), epoch: Instant::now() }
+    }
+
+    /// How long the commit under way has been running, if one is.
+    fn commit_running(&self) -> Option<Duration> {
+        match self.commit_since.load(Ordering::Relaxed) {
+            0 => None,
+            since => Some(self.epoch.elapsed().saturating_sub(Duration::from_millis(since - 1))),
+        }
+    }
+
+    /// Marks a commit under way until the guard is dropped.
+    fn commit_started(&self) -> CommitRunning<'_> {
+        let since = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        self.commit_since.store(since, Ordering::Relaxed);
+        CommitRunning(self)
+    }
+}
+
+/// A commit under way (see [`Health::commit_started`]).
+struct CommitRunning<'a>(&'a Health);
+
+impl Drop for CommitRunning<'_> {
+    fn drop(&mut self) {
+        self.0.commit_since.store(0, Ordering::Relaxed);
     }
 }
 
@@ -136,9 +207,31 @@ pub struct OpenOptions<'a> {
     pub metrics: Option<Metrics>,
 }
 
+/// A file operation of the writer, as a test's [`Faults`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FileOp {
+    /// A group commit's write and fdatasync.
+    Write,
+    /// Opening the new file after a rotation.
+    Open,
+}
+
+/// Called before each [`FileOp`]: an error fails the operation, blocking stalls it. Only tests
+/// set one (a disk that fails or hangs on demand, see [`open_with`]).
+pub(super) type Faults = Arc<dyn Fn(FileOp) -> std::io::Result<()> + Send + Sync>;
+
 /// Open the log (recovering what a crash left), then start the writer and, with a Redis URL, the
 /// stream mirror.
 pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(AuditHandle, AuditWriter), AuditError> {
+    open_with(config, options, None).await
+}
+
+/// [`open`], with a test's [`Faults`] on the file operations.
+pub(super) async fn open_with(
+    config: &AuditConfig,
+    options: OpenOptions<'_>,
+    faults: Option<Faults>,
+) -> Result<(AuditHandle, AuditWriter), AuditError> {
     let chain = Chain::new(config.chain_key.as_ref());
     let path = config.path.clone();
     let (file, state) = {
@@ -155,8 +248,8 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
         let sink = super::mirror::Target { stream, maxlen: config.redis_stream_maxlen };
         super::mirror::spawn(url.expose().to_string(), sink, path.clone(), flushed_rx)
     });
-    let healthy = Arc::new(AtomicBool::new(true));
-    spawn_ticker(tx.downgrade());
+    let health = Arc::new(Health::new());
+    spawn_ticker(tx.downgrade(), health.clone(), options.metrics.clone());
     let writer = Writer {
         path,
         file,
@@ -167,8 +260,9 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
         instance,
         rotate_bytes: config.rotate_bytes,
         on_error: config.on_error,
-        healthy: healthy.clone(),
+        health: health.clone(),
         backlog: Vec::new(),
+        reopen: false,
         open: HashSet::new(),
         checkpoint_records: config.checkpoint_records,
         checkpoint_interval: Duration::from_secs(config.checkpoint_interval_s),
@@ -176,9 +270,10 @@ pub async fn open(config: &AuditConfig, options: OpenOptions<'_>) -> Result<(Aud
         last_checkpoint: Instant::now(),
         flushed: flushed_tx,
         metrics: options.metrics,
+        faults,
     };
     let task = tokio::task::spawn_blocking(move || writer.run(rx));
-    Ok((AuditHandle { tx, healthy, on_error: config.on_error }, AuditWriter { task, mirror }))
+    Ok((AuditHandle { tx, health, on_error: config.on_error }, AuditWriter { task, mirror }))
 }
 
 /// A batch of nothing but `call_started` records releases nothing: the call runs without waiting
@@ -204,7 +299,7 @@ const GROUP_WINDOW: Duration = Duration::from_millis(2);
 
 fn releases_nothing(job: &Job) -> bool {
     match job {
-        Job::Records(records) => records.iter().all(|(record, _)| record.event == AuditEvent::CallStarted),
+        Job::Records(records) => records.iter().all(|(record, _, _)| record.event == AuditEvent::CallStarted),
         Job::Tick => false,
     }
 }
@@ -215,13 +310,26 @@ async fn acknowledged(ack: oneshot::Receiver<Result<(), AuditError>>) -> Result<
 }
 
 /// Sends a [`Job::Tick`] every second for as long as the writer has handles (a weak sender does
-/// not keep it alive).
-fn spawn_ticker(tx: mpsc::WeakUnboundedSender<Job>) {
+/// not keep it alive). It also watches the commit under way, which the writer thread, blocked in
+/// it, cannot: `voxgate_audit_commit_running_seconds` says how long it has been running, and a
+/// commit past [`STALLED_AFTER`] is logged once.
+fn spawn_ticker(tx: mpsc::WeakUnboundedSender<Job>, health: Arc<Health>, metrics: Option<Metrics>) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(TICK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stalled = false;
         loop {
             every.tick().await;
+            let running = health.commit_running();
+            if let Some(metrics) = &metrics {
+                metrics.audit_commit_running(running.unwrap_or_default());
+            }
+            match (stalled, running.is_some_and(|r| r >= STALLED_AFTER)) {
+                (false, true) => tracing::error!(after_s = STALLED_AFTER.as_secs(), "audit commit stalled: tool answers wait on it; not ready"),
+                (true, false) => tracing::warn!("audit commit returned after a stall"),
+                _ => {}
+            }
+            stalled = running.is_some_and(|r| r >= STALLED_AFTER);
             match tx.upgrade() {
                 Some(tx) if tx.send(Job::Tick).is_ok() => {}
                 _ => return,
@@ -241,9 +349,12 @@ struct Writer {
     instance: String,
     rotate_bytes: u64,
     on_error: AuditOnError,
-    healthy: Arc<AtomicBool>,
+    health: Arc<Health>,
     /// Records whose write failed, in order, written before anything newer.
-    backlog: Vec<AuditRecord>,
+    backlog: Vec<Held>,
+    /// A rotation renamed the file but could not open the new one: `file` is the rotated file,
+    /// which must not take one more line; the next commit opens the new file first.
+    reopen: bool,
     /// Calls whose `call_started` is written or held, and not yet their `call_finished`: a record
     /// of any other call would be a finish without a start (see [`Writer::admit`]).
     open: HashSet<(String, String)>,
@@ -253,6 +364,7 @@ struct Writer {
     last_checkpoint: Instant,
     flushed: watch::Sender<u64>,
     metrics: Option<Metrics>,
+    faults: Option<Faults>,
 }
 
 impl Writer {
@@ -266,8 +378,8 @@ impl Writer {
             let mut acks = Vec::with_capacity(jobs.len());
             for job in jobs.drain(..) {
                 if let Job::Records(batch) = job {
-                    for (record, ack) in batch {
-                        records.push(*record);
+                    for (record, made, ack) in batch {
+                        records.push(Held { record: *record, made });
                         acks.push(ack);
                     }
                 }
@@ -289,26 +401,24 @@ impl Writer {
     }
 
     /// The records that may join the log, and their acknowledgements; the others are refused
-    /// here. When the backlog is full, every fresh record is refused. Otherwise a `call_approved`
-    /// or `call_finished` is refused when its call's `call_started` is not in the log or held:
-    /// that start was refused (a full backlog), and the finish alone would be a call with no start
+    /// here. When the backlog is full, new calls are refused: a `call_started` is. The approval and
+    /// the finish of a call already open are still taken, so a held start is never written without
+    /// its one finish; they are bounded by the calls in flight. A `call_approved` or
+    /// `call_finished` is refused when its call's `call_started` is not in the log or held: that
+    /// start was refused (a full backlog), and the finish alone would be a call with no start
     /// (`audit verify` reports it as a break), as would a second `call_started` of one call. The
     /// session treats it as any refused record (`audit.on_error`); the call is missing from the
     /// log, as are all calls while the disk refuses them.
-    fn admit(&mut self, records: Vec<AuditRecord>, acks: Vec<Ack>) -> (Vec<AuditRecord>, Vec<Ack>) {
-        let full = self.backlog.len() + records.len() > MAX_BACKLOG;
-        if full {
-            tracing::error!("audit backlog full: records refused");
-        }
+    fn admit(&mut self, records: Vec<Held>, acks: Vec<Ack>) -> (Vec<Held>, Vec<Ack>) {
+        let mut held = self.backlog.len();
+        let mut full = false;
         let mut admitted = (Vec::with_capacity(records.len()), Vec::with_capacity(acks.len()));
-        for (record, ack) in records.into_iter().zip(acks) {
+        for (held_record, ack) in records.into_iter().zip(acks) {
+            let record = &held_record.record;
             let call = (record.session_id.clone(), record.call_id.clone());
             let fits = match record.event {
-                _ if full => {
-                    // The call is over either way: it must not stay open until a restart.
-                    if record.event == AuditEvent::CallFinished {
-                        self.open.remove(&call);
-                    }
+                AuditEvent::CallStarted if held >= MAX_BACKLOG => {
+                    full = true;
                     false
                 }
                 // A second start of one call would be a break too.
@@ -318,51 +428,54 @@ impl Writer {
                 AuditEvent::Checkpoint => true,
             };
             if fits {
-                admitted.0.push(record);
+                held += 1;
+                admitted.0.push(held_record);
                 admitted.1.push(ack);
             } else {
-                if !full {
+                if record.event != AuditEvent::CallStarted || !full {
                     tracing::error!(event = record.event.as_str(), "audit record of a call whose start was refused: refused too");
                 }
                 let _ = ack.send(Err(AuditError::Unavailable));
             }
         }
+        if full {
+            tracing::error!("audit backlog full: new calls refused");
+        }
         admitted
     }
 
     /// Write the held records, then `fresh`, in one fsynced batch.
-    fn commit(&mut self, fresh: Vec<AuditRecord>) -> Result<(), AuditError> {
+    fn commit(&mut self, fresh: Vec<Held>) -> Result<(), AuditError> {
         let timed = self.checkpoint_interval > Duration::ZERO
             && self.since_checkpoint > 0
             && self.last_checkpoint.elapsed() >= self.checkpoint_interval;
         if self.backlog.is_empty() && fresh.is_empty() && !timed {
             return Ok(());
         }
+        // Read by the handles and the ticker while this thread may be blocked in the disk.
+        let health = Arc::clone(&self.health);
+        let _running = health.commit_started();
         let fresh_from = self.backlog.len();
-        if fresh_from + fresh.len() > MAX_BACKLOG {
-            // `admit` refused such a batch already: the bound's last line.
-            return Err(AuditError::Unavailable);
-        }
         self.backlog.extend(fresh);
         match self.write(timed) {
             Ok(()) => {
-                if !self.healthy.swap(true, Ordering::Relaxed) {
+                if !self.health.writable.swap(true, Ordering::Relaxed) {
                     tracing::warn!("audit log writable again; held records written");
                 }
                 self.backlog.clear();
                 if let Err(err) = self.rotate_if_due() {
-                    tracing::error!(error = %err, "audit log rotation failed; writing continues in the current file");
+                    tracing::error!(error = %err, "audit log rotation failed");
                 }
                 Ok(())
             }
             Err(err) => {
-                if self.healthy.swap(false, Ordering::Relaxed) {
+                if self.health.writable.swap(false, Ordering::Relaxed) {
                     tracing::error!(error = %err, held = self.backlog.len(), "audit write failed; records held and retried");
                 }
                 self.rollback();
                 if self.on_error == AuditOnError::FailClosed {
                     // The caller withholds these calls' results: the record says so.
-                    for record in &mut self.backlog[fresh_from..] {
+                    for Held { record, .. } in &mut self.backlog[fresh_from..] {
                         if record.event == AuditEvent::CallFinished {
                             record.status = Some(AuditStatus::Failed);
                             record.error_code = Some(ErrorCode::AuditUnavailable);
@@ -377,6 +490,7 @@ impl Writer {
     /// Serialise the backlog (and any checkpoints due), write it and fsync. The chain and the
     /// durable length move on only when all of it is on disk.
     fn write(&mut self, timed_checkpoint: bool) -> Result<(), AuditError> {
+        self.reopen_if_rotated()?;
         // A previous rollback may have failed: never append after a torn tail.
         if self.file.metadata().map_err(io)?.len() != self.len {
             self.file.set_len(self.len).map_err(io)?;
@@ -391,9 +505,9 @@ impl Writer {
             buffer.push(b'\n');
             Ok(())
         };
-        for record in &self.backlog {
+        for held in &self.backlog {
             seq += 1;
-            let line = Line::new(record.clone(), seq, &self.instance, prev.clone());
+            let line = Line::made_at(held.record.clone(), held.made, seq, &self.instance, prev.clone());
             push(&line, &mut prev, &mut buffer)?;
             since += 1;
             if self.checkpoint_records > 0 && since >= self.checkpoint_records {
@@ -410,7 +524,7 @@ impl Writer {
         let started = Instant::now();
         // After a failed fsync the kernel may have dropped the pages: nothing of this batch is
         // claimed durable, the caller cuts it off and writes it again.
-        let written = self.file.write_all(&buffer).and_then(|()| self.file.sync_data());
+        let written = self.fault(FileOp::Write).and_then(|()| self.file.write_all(&buffer)).and_then(|()| self.file.sync_data());
         if let Some(metrics) = &self.metrics {
             metrics.audit_commit(started.elapsed());
         }
@@ -424,6 +538,11 @@ impl Writer {
         }
         let _ = self.flushed.send(seq);
         Ok(())
+    }
+
+    /// A test's fault for `op` (see [`Faults`]); none in service.
+    fn fault(&self, op: FileOp) -> std::io::Result<()> {
+        self.faults.as_ref().map_or(Ok(()), |faults| faults(op))
     }
 
     /// Cut the file back to its last durable length: no torn line, no record written twice.
@@ -443,10 +562,26 @@ impl Writer {
         let first = first_seq(&self.path)?.unwrap_or(self.seq);
         let rotated = rotated_name(&self.path, first, self.seq);
         std::fs::rename(&self.path, &rotated).map_err(io)?;
-        self.file = open_append(&self.path)?;
-        self.len = 0;
-        sync_dir(&self.path);
+        // From here `file` is the rotated file, whose name ends at this seq: nothing more goes
+        // into it. Should the new file not open (EMFILE), records are held until it does.
+        self.reopen = true;
+        self.reopen_if_rotated()?;
         tracing::info!(last_seq = self.seq, "audit log rotated");
+        Ok(())
+    }
+
+    /// Open the new file a rotation could not open (see [`Writer::reopen`]).
+    fn reopen_if_rotated(&mut self) -> Result<(), AuditError> {
+        if !self.reopen {
+            return Ok(());
+        }
+        self.fault(FileOp::Open).map_err(io)?;
+        let file = open_append(&self.path)?;
+        // Whatever is there already is kept, never cut (it is new: the old file was renamed).
+        self.len = file.metadata().map_err(io)?.len();
+        self.file = file;
+        self.reopen = false;
+        sync_dir(&self.path);
         Ok(())
     }
 }

@@ -8,9 +8,12 @@
 //! `EXISTS` in Redis), so that a replay is refused as used (401), not for the cap.
 //!
 //! Without Redis, what was spent lives only in this process: after a restart a ticket minted
-//! before it could be presented again. So such an instance refuses tickets minted before it
-//! started (each carries its minting time); a browser whose ticket was caught by a restart asks
-//! for a new one, as after any refusal.
+//! before it could be presented again. So such an instance accepts only the tickets it minted
+//! itself: each carries the minting process's boot id (random, per process), and a ticket from
+//! another boot, or from a version before boot ids, is refused as used. Not the minting time
+//! against the start time: a clock stepped back after the start (NTP) would then refuse every new
+//! ticket for as long as the step. A browser whose ticket was caught by a restart asks for a new
+//! one, as after any refusal.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,8 +39,12 @@ struct Claims {
     /// Ticket id: what single use is keyed on.
     jti: String,
     /// When it was minted, unix milliseconds (0 in tickets minted before this claim existed).
+    /// Informational: single use no longer rests on clocks.
     #[serde(default)]
     iat_ms: u64,
+    /// The minting process's boot id (empty in tickets minted before this claim existed).
+    #[serde(default)]
+    boot: String,
 }
 
 /// A freshly minted ticket.
@@ -66,8 +73,9 @@ pub struct Tickets {
     max_ttl: Duration,
     used: DashMap<String, u64>,
     redis: Option<redis::aio::ConnectionManager>,
-    /// When this process began to remember spent tickets, unix milliseconds.
-    started_ms: u64,
+    /// This process's boot id: without Redis, only tickets that carry it can have been spent
+    /// where `used` saw them.
+    boot: String,
 }
 
 /// The ticket-signing key derived from the admin token (every instance shares the admin token).
@@ -95,7 +103,8 @@ fn spent_marker_ttl(max_ttl: Duration) -> u64 {
 impl Tickets {
     /// `key` signs tickets; every instance that should accept them must share it.
     pub fn new(key: &[u8], max_ttl: Duration, redis: Option<redis::aio::ConnectionManager>) -> Self {
-        Self { key: key.to_vec(), max_ttl, used: DashMap::new(), redis, started_ms: now_ms() }
+        let boot = uuid::Uuid::new_v4().simple().to_string();
+        Self { key: key.to_vec(), max_ttl, used: DashMap::new(), redis, boot }
     }
 
     fn sign(&self, payload: &str) -> Vec<u8> {
@@ -117,6 +126,7 @@ impl Tickets {
             exp: now_s() + ttl.as_secs(),
             jti: uuid::Uuid::new_v4().simple().to_string(),
             iat_ms: now_ms(),
+            boot: self.boot.clone(),
         };
         let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
         let payload = format!("{PREFIX}.{body}");
@@ -156,8 +166,9 @@ impl Tickets {
         if self.used.contains_key(&claims.jti) {
             return Err(AuthError::TicketUsed);
         }
-        // Without Redis nothing here remembers what was spent before this process started.
-        if self.redis.is_none() && claims.iat_ms < self.started_ms {
+        // Without Redis nothing here remembers what another process (this instance before a
+        // restart, another instance) spent.
+        if self.redis.is_none() && claims.boot != self.boot {
             return Err(AuthError::TicketUsed);
         }
         Ok(CheckedTicket { claims })
@@ -349,6 +360,46 @@ mod tests {
         // One minted after the restart is good.
         let fresh = restarted.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
         assert_eq!(restarted.redeem(&fresh.token).await.unwrap().sub, "dr.who");
+    }
+
+    /// `token` with its claims changed by `edit`, signed again as its minting process would have.
+    fn edited(tickets: &Tickets, token: &str, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+        let (payload, _) = token.rsplit_once('.').unwrap();
+        let body = payload.strip_prefix("vgt.").unwrap();
+        let mut claims: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).unwrap()).unwrap();
+        edit(claims.as_object_mut().unwrap());
+        let payload = format!("{PREFIX}.{}", URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap()));
+        format!("{payload}.{}", URL_SAFE_NO_PAD.encode(tickets.sign(&payload)))
+    }
+
+    /// Without Redis, a clock stepped back after the start (NTP) does not refuse the tickets this
+    /// process mints: they carry a time before its start, and are still its own.
+    #[tokio::test]
+    async fn without_redis_a_backward_clock_step_does_not_refuse_new_tickets() {
+        let tickets = Tickets::new(b"k", Duration::from_secs(300), None);
+        let minted = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        let stepped = edited(&tickets, &minted.token, |claims| {
+            let iat = claims["iat_ms"].as_u64().unwrap();
+            claims.insert("iat_ms".into(), (iat - 3_600_000).into());
+        });
+        assert_eq!(tickets.redeem(&stepped).await.unwrap().sub, "dr.who");
+    }
+
+    /// Without Redis, only this process knows what it spent: a ticket minted by another process
+    /// (one before a restart, whatever its clock said) or by a version before boot ids is refused.
+    #[tokio::test]
+    async fn without_redis_tickets_from_another_process_are_refused() {
+        let tickets = Tickets::new(b"k", Duration::from_secs(300), None);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let other = Tickets::new(b"k", Duration::from_secs(300), None);
+        let foreign = other.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        assert_eq!(tickets.redeem(&foreign.token).await.unwrap_err(), AuthError::TicketUsed);
+        let own = tickets.mint(&Principal::new("dr.who", vec![]), Duration::from_secs(60));
+        let legacy = edited(&tickets, &own.token, |claims| {
+            claims.remove("boot");
+        });
+        assert_eq!(tickets.redeem(&legacy).await.unwrap_err(), AuthError::TicketUsed);
+        assert_eq!(tickets.redeem(&own.token).await.unwrap().sub, "dr.who");
     }
 
     /// Redis remembers a spent ticket for longer than any ticket lives, whatever the clocks say.

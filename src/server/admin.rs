@@ -1,6 +1,9 @@
 //! The admin API (bearer `auth.admin_token`; off when unset): list and end sessions, and invoke a
 //! tool through the same validation, policy (rate limit included), audit and metrics path as a
-//! model's call, without confirmation; its records are marked `admin`.
+//! model's call, without confirmation; its records are marked `admin`. The drain bounds such a
+//! call as it bounds a session's: refused with 503 `draining` once the drain has begun, and one
+//! still running then gets `server.drain_timeout_ms` before it fails as timed out, with its
+//! `call_finished` record and an answer to the admin.
 //! Also `POST /v1/sessions`, which mints single-use session tickets for browsers.
 
 use std::time::Duration;
@@ -89,8 +92,15 @@ pub async fn invoke_tool(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
+    // Tracked from here, body included: a drain that begins meanwhile waits for this request
+    // (bounded by the body's timeout and the call's drain deadline) instead of dropping it.
+    let Some(_entered) = state.shutdown.enter() else { return Err(ApiError::draining()) };
     let request: InvokeRequest =
         read_json(&state, body, "body must be {\"arguments\":{…},\"sub\":\"…\",\"roles\":[…]}").await?;
+    // The body may have arrived after the drain began: no call starts then.
+    if state.shutdown.is_draining() {
+        return Err(ApiError::draining());
+    }
     if request.sub.is_empty() || request.sub.len() > 256 {
         return Err(ApiError::bad_request("invalid_request", "sub must be 1–256 characters"));
     }
@@ -109,7 +119,8 @@ pub async fn invoke_tool(
         deps.registry.clone(),
     )
     .without_confirmation()
-    .with_origin(origin);
+    .with_origin(origin)
+    .with_audit(deps.audit.clone());
     let pending = table.accept(&call_id, &name, &request.arguments.to_string(), Instant::now());
     // The call runs as its own task, tracked by the drain: if the admin's HTTP client goes away
     // (a load balancer's timeout, Ctrl-C), hyper drops this handler, and the tool would finish
@@ -173,9 +184,17 @@ impl Invocation {
                             principal: self.principal.clone(),
                         };
                         let job = ToolJob { tool, args, ctx, span };
-                        let result = match tokio::spawn(job.run()).await {
-                            Ok(result) => result,
-                            Err(_) => Err(ToolError::Internal),
+                        let mut task = tokio::spawn(job.run());
+                        // Past the drain's deadline the call fails as timed out, its record
+                        // written, as a session's does (`abandon_running`); left running, it would
+                        // be dropped with its session thread when the drain gives up, unrecorded.
+                        let result = tokio::select! {
+                            joined = &mut task => joined.unwrap_or(Err(ToolError::Internal)),
+                            () = drain_deadline(deps) => {
+                                task.abort();
+                                next.extend(self.table.abandon_running());
+                                continue;
+                            }
                         };
                         next.extend(self.table.on_tool_finished(&call_id, result));
                     }
@@ -187,6 +206,13 @@ impl Invocation {
         }
         output
     }
+}
+
+/// Resolves `server.drain_timeout_ms` after the drain begins: the same deadline a session gives its
+/// running calls (`session::closing`).
+async fn drain_deadline(deps: &SessionDeps) {
+    deps.drain.cancelled().await;
+    tokio::time::sleep(deps.settings.drain_timeout).await;
 }
 
 /// The admin API's answer to a call that failed with `code`.

@@ -31,6 +31,10 @@ impl ApiError {
     pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
     }
+    /// The drain has begun: nothing new starts here (503 `draining`).
+    pub fn draining() -> Self {
+        Self::unavailable("draining", "the server is shutting down")
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -11,8 +11,10 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// 503 while draining: load balancers stop sending new sessions before the process goes away;
-/// and, with `audit.on_error = "fail_closed"`, while audit records cannot be made durable (calls
-/// would fail `audit_unavailable`; the writer retries on its own, so readiness comes back).
+/// with `audit.on_error = "fail_closed"`, while audit records cannot be made durable (calls
+/// would fail `audit_unavailable`; the writer retries on its own, so readiness comes back); and,
+/// whatever `on_error` says, while an audit commit has hung past `audit::writer::STALLED_AFTER`
+/// (every tool answer waits on it).
 /// A tool whose remote backend cannot be reached is reported degraded, still 200: every other tool
 /// and the voice session itself keep working. A Redis outage is reported but keeps the instance
 /// ready: it degrades to local caps.
@@ -20,6 +22,8 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let audit = &state.deps.audit;
     let (status, head) = if state.shutdown.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
+    } else if audit.is_stalled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "audit log stalled\n".to_string())
     } else if audit.on_error() == crate::config::AuditOnError::FailClosed && !audit.is_healthy() {
         (StatusCode::SERVICE_UNAVAILABLE, "audit log unavailable\n".to_string())
     } else {

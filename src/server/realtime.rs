@@ -4,7 +4,11 @@
 //!
 //! Order matters: a single-use ticket is spent only after the session is admitted (this instance's
 //! caps, then the per-user cap across instances), so a browser refused for a cap can retry with the
-//! same ticket (unless it is already spent: then the answer is 401, not the cap's); a subprotocol
+//! same ticket (unless it is already spent: then the answer is 401, not the cap's). The drain
+//! tracks the request from its start ([`crate::shutdown::Shutdown::enter`]): one that was being
+//! admitted when the drain began is refused with 503 `draining` before its ticket is spent, and
+//! one already past that point runs and closes with the drain (`session.closing`, 1012). A
+//! `Sec-WebSocket-Key` must be 16 bytes in base64 (RFC 6455 §4.2.1). A subprotocol
 //! is echoed only when the client offered it (RFC 6455: a client fails a handshake that selects one
 //! it did not offer).
 //!
@@ -18,6 +22,7 @@ use std::time::Instant;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use base64::Engine;
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -46,11 +51,13 @@ pub async fn realtime(
     mut request: Request,
 ) -> Result<Response, ApiError> {
     let headers = request.headers().clone();
-    if state.shutdown.is_draining() {
+    // Held until the session task is spawned (that task is tracked itself): the awaits on Redis
+    // below must not let a drain that begins meanwhile drop this request unanswered.
+    let Some(_entered) = state.shutdown.enter() else {
         state.deps.metrics.http_rejection("draining");
-        return Err(ApiError::unavailable("draining", "the server is shutting down"));
-    }
-    let key = websocket_key(&headers)?;
+        return Err(ApiError::draining());
+    };
+    let accept = websocket_accept(&headers)?;
     check_origin(&state, &headers)?;
 
     let protocols = auth::offered_protocols(&headers);
@@ -85,6 +92,12 @@ pub async fn realtime(
         Ok(seat) => seat,
         Err(err) => return Err(refused_for_cap(&state, &authenticated, err).await),
     };
+    // The drain may have begun while Redis was asked: refused now, the ticket is still good on
+    // another instance. From here on the session starts, and closes with the drain.
+    if state.shutdown.is_draining() {
+        state.deps.metrics.http_rejection("draining");
+        return Err(ApiError::draining());
+    }
     // Admitted here and across instances: only now is the ticket (if any) spent, so a refusal for
     // either cap leaves it usable. Single use does not depend on this order (`Tickets::spend`
     // claims it atomically); refused here, the admission and the seat are dropped with it.
@@ -134,8 +147,6 @@ pub async fn realtime(
     let out = response.headers_mut();
     out.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     out.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    let accept = HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
-        .map_err(|_| ApiError::bad_request("bad_handshake", "invalid Sec-WebSocket-Key"))?;
     out.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     // Never echo a token-bearing subprotocol.
     if let Some(protocol) = selected {
@@ -269,7 +280,8 @@ fn allowed_model(state: &AppState, asked: Option<&String>) -> Result<Option<Stri
     Err(ApiError::bad_request("model_not_allowed", "this model is not available on this server"))
 }
 
-fn websocket_key(headers: &HeaderMap) -> Result<String, ApiError> {
+/// The `Sec-WebSocket-Accept` answer to a well-formed WebSocket handshake; 426 or 400 otherwise.
+fn websocket_accept(headers: &HeaderMap) -> Result<HeaderValue, ApiError> {
     let has_token = |name: header::HeaderName, token: &str| {
         headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).any(|v| {
             v.split(',').any(|part| part.trim().eq_ignore_ascii_case(token))
@@ -281,11 +293,18 @@ fn websocket_key(headers: &HeaderMap) -> Result<String, ApiError> {
     if headers.get(header::SEC_WEBSOCKET_VERSION).and_then(|v| v.to_str().ok()) != Some("13") {
         return Err(ApiError::bad_request("bad_handshake", "Sec-WebSocket-Version must be 13"));
     }
-    headers
+    let key = headers
         .get(header::SEC_WEBSOCKET_KEY)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .ok_or_else(|| ApiError::bad_request("bad_handshake", "Sec-WebSocket-Key is missing"))
+        .ok_or_else(|| ApiError::bad_request("bad_handshake", "Sec-WebSocket-Key is missing"))?;
+    // RFC 6455 §4.2.1: a nonce of 16 bytes in base64. Anything else is not a WebSocket client's.
+    let nonce = base64::engine::general_purpose::STANDARD.decode(key);
+    if !nonce.is_ok_and(|nonce| nonce.len() == 16) {
+        return Err(ApiError::bad_request("bad_handshake", "Sec-WebSocket-Key is invalid"));
+    }
+    // Base64 of a SHA-1: always a valid header value.
+    HeaderValue::from_str(&derive_accept_key(key.as_bytes()))
+        .map_err(|_| ApiError::bad_request("bad_handshake", "Sec-WebSocket-Key is invalid"))
 }
 
 fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {

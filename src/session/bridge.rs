@@ -140,7 +140,8 @@ impl Bridge {
             deps.settings.confirmation_timeout,
             deps.registry.clone(),
         )
-        .with_origin(info.origin.clone());
+        .with_origin(info.origin.clone())
+        .with_audit(deps.audit.clone());
         let mut bridge = Bridge {
             frames: deps.metrics.frame_counters(),
             // Each socket is read only when it has something (or may have more): a frame from one

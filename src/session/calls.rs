@@ -14,7 +14,9 @@
 //! `function_call_output` and the client's terminal event go out. So each call is audited exactly
 //! once, before its result reaches anyone; when the record cannot be made durable and
 //! `audit.on_error` is `fail_closed`, the call fails `audit_unavailable` instead
-//! ([`CallTable::on_audit_failed`]) and nothing it produced is released.
+//! ([`CallTable::on_audit_failed`]) and nothing it produced is released. While the log is not
+//! writable (`fail_closed`, [`CallTable::with_audit`]), a new call is finished at accept with
+//! `audit_unavailable` and its tool never runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::audit::{AuditEvent, AuditRecord, Confirmation, Origin};
+use crate::audit::{AuditEvent, AuditHandle, AuditRecord, Confirmation, Origin};
 use crate::policy::Principal;
 use crate::policy::phi::{args_sha256, invented_tool_name};
 use crate::policy::rate_limit::Limited;
@@ -117,6 +119,8 @@ pub struct CallTable {
     calls: HashMap<String, Call>,
     /// Who and from where, on every record of this table.
     origin: Arc<Origin>,
+    /// Asked at accept whether the audit log refuses new calls (see [`Self::with_audit`]).
+    audit: Option<AuditHandle>,
 }
 
 impl CallTable {
@@ -139,12 +143,20 @@ impl CallTable {
             taint: TaintSet::default(),
             calls: HashMap::new(),
             origin: Arc::new(Origin::default()),
+            audit: None,
         }
     }
 
     /// The client's address and user agent (and whether this is the admin API) for the records.
     pub fn with_origin(mut self, origin: Origin) -> Self {
         self.origin = Arc::new(origin);
+        self
+    }
+
+    /// Finish new calls at accept with `audit_unavailable`, their tools not run, while `audit`
+    /// refuses them ([`AuditHandle::refuses_calls`]: `fail_closed` and the log not writable).
+    pub fn with_audit(mut self, audit: AuditHandle) -> Self {
+        self.audit = Some(audit);
         self
     }
 
@@ -206,6 +218,12 @@ impl CallTable {
         let started = self.record(AuditEvent::CallStarted, call_id, &call);
         self.calls.insert(call_id.to_string(), call);
         let mut actions = vec![Action::Audit { record: Box::new(started), gates: None }];
+        // `call_started` gates nothing: a tool run now could read PHI or send arguments out with
+        // no durable trace, and be lost with the held records if the process dies.
+        if self.audit.as_ref().is_some_and(AuditHandle::refuses_calls) {
+            actions.extend(self.finish(call_id, Outcome::Failed(ToolError::AuditUnavailable)));
+            return actions;
+        }
 
         let checked = match (tool, parsed) {
             (None, _) => Err(ToolError::UnknownTool),

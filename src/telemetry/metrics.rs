@@ -6,6 +6,7 @@
 //! configuration allows, [`Metrics::with_tools`]), so no user or model text can ever become a label.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -101,6 +102,9 @@ struct Inner {
     audit_errors_total: Counter,
     /// Every server tool answer waits for one of these (the record must be durable first).
     audit_commit: Histogram,
+    /// How long the commit under way has been running (0: none); a hung disk shows here while the
+    /// histogram, observed only when a commit returns, sees nothing.
+    audit_commit_running: Gauge<f64, AtomicU64>,
     http_rejections_total: Family<Labels1, Counter>,
     /// 1 while Redis answers (cluster registry, caps), 0 when it is down or not configured.
     redis_up: Gauge,
@@ -209,6 +213,9 @@ impl Metrics {
             audit_commit: register_seconds(&mut r, "voxgate_audit_commit",
                 "Time to write and fdatasync one group of audit records (tool answers wait for it)",
                 Histogram::new(AUDIT_COMMIT_BUCKETS)),
+            audit_commit_running: register_seconds(&mut r, "voxgate_audit_commit_running",
+                "How long the audit group commit under way has been running, 0 when none is (past 5 s the instance is not ready)",
+                Gauge::default()),
             http_rejections_total: register(&mut r, "voxgate_http_rejections",
                 "HTTP requests refused before a session started, by reason", Family::default()),
             redis_up: register(&mut r, "voxgate_redis_up",
@@ -379,6 +386,11 @@ impl Metrics {
     /// One group commit of the audit writer took `took` (write and fdatasync, failed or not).
     pub fn audit_commit(&self, took: Duration) {
         self.inner.audit_commit.observe(took.as_secs_f64());
+    }
+
+    /// The audit commit under way has been running for `running` (zero: none is).
+    pub fn audit_commit_running(&self, running: Duration) {
+        self.inner.audit_commit_running.set(running.as_secs_f64());
     }
 
     /// `reason`: origin, unauthorized, too_many_sessions, too_many_sessions_per_user, draining, ...

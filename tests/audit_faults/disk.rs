@@ -116,3 +116,49 @@ async fn full_disk_fail_open_releases_results_and_counts_the_failure() {
             .all(|r| r["status"] == "completed")
     );
 }
+
+/// With `fail_closed` and the audit disk refusing writes, a new call is finished at accept with
+/// `audit_unavailable`: the tool never runs (no `voxgate.tool_call.started`), and the model and the
+/// client hear the error like any refused call.
+#[tokio::test]
+async fn full_disk_fail_closed_refuses_new_calls_without_running_them() {
+    let work = tempfile::tempdir().unwrap();
+    let Some(disk) = Tmpfs::mount(&work.path().join("audit"), "256k") else {
+        return;
+    };
+    let mut fake = FakeUpstream::start().await;
+    let audit = disk.0.join("audit.jsonl");
+    let (mut child, addr) = spawn_voxgate(
+        &config(&fake, &audit, &work.path().join("cal.ics"), ""),
+        work.path(),
+    )
+    .await;
+    let (mut client, mut up) = session(&addr, &mut fake).await;
+    let filler = disk.fill();
+    call_until_refused(&mut client, &mut up, "full").await;
+    assert_eq!(readyz(&addr).await, 503);
+
+    crate::support::model_calls(&mut up, &[("refused", "calculate_medical_score", BMI)]).await;
+    let item = up.until("conversation.item.create").await;
+    let output: serde_json::Value =
+        serde_json::from_str(item["item"]["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output["error"]["code"], "audit_unavailable", "{output}");
+    let events = client
+        .collect_until_any(&["voxgate.tool_call.completed", "voxgate.tool_call.failed"])
+        .await;
+    assert!(
+        events.iter().all(|e| e["type"] != "voxgate.tool_call.started"),
+        "the tool must not run: {events:?}"
+    );
+    assert_eq!(events.last().unwrap()["error"]["code"], "audit_unavailable");
+
+    std::fs::remove_file(filler).unwrap();
+    drop(client);
+    stop(&mut child).await;
+    let records = read_jsonl(&audit);
+    let refused = finish(&records, "refused");
+    assert_eq!(refused.len(), 1, "{records:?}");
+    assert_eq!(refused[0]["error_code"], "audit_unavailable");
+    let (ok, report) = verify(&audit, &[]);
+    assert!(ok, "{report}");
+}
