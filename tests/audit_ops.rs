@@ -76,20 +76,28 @@ async fn kill_9_mid_calls_then_restart_records_abandoned_calls_and_verifies() {
 const STREAM: &str = "voxgate:audit:itest";
 
 async fn stream_entries(url: &str) -> Vec<(String, String)> {
+    entries_in(url, STREAM).await
+}
+
+async fn entries_in(url: &str, stream: &str) -> Vec<(String, String)> {
     let client = redis::Client::open(url).unwrap();
     let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return Vec::new() };
     let entries: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg(STREAM).arg("-").arg("+").query_async(&mut conn).await.unwrap_or_default();
+        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query_async(&mut conn).await.unwrap_or_default();
     entries.into_iter().map(|(id, mut fields)| (id, fields.pop().map(|(_, v)| v).unwrap_or_default())).collect()
 }
 
 /// Wait until the stream holds exactly the file's lines, in order, each once.
 async fn assert_mirrored(proxy: &TestProxy, url: &str) {
+    assert_mirrored_in(proxy, url, STREAM).await;
+}
+
+async fn assert_mirrored_in(proxy: &TestProxy, url: &str, stream: &str) {
     let mut last = Vec::new();
     // Longer than the mirror's longest back-off (10 s), which it always waits out.
     for _ in 0..250 {
         let file: Vec<String> = std::fs::read_to_string(proxy.audit_path()).unwrap().lines().map(str::to_string).collect();
-        last = stream_entries(url).await;
+        last = entries_in(url, stream).await;
         let ids: Vec<String> = (1..=file.len()).map(|seq| format!("{seq}-1")).collect();
         if last.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>() == ids && last.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>() == file {
             return;
@@ -294,4 +302,159 @@ async fn the_stream_is_trimmed_to_its_configured_length() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the stream did not catch up");
+}
+
+/// A stream whose top is above the log's sequence holds another epoch of the log (a new file after
+/// enabling `audit.chain_key`, a restore from backup, a recreated volume): its lines are never
+/// taken for this log's. They are left as they are, and this log's lines go to a stream of their
+/// own (`<stream>:epoch2`) instead of being skipped as "already mirrored" until the sequence
+/// passes the old top.
+#[tokio::test]
+async fn a_stream_ahead_of_the_log_is_left_alone_and_the_log_mirrors_to_a_new_epoch() {
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: String = redis::cmd("XADD").arg(STREAM).arg("1000-1").arg("record").arg("an older log's line").query_async(&mut conn).await.unwrap();
+    let mut fake = FakeUpstream::start().await;
+    let toml = format!("[server]\ninstance_id = \"itest\"\n[redis]\nurl = \"{}\"\n", redis.url());
+    let proxy = TestProxy::with_upstream(&fake, &toml).await;
+    let (_client, mut up) = proxy.ready_session(&mut fake).await;
+    for call in ["e1", "e2", "e3"] {
+        model_calls(&mut up, &[(call, "calculate_medical_score", BMI)]).await;
+        up.until("conversation.item.create").await;
+    }
+    assert_mirrored_in(&proxy, &redis.url(), &format!("{STREAM}:epoch2")).await;
+    assert_eq!(stream_entries(&redis.url()).await, [("1000-1".to_string(), "an older log's line".to_string())]);
+    let (_, metrics) = proxy.http_get("/metrics").await;
+    assert!(metrics.contains("voxgate_audit_stream_epochs_total 1"), "{metrics}");
+}
+
+fn record(event: voxgate::audit::AuditEvent, call: &str) -> voxgate::audit::AuditRecord {
+    let finished = event == voxgate::audit::AuditEvent::CallFinished;
+    voxgate::audit::AuditRecord {
+        event,
+        session_id: "vgs_1".into(),
+        call_id: call.into(),
+        tool: "calculate_medical_score".into(),
+        user: "u_1".into(),
+        roles: vec!["clinician".into()],
+        status: finished.then_some(voxgate::audit::AuditStatus::Completed),
+        error_code: None,
+        confirmation: finished.then_some(voxgate::audit::Confirmation::NotRequired),
+        duration_ms: finished.then_some(3),
+        phi: false,
+        args_sha256: "ab".repeat(32),
+        arguments: None,
+        origin: Default::default(),
+        resource: None,
+    }
+}
+
+/// After Redis comes back empty, the mirror catches up with what the stream keeps
+/// (`audit.redis_stream_maxlen` lines), not the whole history: it starts `maxlen` lines below the
+/// last durable one, so a log of any size costs the same few `XADD`s (and reads).
+#[tokio::test]
+async fn catching_up_an_empty_stream_sends_only_the_lines_it_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = voxgate::config::AuditConfig {
+        path: dir.path().join("audit.jsonl"),
+        rotate_bytes: 8 * 1024,
+        checkpoint_records: 0,
+        redis_stream: Some("voxgate:audit:catchup".into()),
+        redis_stream_maxlen: 20,
+        ..Default::default()
+    };
+    // 300 lines over several rotated files, written while there was no Redis.
+    let (handle, writer) = voxgate::audit::open(&config, Default::default()).await.unwrap();
+    // One at a time: the writer rotates between commits.
+    for i in 0..150 {
+        for event in [voxgate::audit::AuditEvent::CallStarted, voxgate::audit::AuditEvent::CallFinished] {
+            handle.record(record(event, &format!("c{i}"))).await.unwrap();
+        }
+    }
+    drop(handle);
+    writer.join().await.unwrap();
+    assert!(voxgate::audit::verify::rotated_files(&config.path).unwrap().len() >= 3);
+
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+    let url = voxgate::config::Secret::new(redis.url());
+    let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), ..Default::default() };
+    let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
+    let mut entries = Vec::new();
+    for _ in 0..100 {
+        entries = entries_in(&redis.url(), "voxgate:audit:catchup").await;
+        if entries.last().is_some_and(|(id, _)| id == "300-1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(entries.last().map(|(id, _)| id.as_str()), Some("300-1"), "caught up");
+    assert_eq!(entries.first().map(|(id, _)| id.as_str()), Some("281-1"), "from maxlen lines below the top");
+    let added = command_calls(&mut conn, "xadd").await;
+    assert_eq!(added, 20, "one XADD per line the stream keeps");
+    drop(handle);
+    writer.join().await.unwrap();
+}
+
+/// Records a start and a finish for each call, one at a time.
+async fn write_calls(handle: &voxgate::audit::AuditHandle, calls: std::ops::Range<u32>) {
+    for i in calls {
+        for event in [voxgate::audit::AuditEvent::CallStarted, voxgate::audit::AuditEvent::CallFinished] {
+            handle.record(record(event, &format!("c{i}"))).await.unwrap();
+        }
+    }
+}
+
+/// Wait until `stream` holds exactly the lines of the file at `path`, with their ids.
+async fn wait_for_file_in(url: &str, stream: &str, path: &std::path::Path) {
+    let mut last = Vec::new();
+    for _ in 0..100 {
+        let file: Vec<String> = std::fs::read_to_string(path).unwrap().lines().map(str::to_string).collect();
+        let expected: Vec<(String, String)> = file.into_iter().enumerate().map(|(i, line)| (format!("{}-1", i + 1), line)).collect();
+        last = entries_in(url, stream).await;
+        if last == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{stream} does not hold the file's lines: {last:?}");
+}
+
+/// A stream whose top line is not this log's line of that number holds another epoch too (a log
+/// restored from a backup and grown past the old top, a new file after enabling `chain_key`): no
+/// line of this log is added to it. A restart finds the stream this log went to again.
+#[tokio::test]
+async fn a_stream_whose_top_line_differs_is_another_epoch_and_a_restart_finds_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = voxgate::config::AuditConfig {
+        path: dir.path().join("audit.jsonl"),
+        checkpoint_records: 0,
+        redis_stream: Some("voxgate:audit:fork".into()),
+        ..Default::default()
+    };
+    let (handle, writer) = voxgate::audit::open(&config, Default::default()).await.unwrap();
+    write_calls(&handle, 0..5).await;
+    drop(handle);
+    writer.join().await.unwrap();
+
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let other = [("3-1".to_string(), "another log's line 3".to_string())];
+    let _: String = redis::cmd("XADD").arg("voxgate:audit:fork").arg("3-1").arg("record").arg(&other[0].1).query_async(&mut conn).await.unwrap();
+    let url = voxgate::config::Secret::new(redis.url());
+    for calls in [5..6, 6..8] {
+        let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), ..Default::default() };
+        let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
+        write_calls(&handle, calls).await;
+        wait_for_file_in(&redis.url(), "voxgate:audit:fork:epoch2", &config.path).await;
+        assert_eq!(entries_in(&redis.url(), "voxgate:audit:fork").await, other, "the other epoch's stream is left as it is");
+        drop(handle);
+        writer.join().await.unwrap();
+    }
+    let exists: u32 = redis::cmd("EXISTS").arg("voxgate:audit:fork:epoch3").query_async(&mut conn).await.unwrap();
+    assert_eq!(exists, 0, "the restart went on with the same stream");
 }

@@ -6,39 +6,75 @@
 //! with back-off and, once it is back, catches up from the file — the source of truth — reading
 //! on from the byte offset it reached instead of the whole log.
 //!
+//! A stream holds one epoch of the log, one unbroken sequence. A stream whose top is above the
+//! log's last durable line, or whose top line is not the log's line of that number, holds another
+//! epoch: a new file after enabling `chain_key`, a restore from backup, a recreated volume, rotated
+//! files moved away before a restart. Its lines are never taken for this log's (every new line up
+//! to the old top would be skipped as "already mirrored"), and never deleted or trimmed (they may
+//! be the only copy off the host of lines the file no longer has). The mirror logs an error and
+//! sends this epoch to the next key instead, `<stream>:epoch2`, `:epoch3`…: the first that is
+//! empty or whose top line is this log's, so a restart finds the same one again.
+//!
 //! The stream is capped (`audit.redis_stream_maxlen`, trimmed with `MAXLEN ~`): the Redis that
 //! holds it also holds tickets and rate limits, and a stream that grew until Redis reached its
 //! memory limit would make every ticket refused. Readers of the stream have that many lines of
-//! slack; the file keeps them all.
+//! slack; the file keeps them all. A catch-up therefore starts at most that many lines below the
+//! last durable one (older lines would be trimmed at once), skips rotated files by the sequence
+//! range in their names, and reads a bounded batch of lines at a time: its memory does not grow
+//! with the log, even after Redis comes back empty.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::record::{Line, record_id};
+use super::record::record_id;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// The error Redis gives an XADD whose id is not above the stream's top: the line is there.
 const ALREADY_ADDED: &str = "The ID specified in XADD is equal or smaller than the target stream top item";
+/// Lines read from the log and sent per batch, at most: what a catch-up holds at once.
+const BATCH_LINES: usize = 256;
+/// Bytes of lines per batch, at most (lines are well under 1 KiB; this bounds odd ones).
+const BATCH_BYTES: usize = 1 << 20;
+/// Stream keys tried for this log's epoch (one `XREVRANGE` each) before giving up.
+const MAX_EPOCHS: u32 = 64;
 
 /// How far the stream has caught up.
 #[derive(Default)]
 struct Position {
+    /// The stream this log's epoch goes to, found at each connect.
+    stream: Option<String>,
     /// The last sequence number known to be in the stream (`None` until asked).
     seq: Option<u64>,
-    /// Byte offset in the current file just after that line, when known.
-    offset: Option<u64>,
-    /// The sequence number `offset` is just after: kept across a reconnect, so that a stream
-    /// found where it was is read on from there, not from the start of every file.
+    /// Where reading stopped, just after line `reached`: kept across a reconnect, so that a
+    /// stream found where it was is read on from there, not searched for again.
+    cursor: Option<Cursor>,
     reached: Option<u64>,
+    /// Streams found holding another epoch of the log, in this process.
+    foreign: u64,
+}
+
+/// A place in one file of the log: the byte offset just after the last line read from it.
+#[derive(Debug, Clone, PartialEq)]
+struct Cursor {
+    file: PathBuf,
+    offset: u64,
+}
+
+/// The one field of a line that reading needs: skipping a line allocates nothing.
+#[derive(serde::Deserialize)]
+struct Seq {
+    seq: u64,
 }
 
 /// Where the mirror writes: the stream's name and the length it is trimmed to (0 = untrimmed).
 pub(super) struct Target {
     pub(super) stream: String,
     pub(super) maxlen: u64,
+    /// Counts the streams found holding another epoch (`voxgate_audit_stream_epochs_total`).
+    pub(super) metrics: Option<crate::telemetry::metrics::Metrics>,
 }
 
 pub(super) fn spawn(
@@ -98,7 +134,7 @@ pub(super) fn spawn(
 
 async fn catch_up(
     url: &str,
-    stream: &Target,
+    sink: &Target,
     path: &Path,
     conn: &mut Option<redis::aio::MultiplexedConnection>,
     at: &mut Position,
@@ -113,45 +149,119 @@ async fn catch_up(
                 .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))??,
         );
         // Where the stream stands (it may be empty after a Redis restart without persistence):
-        // asked again below, and the offset reached is kept only if the stream is where it was.
+        // asked again below, and the place reached is kept only if the stream is where it was.
         at.seq = None;
     }
     let Some(c) = conn.as_mut() else { return Ok(()) };
     if at.seq.is_none() {
-        let top: Vec<(String, Vec<(String, String)>)> =
-            redis::cmd("XREVRANGE").arg(&stream.stream).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
-        let seq = top.first().and_then(|(id, _)| id.split('-').next()?.parse().ok()).unwrap_or(0);
-        if at.reached != Some(seq) {
-            at.offset = None;
+        let (stream, top) = find_stream(c, sink, path, at, target).await?;
+        if at.stream.as_deref() != Some(stream.as_str()) || at.reached != Some(top) {
+            at.cursor = None;
         }
-        at.seq = Some(seq);
+        at.stream = Some(stream);
+        at.seq = Some(top);
     }
-    let from = at.seq.unwrap_or(0);
-    if from >= target {
-        return Ok(());
-    }
-    // The log may be large after a long outage: read it off the runtime's threads.
-    let (file, offset) = (path.to_path_buf(), at.offset);
-    let (lines, end) = tokio::task::spawn_blocking(move || lines_after(&file, from, target, offset))
-        .await
-        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "reading the audit log failed")))?;
-    for (seq, line) in lines {
-        let mut xadd = redis::cmd("XADD");
-        xadd.arg(&stream.stream);
-        if stream.maxlen > 0 {
-            xadd.arg("MAXLEN").arg("~").arg(stream.maxlen);
+    let (Some(stream), Some(from)) = (at.stream.clone(), at.seq) else { return Ok(()) };
+    // Lines more than `maxlen` below the last durable one would be trimmed as soon as added.
+    let mut after = if sink.maxlen > 0 { from.max(target.saturating_sub(sink.maxlen)) } else { from };
+    let mut cursor = at.cursor.clone().filter(|_| at.reached == Some(after));
+    while after < target {
+        // Off the runtime's threads: after a long outage this reads a whole file.
+        let (file, hint) = (path.to_path_buf(), cursor.take());
+        let (lines, next) = tokio::task::spawn_blocking(move || next_batch(&file, after, target, hint))
+            .await
+            .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "reading the audit log failed")))?;
+        let Some(&(last, _)) = lines.last() else {
+            // Nothing more on disk up to `target`: the next flush tries again.
+            at.cursor = next;
+            at.reached = Some(after);
+            break;
+        };
+        for (seq, line) in lines {
+            let mut xadd = redis::cmd("XADD");
+            xadd.arg(&stream);
+            if sink.maxlen > 0 {
+                xadd.arg("MAXLEN").arg("~").arg(sink.maxlen);
+            }
+            let added: redis::RedisResult<String> = xadd.arg(record_id(seq)).arg("record").arg(&line).query_async(c).await;
+            match added {
+                Ok(_) => {}
+                Err(err) if is_already_added(&err) => {}
+                Err(err) => return Err(err),
+            }
+            at.seq = Some(seq);
         }
-        let added: redis::RedisResult<String> = xadd.arg(record_id(seq)).arg("record").arg(&line).query_async(c).await;
-        match added {
-            Ok(_) => {}
-            Err(err) if is_already_added(&err) => {}
-            Err(err) => return Err(err),
-        }
-        at.seq = Some(seq);
+        after = last;
+        cursor = next.clone();
+        at.cursor = next;
+        at.reached = Some(last);
     }
-    at.offset = end;
-    at.reached = at.seq;
     Ok(())
+}
+
+/// `<stream>` for the first epoch, `<stream>:epoch<n>` after it.
+fn epoch_stream(base: &str, epoch: u32) -> String {
+    if epoch <= 1 { base.to_string() } else { format!("{base}:epoch{epoch}") }
+}
+
+/// The stream this log's epoch goes to, and its top sequence number (0 when empty): the first of
+/// `<stream>`, `<stream>:epoch2`, … that is empty or whose top line is this log's line of that
+/// number. A top above `target` (the last durable line) or a different line is another epoch's.
+async fn find_stream(
+    c: &mut redis::aio::MultiplexedConnection,
+    sink: &Target,
+    path: &Path,
+    at: &mut Position,
+    target: u64,
+) -> redis::RedisResult<(String, u64)> {
+    // The first stream found holding another epoch, and its top.
+    let mut foreign: Option<(String, u64)> = None;
+    for epoch in 1..=MAX_EPOCHS {
+        let stream = epoch_stream(&sink.stream, epoch);
+        let top: Vec<(String, Vec<(String, String)>)> =
+            redis::cmd("XREVRANGE").arg(&stream).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
+        let (seq, ours) = match top.into_iter().next() {
+            None => (0, true),
+            Some((id, fields)) => {
+                let seq = id.split('-').next().and_then(|s| s.parse::<u64>().ok()).unwrap_or(u64::MAX);
+                let mirrored = fields.into_iter().find(|(field, _)| field == "record").map(|(_, line)| line);
+                let ours = if seq > target {
+                    false
+                } else if at.stream.as_deref() == Some(stream.as_str()) && at.reached == Some(seq) {
+                    // Where this process left it.
+                    true
+                } else {
+                    let file = path.to_path_buf();
+                    let line = tokio::task::spawn_blocking(move || line_at(&file, seq))
+                        .await
+                        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "reading the audit log failed")))?;
+                    // A line no longer on this host (rotated files moved away) cannot be told
+                    // apart: the stream is taken as this log's, as it always was.
+                    line.is_none_or(|line| Some(line) == mirrored)
+                };
+                (seq, ours)
+            }
+        };
+        if ours {
+            // Once per change of stream, not at every reconnect to the same one.
+            if let Some((other, other_top)) = foreign
+                && at.stream.as_deref() != Some(stream.as_str())
+            {
+                at.foreign += 1;
+                if let Some(metrics) = &sink.metrics {
+                    metrics.audit_stream_epoch();
+                }
+                tracing::error!(
+                    stream = %other, stream_top = other_top, log_seq = target, mirror_to = %stream, times = at.foreign,
+                    "audit mirror: the stream holds another epoch of the log (its top is above this log's sequence, or a different line); it is left as it is and this log is mirrored to a new stream"
+                );
+            }
+            return Ok((stream, seq));
+        }
+        foreign.get_or_insert((stream, seq));
+    }
+    tracing::error!(log_seq = target, "audit mirror: every stream key for this log holds another epoch; nothing is mirrored");
+    Err(redis::RedisError::from((redis::ErrorKind::Client, "no stream key left for this log's epoch")))
 }
 
 fn is_already_added(err: &redis::RedisError) -> bool {
@@ -159,53 +269,99 @@ fn is_already_added(err: &redis::RedisError) -> bool {
         && err.detail().is_some_and(|detail| detail.contains(ALREADY_ADDED))
 }
 
-/// Lines with a sequence number above `after` and up to `upto` (the last durable one: lines past
-/// it may still be cut back), and the offset in the current file after the last of them. From `offset` in the current file when its first line there continues the
-/// sequence; from the rotated files and the whole current file otherwise (after a rotation or a
-/// reconnect).
-fn lines_after(path: &Path, after: u64, upto: u64, offset: Option<u64>) -> (Vec<(u64, String)>, Option<u64>) {
-    if let Some(offset) = offset
-        && let Some((lines, end)) = read_from(path, offset, upto)
-        && lines.first().is_none_or(|(seq, _)| *seq == after + 1)
-    {
-        return (lines, Some(end));
-    }
-    let mut out = Vec::new();
-    for file in super::verify::rotated_files(path).unwrap_or_default() {
-        if let Some((lines, _)) = read_from(&file, 0, upto) {
-            out.extend(lines.into_iter().filter(|(seq, _)| *seq > after));
-        }
-    }
-    let end = read_from(path, 0, upto).map(|(lines, end)| {
-        out.extend(lines.into_iter().filter(|(seq, _)| *seq > after));
-        end
-    });
-    (out, end)
+/// The log's files in order, rotated ones with the sequence range their name gives
+/// (`<path>.<first>-<last>`), the current one last with none.
+fn log_files(path: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+    let range = |file: &Path| {
+        let (_, range) = file.file_name()?.to_str()?.rsplit_once('.')?;
+        let (first, last) = range.split_once('-')?;
+        Some((first.parse().ok()?, last.parse().ok()?))
+    };
+    let mut files: Vec<_> = super::verify::rotated_files(path)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|file| {
+            let seqs = range(&file);
+            (file, seqs)
+        })
+        .collect();
+    files.push((path.to_path_buf(), None));
+    files
 }
 
-/// Complete lines of `path` from byte `offset` up to sequence `upto`, and the offset after the
-/// last of them.
-fn read_from(path: &Path, offset: u64, upto: u64) -> Option<(Vec<(u64, String)>, u64)> {
-    let mut file = std::fs::File::open(path).ok()?;
-    if file.metadata().ok()?.len() < offset {
+/// The log's line numbered `seq`, looked for only in the files whose range holds it.
+fn line_at(path: &Path, seq: u64) -> Option<String> {
+    for (file, range) in log_files(path) {
+        if range.is_some_and(|(first, last)| seq < first || seq > last) {
+            continue;
+        }
+        if let Some((lines, _)) = read_lines(&file, 0, seq.saturating_sub(1), seq, 1)
+            && let Some((found, line)) = lines.into_iter().next()
+            && found == seq
+        {
+            return Some(line);
+        }
+    }
+    None
+}
+
+/// The next batch of lines above `after` and up to `upto` (the last durable one: lines past it may
+/// still be cut back), and the place after the last of them. Rotated files wholly at or below
+/// `after` are skipped by name; `hint` (where the last batch stopped) is read on from when its
+/// first line continues the sequence, else its file is read from the start.
+fn next_batch(path: &Path, after: u64, upto: u64, hint: Option<Cursor>) -> (Vec<(u64, String)>, Option<Cursor>) {
+    for (file, range) in log_files(path) {
+        if range.is_some_and(|(_, last)| last <= after) {
+            continue;
+        }
+        let start = hint.as_ref().filter(|hint| hint.file == file).map_or(0, |hint| hint.offset);
+        let mut read = read_lines(&file, start, after, upto, BATCH_LINES);
+        let continues = |read: &Option<(Vec<(u64, String)>, u64)>| {
+            read.as_ref().is_some_and(|(lines, _)| lines.first().is_none_or(|(seq, _)| *seq == after + 1))
+        };
+        if start > 0 && !continues(&read) {
+            // Not the file the offset was in (it was rotated meanwhile).
+            read = read_lines(&file, 0, after, upto, BATCH_LINES);
+        }
+        let Some((lines, end)) = read else { continue };
+        if !lines.is_empty() || range.is_none() {
+            return (lines, Some(Cursor { file, offset: end }));
+        }
+    }
+    (Vec::new(), None)
+}
+
+/// Up to `max` complete lines of `file` from byte `offset` with a sequence number above `after`
+/// and up to `upto`, read one at a time, and the offset just after the last line read. `None`
+/// when the file is gone or shorter than `offset`.
+fn read_lines(file: &Path, offset: u64, after: u64, upto: u64, max: usize) -> Option<(Vec<(u64, String)>, u64)> {
+    let mut handle = std::fs::File::open(file).ok()?;
+    if handle.metadata().ok()?.len() < offset {
         return None;
     }
-    file.seek(SeekFrom::Start(offset)).ok()?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ok()?;
-    let mut out = Vec::new();
-    let mut end = offset;
-    let mut rest = bytes.as_slice();
-    while let Some(newline) = rest.iter().position(|b| *b == b'\n') {
-        let raw = &rest[..newline];
-        if let Ok(line) = serde_json::from_slice::<Line>(raw) {
+    handle.seek(SeekFrom::Start(offset)).ok()?;
+    let mut reader = BufReader::new(handle);
+    let (mut out, mut bytes, mut end) = (Vec::new(), 0usize, offset);
+    let mut raw = Vec::new();
+    while out.len() < max && bytes < BATCH_BYTES {
+        raw.clear();
+        // A line without its newline is still being written (or was cut short by a crash).
+        let Ok(read) = reader.read_until(b'\n', &mut raw) else { break };
+        let Some(body) = raw.strip_suffix(b"\n") else { break };
+        if let Ok(line) = serde_json::from_slice::<Seq>(body) {
             if line.seq > upto {
                 break;
             }
-            out.push((line.seq, String::from_utf8_lossy(raw).into_owned()));
+            if line.seq > after {
+                out.push((line.seq, String::from_utf8_lossy(body).into_owned()));
+                bytes += body.len();
+            }
         }
-        end += newline as u64 + 1;
-        rest = &rest[newline + 1..];
+        end += read as u64;
     }
     Some((out, end))
 }
+
+#[cfg(test)]
+#[path = "mirror_tests.rs"]
+mod tests;

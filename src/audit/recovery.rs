@@ -3,16 +3,27 @@
 //! every call with a start and no finish gets one. A call that was approved and then interrupted
 //! may have had its side effect: the tool is asked ([`Recovery`]) and the finish says `completed`
 //! when the backend holds the call's result (an idempotent write keyed by the call), `abandoned`
-//! otherwise.
+//! otherwise. The tools are asked concurrently under one deadline for all of them (the listener
+//! waits for this): a call still unanswered then is `abandoned` too.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use super::AuditError;
 use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
 use super::writer::{io, open_append};
+
+/// How long start-up waits in all for the tools to say what became of interrupted calls.
+const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
+/// Tools asked at once.
+const RECOVERY_CONCURRENCY: usize = 8;
+/// How often a recovery still waiting on the tools says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// Where the chain stands.
 #[derive(Debug)]
@@ -142,32 +153,81 @@ pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainSt
     Ok((file, state))
 }
 
+/// What the tools say about the approved calls among `open` (in its order; `Unknown` for the
+/// others). The listener binds only after recovery, so the tools are asked concurrently, at most
+/// [`RECOVERY_CONCURRENCY`] at once, and for at most `deadline` in all: a hanging backend must not
+/// hold the start for a tool timeout per call (and past the startup probe, into a restart loop).
+/// A call still unanswered at the deadline is `Unknown`, like one whose tool cannot tell.
+async fn ask(recovery: &dyn Recovery, open: &[OpenCall], deadline: Duration) -> Vec<Recovered> {
+    let mut found = vec![Recovered::Unknown; open.len()];
+    let approved: Vec<(usize, &Line)> =
+        open.iter().enumerate().filter(|(_, call)| call.approved).map(|(i, call)| (i, &call.start)).collect();
+    if approved.is_empty() {
+        return found;
+    }
+    let total = approved.len();
+    tracing::info!(calls = total, deadline_s = deadline.as_secs(), "audit: asking the tools what became of approved calls a crash interrupted");
+    let mut answers = futures::stream::iter(approved)
+        .map(|(i, start)| async move { (i, recovery.recover(&start.tool, &start.session_id, &start.call_id).await) })
+        .buffer_unordered(RECOVERY_CONCURRENCY);
+    let end = tokio::time::sleep(deadline);
+    tokio::pin!(end);
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let mut answered = 0usize;
+    loop {
+        tokio::select! {
+            next = answers.next() => {
+                let Some((i, answer)) = next else { break };
+                found[i] = answer;
+                answered += 1;
+            }
+            _ = &mut end => {
+                tracing::warn!(
+                    answered, unknown = total - answered, deadline_s = deadline.as_secs(),
+                    "audit: the tools did not answer for every interrupted call in time; those calls are recorded as abandoned"
+                );
+                break;
+            }
+            _ = progress.tick() => tracing::info!(answered, calls = total, "audit: still asking the tools about interrupted calls"),
+        }
+    }
+    found
+}
+
 /// Append a finish for every call the crash left open: `completed` when an approved call's
-/// result is found in its backend, `abandoned` otherwise.
+/// result is found in its backend within [`RECOVERY_DEADLINE`], `abandoned` otherwise.
 pub(super) async fn close_open_calls(
+    file: std::fs::File,
+    state: ChainState,
+    chain: &Chain,
+    instance: &str,
+    recovery: Option<&dyn Recovery>,
+) -> Result<(std::fs::File, ChainState), AuditError> {
+    close_open_calls_within(file, state, chain, instance, recovery, RECOVERY_DEADLINE).await
+}
+
+/// [`close_open_calls`], asking the tools for at most `deadline` in all.
+async fn close_open_calls_within(
     mut file: std::fs::File,
     mut state: ChainState,
     chain: &Chain,
     instance: &str,
     recovery: Option<&dyn Recovery>,
+    deadline: Duration,
 ) -> Result<(std::fs::File, ChainState), AuditError> {
     if state.open.is_empty() {
         return Ok((file, state));
     }
     let mut open: Vec<OpenCall> = state.open.drain().map(|(_, call)| call).collect();
     open.sort_by_key(|c| c.start.seq);
+    let answers = match recovery {
+        Some(recovery) => ask(recovery, &open, deadline).await,
+        None => vec![Recovered::Unknown; open.len()],
+    };
     let mut buffer = Vec::new();
     let mut completed = 0usize;
-    for call in &open {
+    for (call, found) in open.iter().zip(answers) {
         let start = &call.start;
-        let found = match recovery {
-            Some(recovery) if call.approved => {
-                recovery
-                    .recover(&start.tool, &start.session_id, &start.call_id)
-                    .await
-            }
-            _ => Recovered::Unknown,
-        };
         let (status, resource) = match found {
             Recovered::Completed { resource } => {
                 completed += 1;
@@ -216,3 +276,7 @@ pub(super) async fn close_open_calls(
     );
     Ok((file, state))
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

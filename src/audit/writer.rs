@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -31,6 +31,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::AuditError;
 use super::chain::Chain;
+pub use super::health::STALLED_AFTER;
+use super::health::{Health, StallWatch};
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
 use super::recovery::{self, Recovery};
 use crate::config::{AuditConfig, AuditOnError, Secret};
@@ -42,11 +44,6 @@ const BATCH: usize = 512;
 /// Records held for a retry while the disk refuses them; beyond this, new records are refused
 /// (and counted by the caller) rather than exhausting memory.
 pub(super) const MAX_BACKLOG: usize = 100_000;
-/// A group commit (write and fdatasync) running longer than this makes the writer unhealthy: the
-/// volume has hung (an EBS, iSCSI or NFS stall), every tool answer waits on it, and `/readyz`
-/// turns 503 so no new session is sent into the stall. A healthy commit takes well under 10 ms and
-/// a slow disk's p99 alerts at 50 ms, so 5 s is a hang, not a slow moment.
-pub const STALLED_AFTER: Duration = Duration::from_secs(5);
 /// How often the writer retries held records and checks whether a checkpoint is due.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -136,46 +133,6 @@ impl AuditHandle {
     }
 }
 
-/// What the handles know of the writer: a blocked writer thread cannot say it is stuck, so the
-/// start of the commit under way is kept where anyone can read how long it has been running.
-struct Health {
-    /// False from a failed write until a write succeeds again.
-    writable: AtomicBool,
-    /// Milliseconds from `epoch` to the start of the commit under way, plus one; 0: none is.
-    commit_since: AtomicU64,
-    epoch: Instant,
-}
-
-impl Health {
-    fn new() -> Self {
-        Health { writable: AtomicBool::new(true), commit_since: AtomicU64::new(0), epoch: Instant::now() }
-    }
-
-    /// How long the commit under way has been running, if one is.
-    fn commit_running(&self) -> Option<Duration> {
-        match self.commit_since.load(Ordering::Relaxed) {
-            0 => None,
-            since => Some(self.epoch.elapsed().saturating_sub(Duration::from_millis(since - 1))),
-        }
-    }
-
-    /// Marks a commit under way until the guard is dropped.
-    fn commit_started(&self) -> CommitRunning<'_> {
-        let since = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
-        self.commit_since.store(since, Ordering::Relaxed);
-        CommitRunning(self)
-    }
-}
-
-/// A commit under way (see [`Health::commit_started`]).
-struct CommitRunning<'a>(&'a Health);
-
-impl Drop for CommitRunning<'_> {
-    fn drop(&mut self) {
-        self.0.commit_since.store(0, Ordering::Relaxed);
-    }
-}
-
 /// The running writer task.
 pub struct AuditWriter {
     task: tokio::task::JoinHandle<Result<(), AuditError>>,
@@ -245,7 +202,7 @@ pub(super) async fn open_with(
     let (flushed_tx, flushed_rx) = watch::channel(state.seq);
     let mirror = options.redis_url.map(|url| {
         let stream = config.redis_stream.clone().unwrap_or_else(|| format!("voxgate:audit:{instance}"));
-        let sink = super::mirror::Target { stream, maxlen: config.redis_stream_maxlen };
+        let sink = super::mirror::Target { stream, maxlen: config.redis_stream_maxlen, metrics: options.metrics.clone() };
         super::mirror::spawn(url.expose().to_string(), sink, path.clone(), flushed_rx)
     });
     let health = Arc::new(Health::new());
@@ -317,19 +274,10 @@ fn spawn_ticker(tx: mpsc::WeakUnboundedSender<Job>, health: Arc<Health>, metrics
     tokio::spawn(async move {
         let mut every = tokio::time::interval(TICK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut stalled = false;
+        let mut watch = StallWatch::default();
         loop {
             every.tick().await;
-            let running = health.commit_running();
-            if let Some(metrics) = &metrics {
-                metrics.audit_commit_running(running.unwrap_or_default());
-            }
-            match (stalled, running.is_some_and(|r| r >= STALLED_AFTER)) {
-                (false, true) => tracing::error!(after_s = STALLED_AFTER.as_secs(), "audit commit stalled: tool answers wait on it; not ready"),
-                (true, false) => tracing::warn!("audit commit returned after a stall"),
-                _ => {}
-            }
-            stalled = running.is_some_and(|r| r >= STALLED_AFTER);
+            watch.check(&health, metrics.as_ref());
             match tx.upgrade() {
                 Some(tx) if tx.send(Job::Tick).is_ok() => {}
                 _ => return,

@@ -114,6 +114,8 @@ struct Inner {
     session_loop_turns_total: Counter,
     /// Upstream frames dropped as forged: a `voxgate.` type, two `type` keys, or no readable one.
     upstream_forged_events_total: Counter,
+    /// Audit streams found holding another epoch of the log (the mirror moved to a new key).
+    audit_stream_epochs_total: Counter,
     /// The tool label values: [`KNOWN_TOOLS`], then the configured MCP tools.
     tools: Vec<&'static str>,
 }
@@ -227,6 +229,8 @@ impl Metrics {
                 Counter::default()),
             upstream_forged_events_total: register(&mut r, "voxgate_upstream_forged_events",
                 "Upstream frames dropped as forged (a voxgate.* type, two type keys, or none readable)", Counter::default()),
+            audit_stream_epochs_total: register(&mut r, "voxgate_audit_stream_epochs",
+                "Audit streams found holding another epoch of the log; the mirror moved to a new stream key", Counter::default()),
             registry: r,
             tools: KNOWN_TOOLS.iter().chain(mcp_tools).copied().collect(),
         };
@@ -268,6 +272,11 @@ impl Metrics {
     /// An upstream frame was dropped as forged (see the counter).
     pub fn upstream_forged_event(&self) {
         self.inner.upstream_forged_events_total.inc();
+    }
+
+    /// The audit mirror found its stream holding another epoch of the log and moved to a new key.
+    pub fn audit_stream_epoch(&self) {
+        self.inner.audit_stream_epochs_total.inc();
     }
 
     /// A session started: raises `voxgate_sessions_active` until the guard is dropped.

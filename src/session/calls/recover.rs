@@ -23,6 +23,7 @@ impl Recovery for ToolRecovery {
             call_id: call_id.into(),
             principal: Principal::new(String::new(), Vec::new()),
         };
+        // The tool's own limit; recovery also stops asking at its overall deadline.
         match tokio::time::timeout(tool.policy.timeout, tool.tool.recover(&ctx)).await {
             Ok(found) => found,
             Err(_) => Recovered::Unknown,
