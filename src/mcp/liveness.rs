@@ -10,12 +10,18 @@
 //!
 //! A server that handles one request at a time cannot answer a ping while a long call runs; it
 //! is not dropped (and the call with it) for a slow ping while calls are running. A call that
-//! hangs ends at its own timeout, and the next ping decides.
+//! hangs ends at its own timeout, and the next ping decides. Nor is a server dropped that answers
+//! calls while a ping waits, whether or not a call is still running when the ping times out: its
+//! connection's transport counts the server's answers ([`Answers`]), and an answer is an answer.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rmcp::model::{ClientRequest, PingRequest};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::model::{ClientRequest, JsonRpcMessage, PingRequest, RequestId};
+use rmcp::service::{Peer, RoleClient, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 
 /// How often, and how patiently, the supervisor checks a connected server.
 #[derive(Debug, Clone, Copy)]
@@ -58,14 +64,101 @@ impl Ping {
 }
 
 impl Liveness {
-    /// Send the server a `ping`.
-    pub async fn ping(&self, peer: &Peer<RoleClient>) -> Ping {
+    /// Send the server a `ping`; `answers`: its connection's. A late ping counts as answered if the
+    /// server answered other requests meanwhile.
+    pub async fn ping(&self, peer: &Peer<RoleClient>, answers: &Answers) -> Ping {
+        let before = answers.count();
         let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
         match tokio::time::timeout(self.timeout, ping).await {
             Ok(Ok(_) | Err(ServiceError::McpError(_) | ServiceError::UnexpectedResponse)) => Ping::Answered,
             Ok(Err(_)) => Ping::Failed,
+            Err(_) if answers.count() != before => Ping::Answered,
             Err(_) => Ping::Late,
         }
+    }
+}
+
+/// Pings whose ids are remembered so that their late answers are not counted; older ones are
+/// forgotten (a server that never answers pings would otherwise grow the list).
+const PINGS_REMEMBERED: usize = 4;
+
+/// The answers one connection's server has sent to voxgate's requests other than `ping`, shared by
+/// its transport ([`Answers::count_on`]) and the supervisor's pings. A ping's own late answer is
+/// left out: it would otherwise make a server that takes longer than the next ping to answer one
+/// count as answering.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Answers(Arc<AnswersInner>);
+
+#[derive(Debug, Default)]
+struct AnswersInner {
+    count: AtomicU64,
+    pings: Mutex<VecDeque<RequestId>>,
+}
+
+impl Answers {
+    fn count(&self) -> u64 {
+        self.0.count.load(Ordering::Relaxed)
+    }
+
+    /// `transport`, counting here what the server answers over it.
+    pub fn count_on<T>(&self, transport: T) -> Counted<T> {
+        Counted { inner: transport, answers: self.clone() }
+    }
+
+    fn sent(&self, message: &TxJsonRpcMessage<RoleClient>) {
+        if let JsonRpcMessage::Request(request) = message
+            && matches!(request.request, ClientRequest::PingRequest(_))
+        {
+            let mut pings = self.0.pings.lock().unwrap_or_else(PoisonError::into_inner);
+            if pings.len() == PINGS_REMEMBERED {
+                pings.pop_front();
+            }
+            pings.push_back(request.id.clone());
+        }
+    }
+
+    fn received(&self, message: &RxJsonRpcMessage<RoleClient>) {
+        // Results only: rmcp makes up error answers of its own when a connection breaks.
+        let JsonRpcMessage::Response(response) = message else { return };
+        let mut pings = self.0.pings.lock().unwrap_or_else(PoisonError::into_inner);
+        match pings.iter().position(|id| *id == response.id) {
+            Some(ping) => {
+                pings.remove(ping);
+            }
+            None => {
+                self.0.count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A connection's transport that tells its [`Answers`] what goes out and comes in.
+pub(super) struct Counted<T> {
+    inner: T,
+    answers: Answers,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.answers.sent(&item);
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if let Some(message) = &message {
+            self.answers.received(message);
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -81,10 +174,12 @@ mod tests {
     use crate::config::mcp::{McpConfig, McpServerConfig};
     use crate::mcp::{LinkState, McpHub};
     use crate::tools::registry::ToolRegistry;
+    use crate::tools::{ToolError, ToolOutput};
 
     /// The lab server of the integration tests (tests/mcp/lab_server.py) over Streamable HTTP, on
-    /// a free port; returns the process and its MCP URL.
-    fn http_lab(dir: &std::path::Path) -> (std::process::Child, String) {
+    /// a free port, taking `ping` as `LAB_PING` says ("" answers at once); returns the process
+    /// and its MCP URL.
+    fn http_lab(dir: &std::path::Path, ping: &str) -> (std::process::Child, String) {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let python = std::env::var_os("VOXGATE_TEST_PYTHON")
             .map(PathBuf::from)
@@ -93,6 +188,7 @@ mod tests {
             .arg(root.join("tests/mcp/lab_server.py"))
             .arg("--http")
             .env("LAB_DIR", dir)
+            .env("LAB_PING", ping)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -105,6 +201,40 @@ mod tests {
             .find_map(|line| line.strip_prefix("listening on ").map(|p| p.trim().to_string()))
             .expect("the HTTP MCP server did not start");
         (child, format!("http://127.0.0.1:{port}/mcp"))
+    }
+
+    /// A hub with the HTTP lab server at `url` as `hlab`, pinged every 300 ms and given 1 s to
+    /// answer.
+    async fn fast_checked_hub(url: String) -> Arc<McpHub> {
+        let allow = vec!["lookup_result".into(), "busy".into()];
+        let config = McpConfig {
+            connect_timeout_ms: 20_000,
+            servers: BTreeMap::from([(
+                "hlab".to_string(),
+                McpServerConfig { url: Some(url), allow, ..Default::default() },
+            )]),
+        };
+        let names = crate::mcp::intern_names(&config);
+        let liveness = Liveness { every: Duration::from_millis(300), timeout: Duration::from_secs(1) };
+        let hub = McpHub::start_with(&config, &names, Arc::new(ToolRegistry::default()), liveness).await;
+        assert_eq!(hub.health()[0].state, LinkState::Up);
+        hub
+    }
+
+    /// Call `tool` (a catalogue name) with `args`; fails the test if the tool left the catalogue.
+    async fn call(hub: &McpHub, tool: &str, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+        let tool = hub.registry().get(tool).expect("the tool is in the catalogue").tool.clone();
+        tool.call(args, crate::tools::test_support::ctx()).await
+    }
+
+    async fn lookup(hub: &McpHub) -> Result<ToolOutput, ToolError> {
+        call(hub, "hlab__lookup_result", serde_json::json!({"order_id": "A1"})).await
+    }
+
+    /// Still up, never reconnected.
+    fn assert_never_dropped(hub: &McpHub) {
+        let health = &hub.health()[0];
+        assert_eq!((health.state, health.restarts), (LinkState::Up, 0), "dropped: {:?}", health.last_error);
     }
 
     #[test]
@@ -121,17 +251,8 @@ mod tests {
     #[tokio::test]
     async fn a_dead_http_server_goes_down_and_its_tools_leave_the_catalogue() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut server, url) = http_lab(dir.path());
-        let config = McpConfig {
-            connect_timeout_ms: 20_000,
-            servers: BTreeMap::from([(
-                "hlab".to_string(),
-                McpServerConfig { url: Some(url), allow: vec!["lookup_result".into()], ..Default::default() },
-            )]),
-        };
-        let names = crate::mcp::intern_names(&config);
-        let liveness = Liveness { every: Duration::from_millis(300), timeout: Duration::from_secs(1) };
-        let hub = McpHub::start_with(&config, &names, Arc::new(ToolRegistry::default()), liveness).await;
+        let (mut server, url) = http_lab(dir.path(), "");
+        let hub = fast_checked_hub(url).await;
         assert_eq!(hub.health()[0].state, LinkState::Up);
         assert!(hub.registry().get("hlab__lookup_result").is_some());
 
@@ -146,5 +267,63 @@ mod tests {
         }
         assert_eq!(hub.health()[0].state, LinkState::Down);
         assert!(hub.health()[0].restarts >= 1);
+    }
+
+    /// MCP servers need not implement `ping`: "method not found" is an answer.
+    #[tokio::test]
+    async fn a_server_that_answers_ping_with_an_error_stays_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, url) = http_lab(dir.path(), "missing");
+        let hub = fast_checked_hub(url).await;
+        // Some six pings; two misses would drop it after ~0.6 s.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_never_dropped(&hub);
+        lookup(&hub).await.expect("the server answers calls");
+    }
+
+    /// A server that handles one request at a time cannot answer pings during a long call: the
+    /// pings are late, and neither the server nor the call is dropped for it.
+    #[tokio::test]
+    async fn late_pings_during_a_long_call_drop_neither_the_server_nor_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, url) = http_lab(dir.path(), "");
+        let hub = fast_checked_hub(url).await;
+        // 3 s on the server's event loop: about three pings late in a row.
+        call(&hub, "hlab__busy", serde_json::json!({"seconds": 3.0})).await.expect("the long call completes");
+        assert_never_dropped(&hub);
+    }
+
+    /// Pings answered late (here after 1.5 s, the timeout is 1 s) while the server answers calls:
+    /// it is there, so it stays up. Before the fix a late ping counted as a miss unless a call was
+    /// running at the very moment it timed out, so short calls did not save the server.
+    #[tokio::test]
+    async fn late_pings_while_the_server_answers_calls_do_not_drop_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, url) = http_lab(dir.path(), "slow");
+        let hub = fast_checked_hub(url).await;
+        let begun = tokio::time::Instant::now();
+        // Short calls, one every ~100 ms, across three ping timeouts.
+        while begun.elapsed() < Duration::from_millis(3500) {
+            assert_never_dropped(&hub);
+            lookup(&hub).await.expect("the server answers calls");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_never_dropped(&hub);
+    }
+
+    /// A server that answers nothing but late pings is still dropped: each ping's answer comes
+    /// while the next one waits, and is not taken for an answer to something else.
+    #[tokio::test]
+    async fn a_server_that_only_answers_pings_late_goes_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, url) = http_lab(dir.path(), "slow");
+        let hub = fast_checked_hub(url).await;
+        let begun = tokio::time::Instant::now();
+        while hub.health()[0].state == LinkState::Up {
+            // Two misses take ~2.3 s here.
+            assert!(begun.elapsed() < Duration::from_secs(15), "still up after 15 s of late pings");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(hub.health()[0].last_error.as_deref(), Some("the server stopped answering"));
     }
 }

@@ -26,7 +26,7 @@ use super::McpHub;
 use super::adapter;
 use super::backoff::Backoff;
 use super::link::{LinkHandler, LinkState, ServerLink};
-use super::liveness::Liveness;
+use super::liveness::{Answers, Liveness};
 use super::stdio::{self, ProcessGroup};
 
 /// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
@@ -63,11 +63,12 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
     loop {
         let (list_changed, mut changes) = mpsc::channel(1);
         let handler = LinkHandler { link: link.clone(), list_changed };
+        let answers = Answers::default();
         // Cancelling it ends this connection (and kills a stdio child).
         let closed = stop.child_token();
         let attempt = tokio::select! {
             _ = stop.cancelled() => return,
-            attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone())) => attempt.unwrap_or(Err(ConnectError::Timeout)),
+            attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone(), &answers)) => attempt.unwrap_or(Err(ConnectError::Timeout)),
         };
         match attempt {
             // `_group`: a stdio server's process group, killed when this arm ends or on return.
@@ -103,7 +104,7 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                         _ = pings.tick() => {
                             let ping = tokio::select! {
                                 _ = stop.cancelled() => continue,
-                                ping = liveness.ping(&peer) => ping,
+                                ping = liveness.ping(&peer, &answers) => ping,
                             };
                             missed = ping.missed_after(missed, link.progress.calls_running());
                             if missed >= super::liveness::MISSES {
@@ -145,11 +146,13 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
     }
 }
 
-/// A connection to `link`'s server and, for a stdio server, its process group.
+/// A connection to `link`'s server and, for a stdio server, its process group; the server's
+/// answers are counted in `answers`.
 async fn connect(
     link: &ServerLink,
     handler: LinkHandler,
     closed: CancellationToken,
+    answers: &Answers,
 ) -> Result<(Client, Option<ProcessGroup>), ConnectError> {
     let config = &link.config;
     match &config.url {
@@ -175,14 +178,20 @@ async fn connect(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             transport_config.retry_config = Arc::new(retry);
             let transport = StreamableHttpClientTransport::with_client(http, transport_config);
-            let client = handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)?;
+            let client = handler
+                .serve_with_ct(answers.count_on(transport), closed)
+                .await
+                .map_err(|_| ConnectError::Handshake)?;
             Ok((client, None))
         }
         None => {
             // Held from here on: should the handshake fail or this future be dropped (timeout,
             // stop), the group is killed with it.
             let (transport, group) = stdio::spawn(config).map_err(|_| ConnectError::Spawn)?;
-            let client = handler.serve_with_ct(transport, closed).await.map_err(|_| ConnectError::Handshake)?;
+            let client = handler
+                .serve_with_ct(answers.count_on(transport), closed)
+                .await
+                .map_err(|_| ConnectError::Handshake)?;
             Ok((client, Some(group)))
         }
     }

@@ -6,6 +6,10 @@ is written to JSON Lines files in $LAB_DIR: `calls.jsonl` (every call that reach
 arguments), `orders.jsonl` (orders written), `cancelled.jsonl` (calls the client cancelled) and,
 over stdio, `started.jsonl` (one line per start: the process id and the names of the environment
 variables the server was given).
+
+`LAB_PING` changes how the server takes MCP `ping`, for voxgate's liveness tests: `missing` leaves it
+unimplemented (the client gets "Method not found", as from a server without `ping`), `slow` answers
+it only after 1.5 s.
 """
 
 import argparse
@@ -15,10 +19,12 @@ import os
 import socket
 import sys
 import threading
+import time
 
 import anyio
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
+from mcp import types
 from mcp.types import ToolAnnotations
 
 LAB_DIR = os.environ["LAB_DIR"]
@@ -70,6 +76,15 @@ async def slow(tag: str, seconds: float, ctx: Context) -> str:
         record("cancelled.jsonl", {"tag": tag})
         raise
     return f"slow {tag} done"
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def busy(seconds: float) -> str:
+    """Works without yielding: a sync tool runs on the event loop, so the server answers nothing
+    else (not even `ping`) until it is done, as a server that handles one request at a time."""
+    record("calls.jsonl", {"tool": "busy"})
+    time.sleep(seconds)
+    return "busy done"
 
 
 @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -127,6 +142,18 @@ mcp._tool_manager.get_tool("order_test").parameters["properties"]["priority"]["e
 mcp._tool_manager.get_tool("order_test").parameters["additionalProperties"] = False
 # A schema that does not compile: voxgate must leave this tool out.
 mcp._tool_manager.get_tool("broken_schema").parameters = {"type": "object", "properties": {"x": {"type": 12}}}
+
+
+async def slow_ping(request: types.PingRequest) -> types.ServerResult:
+    await anyio.sleep(1.5)
+    return types.ServerResult(types.EmptyResult())
+
+
+match os.environ.get("LAB_PING"):
+    case "missing":
+        del mcp._mcp_server.request_handlers[types.PingRequest]
+    case "slow":
+        mcp._mcp_server.request_handlers[types.PingRequest] = slow_ping
 
 
 async def serve_http():
