@@ -82,12 +82,15 @@ pub fn session_resumed(reason: &str, items_restored: usize, audio_dropped_ms: u6
         .to_string()
 }
 
+/// `expires_at_ms` is the server's clock (CONTRACT §3); `expires_in_ms` the time left when the event
+/// was made, for a client whose own clock may be off: it counts down from the event's arrival.
 pub fn confirmation_requested(
     call_id: &str,
     name: &str,
     arguments: &Value,
     prompt: &str,
     expires_at_ms: u64,
+    expires_in_ms: u64,
 ) -> String {
     json!({
         "type": "voxgate.tool_call.confirmation_requested",
@@ -96,6 +99,7 @@ pub fn confirmation_requested(
         "arguments": arguments,
         "prompt": prompt,
         "expires_at_ms": expires_at_ms,
+        "expires_in_ms": expires_in_ms,
     })
     .to_string()
 }

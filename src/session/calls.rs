@@ -273,8 +273,9 @@ impl CallTable {
         }
         let mut actions = Vec::new();
         let prompt = tool.tool.confirmation_prompt(&args);
-        let expires_at_ms = now_ms + self.confirmation_timeout.as_millis() as u64;
-        actions.push(Action::Client(events::confirmation_requested(call_id, name, &args, &prompt, expires_at_ms)));
+        let expires_in_ms = self.confirmation_timeout.as_millis() as u64;
+        let expires_at_ms = now_ms + expires_in_ms;
+        actions.push(Action::Client(events::confirmation_requested(call_id, name, &args, &prompt, expires_at_ms, expires_in_ms)));
         actions.push(Action::Expire { call_id: call_id.to_string(), after: self.confirmation_timeout });
         if let Some(call) = self.calls.get_mut(call_id) {
             call.state = State::AwaitingConfirmation;

@@ -195,6 +195,7 @@ async fn parked_call_approved_runs() {
     assert_eq!(requested["type"], "voxgate.tool_call.confirmation_requested");
     assert_eq!(requested["prompt"], "I'd like to echo standup");
     assert_eq!(requested["expires_at_ms"], 61_000);
+    assert_eq!(requested["expires_in_ms"], 60_000);
     assert!(actions.iter().any(|a| matches!(a, Action::Expire { after, .. } if *after == Duration::from_secs(60))));
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
 
