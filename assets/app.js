@@ -77,7 +77,14 @@ els.connectForm.addEventListener("submit", (event) => {
   audio.forgetMicrophone();
   connect({ token: els.token.value.trim(), model: els.model.value.trim() });
 });
-els.disconnect.addEventListener("click", () => client.disconnect());
+els.disconnect.addEventListener("click", () => {
+  // The user is leaving, perhaps a shared workstation: the next person to press Connect must not
+  // get a session with this one's token, nor see this conversation. (A close the user did not ask
+  // for keeps both: the automatic reconnect after a drain and Reconnect need the token.)
+  els.token.value = "";
+  lastConnect = null;
+  client.disconnect();
+});
 els.reconnect.addEventListener("click", () => {
   if (lastConnect) connect(lastConnect);
 });
@@ -125,6 +132,8 @@ client.addEventListener("status", (event) => {
   els.send.disabled = !open;
   els.reconnect.hidden = !(state === "closed" && !byClient && reconnectUsable());
   if (state === "closed" && !byClient && ticketSpent() && !closingAnnounced) showTicketSpent("The session ended.");
+  // After the client's own close: it ends the lines still streaming just before this event.
+  if (state === "closed" && byClient) clearConversation();
   if (open) els.textInput.focus();
 });
 

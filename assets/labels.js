@@ -136,11 +136,24 @@ export function argumentLabel(key) {
 }
 
 const ISO_DATE = /^\d{4}-\d{2}-\d{2}$/;
-const ISO_DATETIME = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$/;
+const ISO_DATETIME = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$/i;
+
+/**
+ * "+01:00" / "-0530" / "Z" as "UTC+01:00" / "UTC-05:30" / "UTC".
+ * @param {string} offset
+ * @returns {string}
+ */
+function offsetLabel(offset) {
+  const digits = offset.replace(":", "");
+  if (/^z$/i.test(offset) || /^[+-]0000$/.test(digits)) return "UTC";
+  return `UTC${digits.slice(0, 3)}:${digits.slice(3)}`;
+}
 
 /**
  * An ISO 8601 date or date-time in words ("Tue 25 Nov 2025, 14:00"); other text unchanged.
- * A date-time without an offset is shown as written (wall-clock time).
+ * A date-time is shown as written, never moved to this device's time zone: the server's prompt
+ * shows it in the calendar's zone, which a thin client's clock setting does not share. One that
+ * carries an offset says so ("Tue 25 Nov 2025, 14:00 UTC+01:00").
  * @param {string} value
  * @param {string} [locale]
  * @returns {string}
@@ -151,12 +164,17 @@ export function formatDateValue(value, locale) {
     const date = new Date(y, m - 1, d);
     return new Intl.DateTimeFormat(locale, { weekday: "short", day: "numeric", month: "short", year: "numeric" }).format(date);
   }
-  if (ISO_DATETIME.test(value)) {
-    const date = new Date(value.replace(" ", "T"));
-    if (Number.isNaN(date.getTime())) return value;
-    return new Intl.DateTimeFormat(locale, {
-      weekday: "short", day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit",
+  const parts = ISO_DATETIME.exec(value);
+  if (parts) {
+    const [, y, mo, d, h, mi, sec, offset] = parts;
+    // The wall-clock time as written, formatted in UTC so no zone of this device moves it.
+    const date = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(sec || 0)));
+    // Not a real date or time (30 February, 25:00): shown as written.
+    if (Number.isNaN(date.getTime()) || date.getUTCDate() !== Number(d) || date.getUTCHours() !== Number(h)) return value;
+    const text = new Intl.DateTimeFormat(locale, {
+      weekday: "short", day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit", timeZone: "UTC",
     }).format(date);
+    return offset ? `${text} ${offsetLabel(offset)}` : text;
   }
   return value;
 }

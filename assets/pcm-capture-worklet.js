@@ -9,7 +9,8 @@
  *   { type: "chunk", pcm: ArrayBuffer, rms: number, peak: number }
  *
  * The ArrayBuffer is transferred, not copied. The main thread may post `{ type: "flush" }` to get
- * the partial chunk held so far (sent as a shorter chunk), e.g. before stopping.
+ * the partial chunk held so far (sent as a shorter chunk), e.g. before stopping; `{ type: "flushed" }`
+ * follows it (also when nothing was held), so the main thread knows when it may close the context.
  *
  * Registered as "voxgate-pcm-capture". Processor options:
  *   targetRate (number, default 24000), chunkMs (number, default 20).
@@ -68,7 +69,10 @@ class PcmCaptureProcessor extends AudioWorkletProcessor {
     this.pos = 0;
     this.prev = 0;
     this.port.onmessage = (event) => {
-      if (event.data && event.data.type === "flush") this.emit();
+      if (!event.data || event.data.type !== "flush") return;
+      this.emit();
+      // After the partial chunk (if any): the main thread may now close the context.
+      this.port.postMessage({ type: "flushed" });
     };
   }
 

@@ -116,20 +116,43 @@ export async function openCapture(stream, { chunkMs, workletUrl, onChunk }) {
   }
 }
 
+/** How long `closeCapture` waits for the worklet to hand over its partial chunk, in ms. */
+const FLUSH_TIMEOUT_MS = 250;
+
 /**
- * Stop a capture: the partial chunk is flushed, the tracks stopped, the context closed.
+ * Stop a capture: the partial chunk is flushed (passed to `onChunk` like any other), then the
+ * tracks are stopped and the context closed. The tracks stop at once; the context is closed when
+ * the worklet has answered the flush (or after {@link FLUSH_TIMEOUT_MS}), so the last words before
+ * the stop are not lost.
  * @param {Capture} capture
+ * @param {{flush?: boolean}} [options] `flush: false` drops the partial chunk (a cancelled start)
  */
-export function closeCapture(capture) {
-  try {
-    capture.node.port.postMessage({ type: "flush" });
-    capture.source.disconnect();
+export function closeCapture(capture, { flush = true } = {}) {
+  let timer = 0;
+  const finish = () => {
+    clearTimeout(timer);
     capture.node.port.onmessage = null;
+    capture.context.close().catch(() => {});
+  };
+  try {
+    capture.source.disconnect();
+    if (flush) {
+      const onChunk = capture.node.port.onmessage;
+      // The worklet answers a flush with the partial chunk (if any), then `flushed`.
+      capture.node.port.onmessage = (event) => {
+        if (event.data && event.data.type === "flushed") finish();
+        else if (onChunk) onChunk.call(capture.node.port, event);
+      };
+      capture.node.port.postMessage({ type: "flush" });
+      timer = setTimeout(finish, FLUSH_TIMEOUT_MS);
+    } else {
+      finish();
+    }
   } catch {
     // Nodes already gone.
+    finish();
   }
   capture.stream.getTracks().forEach((t) => t.stop());
-  capture.context.close().catch(() => {});
 }
 
 /**
@@ -143,17 +166,36 @@ export function closeCapture(capture) {
  */
 
 /**
+ * @typedef {object} PlayerChunk  one scheduled buffer
+ * @property {AudioBufferSourceNode} source
+ * @property {number} start     on the context's clock, in s
+ * @property {number} duration  in s
+ * @property {boolean} cut      stopped before its end
+ * @property {PlayerItem} item
+ */
+
+/**
+ * @typedef {object} PlayerItem  an assistant item with audio queued
+ * @property {string} itemId
+ * @property {number} contentIndex
+ * @property {number} playedMs  ms of its chunks that played to their end
+ * @property {Set<PlayerChunk>} pending  its chunks not yet ended
+ */
+
+/**
  * Gapless playback of 24 kHz PCM16 chunks on one AudioContext. The service sends audio faster
- * than real time, so chunks are scheduled back to back on the audio clock; `stop()` cuts them all
- * at once and says how much of the current item was actually heard.
+ * than real time, so chunks are scheduled back to back on the audio clock, and the next item's
+ * audio is often queued while the last one is still heard; `stop()` cuts them all at once and
+ * says, per item, how much was actually heard.
  */
 export class PcmPlayer {
   /**
    * @param {{stats: () => PlayerStats, onState: (detail: {state: string, item_id: string|null, audio_end_ms?: number}) => void, onContextState?: (state: string) => void}} hooks
    *   `stats` returns the counters to update (the client replaces them per session); `onState`
-   *   hears `started` (a new item begins), `ended` (everything queued has played) and
-   *   `interrupted` (stopped early); `onContextState` hears the context's state each time it
-   *   changes from the last one reported (`running`, `suspended`, `interrupted`, `closed`).
+   *   hears `started` (an item begins, or plays again after everything had ended), `ended`
+   *   (everything queued has played) and `interrupted` (stopped early; the item heard when it was
+   *   stopped); `onContextState` hears the context's state each time it changes from the last one
+   *   reported (`running`, `suspended`, `interrupted`, `closed`).
    */
   constructor({ stats, onState, onContextState = () => {} }) {
     this.stats = stats;
@@ -163,11 +205,10 @@ export class PcmPlayer {
     this.reportedState = "running";
     this.context = null;
     this.playHead = 0;
-    /** @type {Set<{source: AudioBufferSourceNode, start: number, duration: number, cut: boolean}>} */
+    /** @type {Set<PlayerChunk>} every chunk scheduled and not yet ended */
     this.sources = new Set();
-    this.itemId = null;
-    this.contentIndex = 0;
-    this.itemChunks = [];
+    /** @type {Map<string, PlayerItem>} the items with audio queued, in the order they began */
+    this.items = new Map();
   }
 
   /** Create (or resume) the playback context; call from a user gesture for autoplay rules. */
@@ -206,28 +247,38 @@ export class PcmPlayer {
     return this.sources.size > 0;
   }
 
+  /** @returns {string[]} the items with audio playing or queued, in the order they began */
+  queuedItems() {
+    return [...this.items.values()].filter((item) => item.pending.size > 0).map((item) => item.itemId);
+  }
+
   /**
    * Queue one base64 PCM16 24 kHz chunk, gapless after the previous one.
    * @param {string} itemId
    * @param {number} contentIndex
    * @param {string} b64
+   * @returns {boolean} false if the chunk was dropped, unheard: the context is not running
    */
   play(itemId, contentIndex, b64) {
     const samples = decodePcm16(b64);
     const stats = this.stats();
     stats.audioChunksReceived += 1;
     stats.audioMsReceived += (samples.length / WIRE_SAMPLE_RATE) * 1000;
-    if (samples.length === 0) return;
+    if (samples.length === 0) return true;
     const ctx = this.createContext();
     if (ctx.state !== "running") {
       // Not scheduled: it would pile up and play late, all at once, when the context resumes.
       this.reportState();
-      return;
+      return false;
     }
-    if (this.itemId !== itemId) {
-      this.itemId = itemId;
-      this.contentIndex = contentIndex || 0;
-      this.itemChunks = [];
+    let item = this.items.get(itemId);
+    if (!item || this.sources.size === 0) {
+      if (!item) {
+        // Items whose audio has all played are done with: only the new one and those still heard stay.
+        for (const [id, old] of this.items) if (old.pending.size === 0) this.items.delete(id);
+        item = { itemId, contentIndex: contentIndex || 0, playedMs: 0, pending: new Set() };
+        this.items.set(itemId, item);
+      }
       this.onState({ state: "started", item_id: itemId });
     }
     const buffer = ctx.createBuffer(1, samples.length, WIRE_SAMPLE_RATE);
@@ -236,61 +287,71 @@ export class PcmPlayer {
     source.buffer = buffer;
     source.connect(ctx.destination);
     const startAt = Math.max(this.playHead, ctx.currentTime + 0.02);
-    const chunk = { source, start: startAt, duration: buffer.duration, cut: false };
-    source.onended = () => this.onEnded(chunk, itemId);
+    /** @type {PlayerChunk} */
+    const chunk = { source, start: startAt, duration: buffer.duration, cut: false, item };
+    source.onended = () => this.onEnded(chunk);
     source.start(startAt);
     this.playHead = startAt + buffer.duration;
     this.sources.add(chunk);
-    this.itemChunks.push(chunk);
+    item.pending.add(chunk);
     stats.audioChunksScheduled += 1;
+    return true;
   }
 
-  /**
-   * @param {{start: number, duration: number, cut: boolean}} chunk
-   * @param {string} itemId
-   */
-  onEnded(chunk, itemId) {
+  /** @param {PlayerChunk} chunk */
+  onEnded(chunk) {
     if (!this.sources.delete(chunk)) return;
+    chunk.item.pending.delete(chunk);
     if (!chunk.cut) {
       const stats = this.stats();
       stats.audioChunksPlayed += 1;
       stats.msPlayed += chunk.duration * 1000;
+      chunk.item.playedMs += chunk.duration * 1000;
     }
-    if (this.sources.size === 0) this.onState({ state: "ended", item_id: itemId });
+    if (this.sources.size === 0) this.onState({ state: "ended", item_id: chunk.item.itemId });
   }
 
   /**
-   * Stop all audio at once.
-   * @returns {{itemId: string|null, contentIndex: number, audioEndMs: number}|null} the item that
-   *   was playing and the ms of it actually played (floored), or null if nothing was playing
+   * Stop audio at once: all of it, or only that of the items in `only`.
+   * @param {Set<string>} [only] the items to stop (default: every item)
+   * @returns {Array<{itemId: string, contentIndex: number, audioEndMs: number}>|null} each item
+   *   stopped before its end, in queue order (the one heard at the stop first), with the ms of it
+   *   actually played (floored; 0 for an item still waiting its turn); null if nothing was stopped
    */
-  stop() {
+  stop(only) {
     if (!this.context || this.sources.size === 0) return null;
     const now = this.context.currentTime;
     const stats = this.stats();
-    let playedMs = 0;
-    for (const chunk of this.itemChunks) {
-      playedMs += Math.max(0, Math.min(chunk.duration, now - chunk.start)) * 1000;
-    }
-    for (const chunk of this.sources) {
-      const heard = Math.max(0, Math.min(chunk.duration, now - chunk.start));
-      chunk.cut = true;
-      stats.msPlayed += heard * 1000;
-      if (heard >= chunk.duration) stats.audioChunksPlayed += 1;
-      try {
-        chunk.source.stop();
-      } catch {
-        // Never started.
+    const cuts = [];
+    for (const item of [...this.items.values()]) {
+      if (only && !only.has(item.itemId)) continue;
+      this.items.delete(item.itemId);
+      // An item whose audio has all played needs no cut.
+      if (item.pending.size === 0) continue;
+      let heardMs = item.playedMs;
+      for (const chunk of item.pending) {
+        const heard = Math.max(0, Math.min(chunk.duration, now - chunk.start));
+        heardMs += heard * 1000;
+        chunk.cut = true;
+        stats.msPlayed += heard * 1000;
+        if (heard >= chunk.duration) stats.audioChunksPlayed += 1;
+        try {
+          chunk.source.stop();
+        } catch {
+          // Never started.
+        }
+        chunk.source.disconnect();
+        this.sources.delete(chunk);
       }
-      chunk.source.disconnect();
+      item.pending.clear();
+      cuts.push({ itemId: item.itemId, contentIndex: item.contentIndex, audioEndMs: Math.floor(heardMs) });
     }
-    this.sources.clear();
+    if (cuts.length === 0) return null;
+    // What is left (another item's audio) keeps its place on the clock.
     this.playHead = 0;
-    const cut = { itemId: this.itemId, contentIndex: this.contentIndex, audioEndMs: Math.floor(playedMs) };
+    for (const chunk of this.sources) this.playHead = Math.max(this.playHead, chunk.start + chunk.duration);
     stats.interruptions += 1;
-    this.itemId = null;
-    this.itemChunks = [];
-    this.onState({ state: "interrupted", item_id: cut.itemId, audio_end_ms: cut.audioEndMs });
-    return cut;
+    this.onState({ state: "interrupted", item_id: cuts[0].itemId, audio_end_ms: cuts[0].audioEndMs });
+    return cuts;
   }
 }

@@ -41,6 +41,27 @@ export {
 
 /** How long `resumeAudio()` waits for the browser before giving up, in ms. */
 const RESUME_TIMEOUT_MS = 3000;
+/** The most UTF-8 bytes a WebSocket close reason may carry (`close()` throws past it). */
+const CLOSE_REASON_MAX_BYTES = 123;
+
+/**
+ * `reason` cut to what a close frame can carry: at most 123 UTF-8 bytes, never inside a character.
+ * @param {string} reason
+ * @returns {string}
+ */
+function closeReason(reason) {
+  const text = String(reason);
+  const encoder = new TextEncoder();
+  if (encoder.encode(text).length <= CLOSE_REASON_MAX_BYTES) return text;
+  let out = "";
+  let bytes = 0;
+  for (const char of text) {
+    bytes += encoder.encode(char).length;
+    if (bytes > CLOSE_REASON_MAX_BYTES) break;
+    out += char;
+  }
+  return out;
+}
 
 /**
  * @typedef {object} ClientOptions
@@ -161,6 +182,11 @@ export class VoxgateClient extends EventTarget {
     this.userText = new Map();
     /** @type {Set<string>} assistant items cut by a barge-in (late audio for them is dropped) */
     this.truncatedItems = new Set();
+    /** @type {Set<string>} items with audio in the response running now (a resume stops them) */
+    this.responseItems = new Set();
+    /** @type {Set<string>} items still playing from before a resume: never truncated (the new
+     *  upstream holds them as text, under other ids) */
+    this.restoredItems = new Set();
     this.mic = null;
     /** @type {Promise<void>|null} the capture being opened, if any */
     this.micStarting = null;
@@ -239,7 +265,7 @@ export class VoxgateClient extends EventTarget {
     this.stopPlayback({ truncate: false });
     if (this.ws) {
       try {
-        this.ws.close(1000, reason.slice(0, 120));
+        this.ws.close(1000, closeReason(reason));
       } catch {
         // Already closing.
       }
@@ -321,21 +347,34 @@ export class VoxgateClient extends EventTarget {
   }
 
   /**
-   * Stop all assistant audio at once. With `truncate`, tell the server how much of the item was
-   * heard (`conversation.item.truncate` with `audio_end_ms` = ms actually played) so the unheard
-   * rest is dropped from the conversation.
+   * Stop all assistant audio at once. With `truncate`, tell the server how much of each item cut
+   * was heard (`conversation.item.truncate` with `audio_end_ms` = ms actually played; 0 for an item
+   * queued behind the one heard) so the unheard rest is dropped from the conversation.
    * @param {{truncate?: boolean}} [options]
-   * @returns {number|null} ms of the current item that were played, or null if nothing was playing
+   * @returns {number|null} ms of the item heard at the stop that were played, or null if nothing
+   *   was playing
    */
   stopPlayback({ truncate = true } = {}) {
-    const cut = this.player ? this.player.stop() : null;
-    if (!cut) return null;
-    if (truncate && cut.itemId) {
-      this.truncatedItems.add(cut.itemId);
-      const event = { type: "conversation.item.truncate", item_id: cut.itemId, content_index: cut.contentIndex, audio_end_ms: cut.audioEndMs };
-      if (this.send(event)) this.stats.truncatesSent += 1;
-    }
-    return cut.audioEndMs;
+    const cuts = this.player ? this.player.stop() : null;
+    if (!cuts) return null;
+    if (truncate) for (const cut of cuts) this.truncateItem(cut.itemId, cut.contentIndex, cut.audioEndMs);
+    return cuts[0].audioEndMs;
+  }
+
+  /**
+   * Tell the server the user heard only `audioEndMs` of an assistant item; later audio for it is
+   * dropped. Once per item; never for an item from before a resume (the new upstream does not
+   * know its id).
+   * @param {string} itemId
+   * @param {number} contentIndex
+   * @param {number} audioEndMs
+   */
+  truncateItem(itemId, contentIndex, audioEndMs) {
+    if (!itemId || this.truncatedItems.has(itemId)) return;
+    this.truncatedItems.add(itemId);
+    if (this.restoredItems.has(itemId)) return;
+    const event = { type: "conversation.item.truncate", item_id: itemId, content_index: contentIndex, audio_end_ms: audioEndMs };
+    if (this.send(event)) this.stats.truncatesSent += 1;
   }
 
   /**
@@ -415,6 +454,8 @@ export class VoxgateClient extends EventTarget {
     this.assistantText.clear();
     this.userText.clear();
     this.truncatedItems = new Set();
+    this.responseItems = new Set();
+    this.restoredItems = new Set();
   }
 
   /** @returns {string} */

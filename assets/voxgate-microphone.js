@@ -80,7 +80,7 @@ export const microphoneMethods = {
     if (this.micCancelled) {
       // stopMicrophone() (or a disconnect) came while the device was opening: honour it.
       this.micCancelled = false;
-      closeCapture(mic);
+      closeCapture(mic, { flush: false });
       return;
     }
     this.mic = mic;
@@ -109,7 +109,8 @@ export const microphoneMethods = {
   /** @param {{type: string, pcm: ArrayBuffer, rms: number, peak: number}} data */
   onCaptureChunk(data) {
     if (!data || data.type !== "chunk") return;
-    this.emit("level", { level: levelFromRms(data.rms), rms: data.rms, peak: data.peak });
+    // The partial chunk flushed at a stop is still sent, but the meter stays at rest.
+    if (this.mic) this.emit("level", { level: levelFromRms(data.rms), rms: data.rms, peak: data.peak });
     const bytes = new Uint8Array(data.pcm);
     if (this.send({ type: "input_audio_buffer.append", audio: bytesToBase64(bytes) })) {
       this.stats.appendsSent += 1;

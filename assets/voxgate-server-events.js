@@ -9,8 +9,8 @@
  * A mixin, not a class: `voxgate-client.js` installs {@link serverEventMethods} and
  * {@link SERVER_EVENT_HANDLERS} on `VoxgateClient.prototype`, and `this` is the client throughout
  * (its state: `assistantText`, `userText`, `activeResponseId`, `responseCreatePending`,
- * `ourResponseCreates`, `truncatedItems`). The events it emits are documented in
- * docs/client-module.md.
+ * `ourResponseCreates`, `truncatedItems`, `responseItems`, `restoredItems`). The events it emits
+ * are documented in docs/client-module.md.
  *
  * @module voxgate-server-events
  */
@@ -81,6 +81,7 @@ export const serverEventMethods = {
    */
   onResponseGone() {
     this.activeResponseId = null;
+    this.responseItems = new Set();
     if (this.responseCreatePending) this.requestResponse();
   },
 
@@ -127,8 +128,14 @@ export const SERVER_EVENT_HANDLERS = {
     this.emit("closing", { reason: event.reason || "", reconnect: event.reconnect === true });
   },
   "voxgate.session.resuming"(event) {
-    // The response in flight died with the old upstream: its response.done will never come.
-    this.stopPlayback({ truncate: false });
+    // The response in flight died with the old upstream (its response.done will never come): its
+    // audio stops. The audio of responses already complete plays on: voxgate resumes only when no
+    // response runs, often while the last answer's tail, sent faster than real time, still plays.
+    // The new upstream holds those items as text under other ids: they are never truncated.
+    if (this.player) {
+      if (this.responseItems.size > 0) this.player.stop(this.responseItems);
+      for (const itemId of this.player.queuedItems()) this.restoredItems.add(itemId);
+    }
     this.finishPartialLines({ user: true });
     this.onResponseGone();
     this.emit("resume", { state: "resuming", reason: identifier(event.reason) });
@@ -146,11 +153,13 @@ export const SERVER_EVENT_HANDLERS = {
   },
   "response.created"(event) {
     this.activeResponseId = (event.response && event.response.id) || "unknown";
+    this.responseItems = new Set();
     this.emit("response", { state: "created", response_id: this.activeResponseId });
   },
   "response.done"(event) {
     const response = event.response || {};
     this.activeResponseId = null;
+    this.responseItems = new Set();
     // A response that did not complete sends no transcript .done for what it had begun.
     if (response.status && response.status !== "completed") this.finishPartialLines();
     this.emit("response", { state: "done", response_id: response.id, status: response.status });
@@ -160,10 +169,16 @@ export const SERVER_EVENT_HANDLERS = {
     if (this.responseCreatePending) this.requestResponse();
   },
   "response.output_audio.delta"(event) {
-    if (this.truncatedItems.has(event.item_id)) return;
-    if (this.player) this.player.play(event.item_id, event.content_index, event.delta);
-    else {
-      // Not playing, but still counted: the stats say what arrived.
+    if (this.activeResponseId) this.responseItems.add(event.item_id);
+    if (this.player && !this.truncatedItems.has(event.item_id)) {
+      if (!this.player.play(event.item_id, event.content_index, event.delta)) {
+        // Dropped unheard (the browser paused the audio): the model must not think it was heard.
+        // Once: the item's later audio is dropped as truncated.
+        this.truncateItem(event.item_id, event.content_index || 0, 0);
+      }
+    } else {
+      // Not played (no playback, or the item was truncated), but still counted: the stats say
+      // what arrived.
       this.stats.audioChunksReceived += 1;
       this.stats.audioMsReceived += (decodePcm16(event.delta || "").length / WIRE_SAMPLE_RATE) * 1000;
     }

@@ -337,3 +337,30 @@ test("a fast local clock does not disable Approve: the server's expiry decides",
   await waitUntil(() => calendarEvents(voxgate.calendar()).length === 1, { message: "the event in the calendar file" });
   assert.deepEqual(browser.problems, []);
 });
+
+test("a start time with an offset reads the same in the dialog's rows as in its prompt", { timeout: 60_000 }, async (t) => {
+  // A thin client in UTC (openPage's time zone), a calendar in Berlin, a time given with its offset.
+  const year = new Date().getUTCFullYear() + 1;
+  const args = { ...BOOKING_ARGS, start_datetime: `${year}-01-15T14:00:00+01:00`, end_datetime: `${year}-01-15T14:30:00+01:00` };
+  const fake = new FakeUpstream({ rules: [{ match: /book a meeting/i, name: "create_calendar_event", arguments: args }] });
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl, env: { VOXGATE_BACKENDS__CALENDAR__TIMEZONE: "Europe/Berlin" } });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+  await connectPage(page);
+  await typeRequest(page, "Please book a meeting with Dr. Smith");
+  await page.getByRole("dialog", { name: /Create a calendar event/ }).waitFor({ state: "visible", timeout: 15_000 });
+  const shown = await readDialog(page);
+  assert.match(shown.prompt, /Start: .* at 14:00 CET/, shown.prompt);
+  const start = shown.rows.find((r) => r.key === "start_datetime");
+  const end = shown.rows.find((r) => r.key === "end_datetime");
+  t.diagnostic(`${start.value} / ${end.value}`);
+  assert.match(start.value, /\b14:00\b/, `the Start row agrees with the prompt (${start.value})`);
+  assert.match(start.value, /\+01:00|GMT\+1|CET/, `the Start row names its offset (${start.value})`);
+  assert.match(end.value, /\b14:30\b/, end.value);
+  assert.doesNotMatch(start.value, /13:00/);
+  assert.deepEqual(browser.problems, []);
+});

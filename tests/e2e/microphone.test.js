@@ -12,7 +12,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { FakeUpstream, pcmStats, toneFrequency } from "./support/fake-upstream.js";
-import { connectPage, openPage, screenshot, sleep, speechWav, startVoxgate, toneWav } from "./support/harness.js";
+import { connectPage, openPage, screenshot, sleep, speechWav, startVoxgate, toneWav, waitUntil } from "./support/harness.js";
+import { connectedSession } from "./support/session.js";
 
 /** Bytes of one 20 ms chunk of PCM16 mono at 24 kHz. */
 const CHUNK_BYTES = 960;
@@ -131,5 +132,56 @@ test("a 1 kHz tone from the microphone arrives upstream at 1 kHz: the page resam
   const appendsAtStop = fake.appends.length;
   await sleep(300);
   assert.ok(fake.appends.length - appendsAtStop <= 1, "capture stops with the button");
+  assert.deepEqual(browser.problems, []);
+});
+
+test("a barge-in truncates the item being heard, not the one queued after it", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await connectedSession(t);
+  // The usual tool flow: "Let me check…" (A) is still playing when the next answer (B) arrives.
+  const first = fake.respondWithAudio("Let me check that for you.", 3000);
+  await page.waitForFunction(() => document.querySelector("[data-testid=playback-indicator]").dataset.state === "speaking");
+  const startedAt = Date.now();
+  await waitUntil(() => fake.activeResponse === null, { message: "the response done" });
+  const second = fake.respondWithAudio("Here is the answer.", 2000);
+  await page.waitForFunction(() => window.voxgate.stats.audioChunksScheduled >= 50);
+  await sleep(1000 - (Date.now() - startedAt));
+  fake.userTurn("wait a moment");
+  await fake.waitFor(() => fake.eventsOf("conversation.item.truncate").length > 0, 5000);
+  await sleep(300);
+  const truncates = fake.eventsOf("conversation.item.truncate");
+  t.diagnostic(JSON.stringify(truncates.map((e) => [e.item_id, e.audio_end_ms])));
+  assert.equal(truncates[0].item_id, first.itemId, "the item being heard is truncated");
+  assert.ok(truncates[0].audio_end_ms >= 700 && truncates[0].audio_end_ms <= 1800,
+    `audio_end_ms ${truncates[0].audio_end_ms} ≈ the ~1000 ms of it played`);
+  for (const later of truncates.slice(1)) {
+    assert.deepEqual([later.item_id, later.audio_end_ms], [second.itemId, 0], "the item queued after it was not heard at all");
+  }
+  assert.deepEqual(browser.problems, []);
+});
+
+test("stopping the microphone sends the partial chunk it held", { timeout: 60_000 }, async (t) => {
+  const wavDir = mkdtempSync(path.join(tmpdir(), "voxgate-wav-"));
+  t.after(() => rmSync(wavDir, { recursive: true, force: true }));
+  const fake = new FakeUpstream();
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl, wav: toneWav(440, wavDir) });
+  t.after(() => browser.close());
+  const { page } = browser;
+  await connectPage(page, { processingOff: true });
+  // Long chunks, so that what the capture holds at the stop is most of the audio.
+  await page.evaluate(() => { window.voxgate.options.chunkMs = 2000; });
+  await page.getByTestId("mic-button").click();
+  await page.waitForFunction(() => window.voxgate.microphoneActive);
+  await sleep(800);
+  assert.equal(fake.appends.length, 0, "no whole chunk yet");
+  await page.getByTestId("mic-button").click();
+  await page.waitForFunction(() => !window.voxgate.microphoneActive);
+  await fake.waitFor(() => fake.appends.length > 0, 3000);
+  const { ms } = pcmStats(fake.audioBuffer);
+  t.diagnostic(`flushed ${ms.toFixed(0)} ms`);
+  assert.ok(ms >= 500 && ms < 2000, `the partial chunk arrived (${ms.toFixed(0)} ms)`);
   assert.deepEqual(browser.problems, []);
 });

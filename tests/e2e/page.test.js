@@ -170,3 +170,40 @@ test("a server restart drops the session with a reason; the page reconnects by i
   assert.equal(await page.getByTestId("reconnect-button").isVisible(), false);
   await screenshot(page, "page-reconnected");
 });
+
+test("Disconnect forgets the user: token, Reconnect's parameters and the conversation are cleared", { timeout: 60_000 }, async (t) => {
+  const { fake, upstreamUrl } = await fakeModel(t);
+  const voxgate = await startVoxgate({ upstreamUrl, toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\n` });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  const { page } = browser;
+  // Dr A on a shared workstation: a sign-in token, a conversation, then Disconnect.
+  const tokenA = jwt({ sub: "dr-a", roles: ["clinician"], exp: Math.floor(Date.now() / 1000) + 600 }, JWT_SECRET);
+  await connectPage(page, { token: tokenA });
+  await typeRequest(page, "Patient Jane Doe has a cough");
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").first().waitFor({ timeout: 15_000 });
+  await page.getByTestId("disconnect-button").click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
+  assert.equal(await page.getByTestId("token-input").inputValue(), "", "the token field is emptied");
+  assert.equal(await page.locator("[data-testid=transcript-entry]").count(), 0, "the conversation leaves the screen");
+  assert.doesNotMatch(await page.locator("main").textContent(), /Jane/);
+  assert.equal(await page.getByTestId("reconnect-button").isVisible(), false);
+
+  // Dr B presses Connect with nothing typed: refused (a JWT deployment), never Dr A's session.
+  await page.getByTestId("connect-button").click();
+  await page.locator("[data-testid=error-message][data-code=connect_failed]").waitFor();
+  assert.equal((await statusOf(page)).state, "closed");
+  assert.equal(fake.connections, 1, "no second session reached the model");
+  // Chromium logs the refused handshake itself.
+  assert.deepEqual(browser.problems.filter((p) => !/WebSocket connection .* failed/.test(p)), []);
+});
+
+test("disconnect(reason) closes the socket even with a long non-ASCII reason", { timeout: 60_000 }, async (t) => {
+  const { browser, page } = await connectedSession(t);
+  // 100 "é" are 100 UTF-16 units but 200 UTF-8 bytes: over the 123 bytes a close reason may carry.
+  await page.evaluate(() => window.voxgate.disconnect("é".repeat(100)));
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed", null, { timeout: 5_000 });
+  assert.equal(await page.evaluate(() => window.voxgate.ws), null, "the socket is gone");
+  assert.deepEqual(browser.problems, []);
+});

@@ -9,7 +9,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { screenshot, typeRequest } from "./support/harness.js";
+import { screenshot, typeRequest, waitUntil } from "./support/harness.js";
 import { connectedSession } from "./support/session.js";
 
 /** A question the fake model starts to answer and never finishes. */
@@ -134,5 +134,56 @@ test("a failed transcription finalises the user's line as not transcribed", { ti
   const done = page.locator("[data-testid=transcript-entry][data-role=user][data-final=true]", { hasText: "(not transcribed)" });
   await done.waitFor();
   assert.equal(await done.getAttribute("aria-busy"), "false");
+  assert.deepEqual(browser.problems, []);
+});
+
+/**
+ * Record the page client's `playback` states from now on (`window.__playback`).
+ * @param {import("playwright-core").Page} page
+ */
+const recordPlayback = (page) => page.evaluate(() => {
+  // @ts-ignore
+  window.__playback = [];
+  // @ts-ignore
+  window.voxgate.addEventListener("playback", (e) => window.__playback.push(e.detail.state));
+});
+
+/**
+ * A complete 4 s answer whose upstream goes away 300 ms after its `response.done`, while the page
+ * still plays it; resolves once voxgate has resumed.
+ * @param {import("./support/fake-upstream.js").FakeUpstream} fake
+ * @param {import("playwright-core").Page} page
+ */
+async function completeAnswerThenDrop(fake, page) {
+  const answer = fake.respondWithAudio("A complete answer.", 4000);
+  await waitUntil(() => fake.activeResponse === null, { message: "the response done" });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.equal(await page.evaluate(() => window.voxgate.playing), true, "the answer still plays when the upstream goes");
+  fake.dropConnection(1011, "internal error");
+  await page.locator("[data-testid=error-message][data-code=resumed]").waitFor({ timeout: 20_000 });
+  return answer;
+}
+
+test("a resume after an answer is complete does not cut the rest of its audio", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await recordPlayback(page);
+  await completeAnswerThenDrop(fake, page);
+  await page.waitForFunction(() => !window.voxgate.playing, null, { timeout: 10_000 });
+  const msPlayed = await page.evaluate(() => window.voxgate.stats.msPlayed);
+  const states = await page.evaluate(() => window.__playback);
+  assert.ok(!states.includes("interrupted"), `no interruption (${states})`);
+  assert.ok(Math.abs(msPlayed - 4000) < 20, `the whole answer played (${msPlayed} ms)`);
+  assert.deepEqual(browser.problems, []);
+});
+
+test("after a resume, a barge-in sends no truncate for an item from before it", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await completeAnswerThenDrop(fake, page);
+  assert.equal(await page.evaluate(() => window.voxgate.playing), true, "the answer still plays after the resume");
+  fake.userTurn("stop please");
+  await page.waitForFunction(() => !window.voxgate.playing, null, { timeout: 2_000 });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  // The new upstream holds the old conversation as text: the old item's id means nothing to it.
+  assert.deepEqual(fake.eventsOf("conversation.item.truncate"), []);
   assert.deepEqual(browser.problems, []);
 });

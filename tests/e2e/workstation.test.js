@@ -171,3 +171,16 @@ test("a microphone that was on is turned on again after an automatic reconnect",
   assert.equal(await page.getByTestId("mic-button").getAttribute("aria-pressed"), "true");
   assert.deepEqual(browser.problems, []);
 });
+
+test("an answer that arrives while playback is suspended is truncated to nothing, once", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await page.evaluate(() => window.voxgate.player.context.suspend());
+  await page.locator("[data-testid=error-message][data-code=audio_suspended]").waitFor();
+  const unheard = fake.respondWithAudio("You will not hear this.", 500);
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").waitFor();
+  await fake.waitFor(() => fake.eventsOf("conversation.item.truncate").length > 0, 5000);
+  await sleep(200);
+  const truncates = fake.eventsOf("conversation.item.truncate").map((e) => [e.item_id, e.content_index, e.audio_end_ms]);
+  assert.deepEqual(truncates, [[unheard.itemId, 0, 0]], "the model is told none of it was heard");
+  assert.deepEqual(browser.problems, []);
+});
