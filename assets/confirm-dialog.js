@@ -44,7 +44,7 @@ let client = null;
 /** Told of each decision sent: `(callId, approved)`. */
 let onDecided = (_callId, _approved) => {};
 
-/** @type {Array<{call_id: string, name: string, arguments: object, prompt: string, expires_at_ms: number, receivedAt: number, skewed: boolean}>} */
+/** @type {Array<{call_id: string, name: string, arguments: object, prompt: string, expires_at_ms: number, expires_in_ms?: number, skewed: boolean, deadline: number | null, total: number}>} */
 const confirmations = [];
 /** The request shown in the dialog, if any. */
 let current = null;
@@ -67,10 +67,19 @@ export function mountConfirmDialog(voxgateClient, options = {}) {
   client = voxgateClient;
   if (options.onDecided) onDecided = options.onDecided;
   client.addEventListener("confirmation", (event) => {
-    // A deadline already past on arrival means the clocks disagree: show no countdown then, and let
-    // the server's own expiry decide.
-    const skewed = !(event.detail.expires_at_ms > Date.now() + 500);
-    const request = { ...event.detail, receivedAt: Date.now(), skewed };
+    // The time the request had left when the server sent it, counted from its arrival on this
+    // page's monotonic clock: right whatever this device's wall clock says. A server that sends only
+    // `expires_at_ms` is read by the wall clock; a deadline already past on arrival then means the
+    // clocks disagree: show no countdown, and let the server's own expiry decide.
+    const inMs = event.detail.expires_in_ms;
+    const relative = Number.isFinite(inMs) && inMs > 0;
+    const skewed = !relative && !(event.detail.expires_at_ms > Date.now() + 500);
+    const request = {
+      ...event.detail,
+      skewed,
+      deadline: relative ? performance.now() + inMs : null,
+      total: relative ? inMs : Math.max(1, event.detail.expires_at_ms - Date.now()),
+    };
     // Keyed by call id: the dialog always shows the prompt of the very call a decision goes to. A
     // second request for a call already queued or shown replaces it rather than queueing a twin.
     if (current && current.call_id === request.call_id) {
@@ -191,8 +200,8 @@ function tickCountdown() {
     els.countdownFill.style.width = "100%";
     return;
   }
-  const total = Math.max(1, current.expires_at_ms - current.receivedAt);
-  const left = current.expires_at_ms - Date.now();
+  const total = current.total;
+  const left = current.deadline !== null ? current.deadline - performance.now() : current.expires_at_ms - Date.now();
   els.countdownFill.style.width = `${Math.max(0, Math.min(100, (left / total) * 100))}%`;
   if (left <= 0) {
     // This device's clock says time is up, but it may run fast: the server's expiry decides (it
