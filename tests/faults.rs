@@ -511,3 +511,56 @@ async fn a_session_being_admitted_when_the_drain_begins_is_answered_not_dropped(
     }
     shutdown.await.unwrap().unwrap();
 }
+
+/// An admin call whose rate-limit check (on a Redis that does not answer) is under way when the
+/// drain begins never starts its tool: it is declined, answered 503, and audited once.
+#[tokio::test]
+async fn an_admin_call_in_its_limit_check_when_the_drain_begins_never_runs_its_tool() {
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = requests.clone();
+    let app = axum::Router::new().fallback(axum::routing::get(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { ([("content-type", "application/json")], r#"{"web":{"results":[]}}"#) }
+    }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let redis = support::redis::RedisServer::start();
+    let fake = FakeUpstream::start().await;
+    let toml = format!(
+        "[server]\ndrain_timeout_ms = 200\n[auth]\nadmin_token = \"{ADMIN}\"\n[redis]\nurl = \"{}\"\n\
+         [backends.web_search]\nprovider = \"brave\"\nbase_url = \"{backend}\"\napi_key = \"brave-key\"\n\
+         [tools.web_search_medical]\nrate_limit_per_minute = 5\n",
+        redis.url()
+    );
+    let TestProxy { server, addr, dir } = TestProxy::with_upstream(&fake, &toml).await;
+    let audit = dir.path().join("audit.jsonl");
+    // Redis stops answering: the limit check waits for it (its bound, 500 ms).
+    let mut conn = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("CLIENT").arg("PAUSE").arg(2000).arg("ALL").query_async(&mut conn).await.unwrap();
+    let request = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("http://{addr}/admin/tools/web_search_medical/invoke"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
+            .send()
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !support::read_jsonl(&audit).iter().any(|r| r["event"] == "call_started") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the admin call never started");
+    server.shutdown().await.unwrap();
+    let response = request.await.unwrap().expect("the admin got no answer");
+    assert_eq!(response.status(), 503);
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 0, "the tool ran");
+    let finished: Vec<Value> =
+        support::read_jsonl(&audit).into_iter().filter(|r| r["event"] == "call_finished").collect();
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0]["status"], "declined");
+    let report = voxgate::audit::verify(&audit, &voxgate::audit::Chain::default()).unwrap();
+    assert!(report.is_ok(), "{report}");
+}

@@ -1,7 +1,8 @@
 //! `voxgate audit verify FILE`: the hash chain is unbroken across the file and its rotated
 //! predecessors (keyed with `audit.chain_key` when it is set), sequence numbers have no gap,
 //! checkpoints name the head they stand at, and every call has exactly one `call_started`
-//! followed by exactly one `call_finished`.
+//! followed by exactly one `call_finished`. Only open calls are held, so a call id started again
+//! after its finish is not flagged (docs/audit.md says why that is acceptable).
 
 use std::collections::HashMap;
 use std::fmt;

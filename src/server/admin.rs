@@ -131,10 +131,11 @@ pub async fn invoke_tool(
         return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "the call did not finish"));
     };
     let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let status = match value.pointer("/error/code").and_then(Value::as_str).map(ErrorCode::parse) {
+    let status = match value.pointer("/error/code").and_then(Value::as_str) {
         None => StatusCode::OK,
-        Some(Some(code)) => http_status(code),
-        Some(None) => StatusCode::BAD_GATEWAY,
+        // Declined because the drain began before the tool started.
+        Some("session_closed") => StatusCode::SERVICE_UNAVAILABLE,
+        Some(code) => ErrorCode::parse(code).map_or(StatusCode::BAD_GATEWAY, http_status),
     };
 
     Ok((status, Json(value)).into_response())
@@ -174,7 +175,13 @@ impl Invocation {
                     }
                     Action::CheckLimit { call_id, tool } => {
                         let limit = deps.limiter.check(&self.user, tool.name(), tool.policy.rate_limit_per_minute).await;
-                        next.extend(self.table.on_limit_checked(&call_id, limit, unix_ms()));
+                        // The drain may have begun while the limit was checked (a slow Redis): no
+                        // tool starts then, as a closing session declines its calls still here.
+                        if deps.drain.is_cancelled() {
+                            next.extend(self.table.close_parked());
+                        } else {
+                            next.extend(self.table.on_limit_checked(&call_id, limit, unix_ms()));
+                        }
                     }
                     Action::Spawn { call_id, tool, args } => {
                         let span = crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(tool.name()), &call_id);

@@ -442,6 +442,10 @@ impl Inner {
             self.audit_records_total
                 .get_or_create_owned(&[("event", event)]);
         }
+        // Alerted on (VoxgateUpstreamEventsUnreadable): a series that exists from the start lets
+        // `increase()` see its first error.
+        self.client_errors_total
+            .get_or_create_owned(&[("code", crate::protocol::voxgate::codes::UPSTREAM_EVENT_UNREADABLE)]);
     }
 }
 

@@ -151,7 +151,8 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, max_bytes: usiz
 
 /// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent. Inside a
 /// call ([`within_deadline`]) each attempt is cut off (as [`Failure::Timeout`]) when only
-/// [`DEADLINE_MARGIN`] of the call is left, and none is started after that.
+/// [`DEADLINE_MARGIN`] of the call is left (the first attempt excepted: it gets all that is left),
+/// and none is started after that.
 /// `backend` names the service in logs ("PubMed", "web search").
 pub async fn with_retries<F, Fut>(
     backend: &'static str,
@@ -166,7 +167,12 @@ where
     let mut last = Failure::Timeout;
     loop {
         // The client's own timeout (10 s, 15 s) may be longer than what is left of the call.
-        let budget = time_left().map(|left| left.saturating_sub(DEADLINE_MARGIN));
+        // The first attempt always gets what is left, margin or not: a tool whose whole timeout is
+        // under the margin still asks its backend (and ends as `timeout` if that is too slow).
+        let budget = time_left().map(|left| match left.saturating_sub(DEADLINE_MARGIN) {
+            margin_left if margin_left.is_zero() && attempt == 1 => left,
+            margin_left => margin_left,
+        });
         if budget.is_some_and(|budget| budget.is_zero()) {
             tracing::warn!(backend, attempt, error = %last, "no time left for another backend request");
             return Err(last);
@@ -339,6 +345,16 @@ mod tests {
         });
         assert_eq!(within_deadline(deadline, slow).await, Err(Failure::Timeout));
         assert!(Instant::now() < deadline, "cut off by the deadline");
+
+        // A whole timeout under the margin (200 ms): the first attempt is still made.
+        let made = Arc::new(AtomicU32::new(0));
+        let counter = made.clone();
+        let short = with_retries("test", || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(Bytes::from_static(b"quick")) }
+        });
+        assert_eq!(within_deadline(Instant::now() + Duration::from_millis(200), short).await, Ok(Bytes::from_static(b"quick")));
+        assert_eq!(made.load(Ordering::SeqCst), 1);
 
         // With nothing left, no attempt is started at all.
         let started = Arc::new(AtomicU32::new(0));
