@@ -381,7 +381,8 @@ async fn catching_up_an_empty_stream_sends_only_the_lines_it_keeps() {
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
     let url = voxgate::config::Secret::new(redis.url());
-    let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), ..Default::default() };
+    let metrics = voxgate::telemetry::metrics::Metrics::new();
+    let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), metrics: Some(metrics.clone()), ..Default::default() };
     let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
     let mut entries = Vec::new();
     for _ in 0..100 {
@@ -395,6 +396,8 @@ async fn catching_up_an_empty_stream_sends_only_the_lines_it_keeps() {
     assert_eq!(entries.first().map(|(id, _)| id.as_str()), Some("281-1"), "from maxlen lines below the top");
     let added = command_calls(&mut conn, "xadd").await;
     assert_eq!(added, 20, "one XADD per line the stream keeps");
+    // The gap is counted (and logged with its range): a reader sees why the ids jump.
+    assert!(metrics.render().contains("voxgate_audit_stream_skipped_lines_total 280"), "{}", metrics.render());
     drop(handle);
     writer.join().await.unwrap();
 }
@@ -446,15 +449,134 @@ async fn a_stream_whose_top_line_differs_is_another_epoch_and_a_restart_finds_th
     let other = [("3-1".to_string(), "another log's line 3".to_string())];
     let _: String = redis::cmd("XADD").arg("voxgate:audit:fork").arg("3-1").arg("record").arg(&other[0].1).query_async(&mut conn).await.unwrap();
     let url = voxgate::config::Secret::new(redis.url());
-    for calls in [5..6, 6..8] {
-        let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), ..Default::default() };
+    // The first start takes up a new key (counted); the restart finds it again (not counted: the
+    // alert must not fire on every rollout while the old stream is kept).
+    for (calls, moves) in [(5..6, 1), (6..8, 0)] {
+        let metrics = voxgate::telemetry::metrics::Metrics::new();
+        let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), metrics: Some(metrics.clone()), ..Default::default() };
         let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
         write_calls(&handle, calls).await;
         wait_for_file_in(&redis.url(), "voxgate:audit:fork:epoch2", &config.path).await;
         assert_eq!(entries_in(&redis.url(), "voxgate:audit:fork").await, other, "the other epoch's stream is left as it is");
+        assert!(metrics.render().contains(&format!("voxgate_audit_stream_epochs_total {moves}\n")), "{}", metrics.render());
         drop(handle);
         writer.join().await.unwrap();
     }
     let exists: u32 = redis::cmd("EXISTS").arg("voxgate:audit:fork:epoch3").query_async(&mut conn).await.unwrap();
     assert_eq!(exists, 0, "the restart went on with the same stream");
+}
+
+/// An older epoch's stream whose top line this log no longer has on the host (the rotated file
+/// holding it was archived away) is not taken back: the log goes on to the newest stream holding
+/// its lines, and the old one is left as it is.
+#[tokio::test]
+async fn an_older_epoch_whose_top_line_is_gone_from_the_host_is_not_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = voxgate::config::AuditConfig {
+        path: dir.path().join("audit.jsonl"),
+        // Rotates after every commit: each line in a file of its own.
+        rotate_bytes: 1,
+        checkpoint_records: 0,
+        redis_stream: Some("voxgate:audit:back".into()),
+        ..Default::default()
+    };
+    let (handle, writer) = voxgate::audit::open(&config, Default::default()).await.unwrap();
+    write_calls(&handle, 0..5).await;
+    drop(handle);
+    writer.join().await.unwrap();
+
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let other = [("5-1".to_string(), "another log's line 5".to_string())];
+    let _: String = redis::cmd("XADD").arg("voxgate:audit:back").arg("5-1").arg("record").arg(&other[0].1).query_async(&mut conn).await.unwrap();
+    let url = voxgate::config::Secret::new(redis.url());
+    // The last sequence number in the log, rotated files included.
+    let last_seq = |path: &std::path::Path| -> u64 {
+        let mut files = voxgate::audit::verify::rotated_files(path).unwrap();
+        files.push(path.to_path_buf());
+        files.iter().flat_map(|file| read_jsonl(file)).filter_map(|line| line["seq"].as_u64()).max().unwrap()
+    };
+    for (calls, archive) in [(5..6, false), (6..8, true)] {
+        if archive {
+            // The rotated file holding line 5 is moved off the host.
+            let name = format!("{:012}-{:012}", 5, 5);
+            let files = voxgate::audit::verify::rotated_files(&config.path).unwrap();
+            let file = files.iter().find(|file| file.to_str().unwrap().ends_with(&name)).unwrap();
+            std::fs::remove_file(file).unwrap();
+        }
+        let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), ..Default::default() };
+        let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
+        write_calls(&handle, calls).await;
+        let top = format!("{}-1", last_seq(&config.path));
+        let mut last = Vec::new();
+        for _ in 0..100 {
+            last = entries_in(&redis.url(), "voxgate:audit:back:epoch2").await;
+            if last.last().is_some_and(|(id, _)| *id == top) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(last.last().map(|(id, _)| id.clone()), Some(top), "the log goes on in :epoch2");
+        drop(handle);
+        writer.join().await.unwrap();
+        assert_eq!(entries_in(&redis.url(), "voxgate:audit:back").await, other, "the other epoch's stream is left as it is");
+    }
+}
+
+/// A fresh log (an emptyDir pod's, after each reschedule) takes up a new key, and counts a move,
+/// only once it has a line to send: a start that writes nothing moves nowhere.
+#[tokio::test]
+async fn a_fresh_log_takes_up_a_new_key_only_once_it_has_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = voxgate::config::AuditConfig {
+        path: dir.path().join("audit.jsonl"),
+        checkpoint_records: 0,
+        redis_stream: Some("voxgate:audit:fresh".into()),
+        ..Default::default()
+    };
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: String = redis::cmd("XADD").arg("voxgate:audit:fresh").arg("1000-1").arg("record").arg("the last pod's line").query_async(&mut conn).await.unwrap();
+    let url = voxgate::config::Secret::new(redis.url());
+    let metrics = voxgate::telemetry::metrics::Metrics::new();
+    let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), metrics: Some(metrics.clone()), ..Default::default() };
+    let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(metrics.render().contains("voxgate_audit_stream_epochs_total 0\n"), "{}", metrics.render());
+    write_calls(&handle, 0..1).await;
+    wait_for_file_in(&redis.url(), "voxgate:audit:fresh:epoch2", &config.path).await;
+    assert!(metrics.render().contains("voxgate_audit_stream_epochs_total 1\n"), "{}", metrics.render());
+    drop(handle);
+    writer.join().await.unwrap();
+}
+
+/// Redis coming back empty while the log goes to `:epoch2` does not send the mirror back to the
+/// plain key: the stream a reader follows stays the same.
+#[tokio::test]
+async fn redis_coming_back_empty_keeps_the_mirror_on_its_epochs_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = voxgate::config::AuditConfig {
+        path: dir.path().join("audit.jsonl"),
+        checkpoint_records: 0,
+        redis_stream: Some("voxgate:audit:lost".into()),
+        ..Default::default()
+    };
+    let mut redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: String = redis::cmd("XADD").arg("voxgate:audit:lost").arg("1000-1").arg("record").arg("an older log's line").query_async(&mut conn).await.unwrap();
+    let url = voxgate::config::Secret::new(redis.url());
+    let options = voxgate::audit::OpenOptions { redis_url: Some(&url), instance: "itest".into(), ..Default::default() };
+    let (handle, writer) = voxgate::audit::open(&config, options).await.unwrap();
+    write_calls(&handle, 0..2).await;
+    wait_for_file_in(&redis.url(), "voxgate:audit:lost:epoch2", &config.path).await;
+    redis.stop();
+    redis.restart();
+    write_calls(&handle, 2..4).await;
+    wait_for_file_in(&redis.url(), "voxgate:audit:lost:epoch2", &config.path).await;
+    assert_eq!(entries_in(&redis.url(), "voxgate:audit:lost").await, []);
+    drop(handle);
+    writer.join().await.unwrap();
 }

@@ -11,17 +11,24 @@
 //! epoch: a new file after enabling `chain_key`, a restore from backup, a recreated volume, rotated
 //! files moved away before a restart. Its lines are never taken for this log's (every new line up
 //! to the old top would be skipped as "already mirrored"), and never deleted or trimmed (they may
-//! be the only copy off the host of lines the file no longer has). The mirror logs an error and
-//! sends this epoch to the next key instead, `<stream>:epoch2`, `:epoch3`…: the first that is
-//! empty or whose top line is this log's, so a restart finds the same one again.
+//! be the only copy off the host of lines the file no longer has). The mirror logs an error, counts
+//! it, and sends this epoch to a new key instead, `<stream>:epoch2`, `:epoch3`…, the one above the
+//! newest key in use. At each connect it reads the top of every key (one round trip) and goes on
+//! with the newest whose top line is this log's: a restart finds the same key again (logged at
+//! info, not counted). A top line no longer on this host counts as this log's only on the newest
+//! key in use, never on an older one, whose epoch this log would then be mixed into. A fresh log
+//! takes up a key only once it has a line to send. Keys are never reused and at most
+//! [`MAX_EPOCHS`] exist; the operator archives and deletes the older ones (docs/audit.md).
 //!
 //! The stream is capped (`audit.redis_stream_maxlen`, trimmed with `MAXLEN ~`): the Redis that
 //! holds it also holds tickets and rate limits, and a stream that grew until Redis reached its
 //! memory limit would make every ticket refused. Readers of the stream have that many lines of
 //! slack; the file keeps them all. A catch-up therefore starts at most that many lines below the
-//! last durable one (older lines would be trimmed at once), skips rotated files by the sequence
-//! range in their names, and reads a bounded batch of lines at a time: its memory does not grow
-//! with the log, even after Redis comes back empty.
+//! last durable one (older lines would be trimmed at once; the gap is logged with its range and
+//! counted), skips rotated files by the sequence range in their names (up to the next file's first
+//! line: a file left by the old rotation bug holds more than its name says), and reads a bounded
+//! batch of lines at a time: its memory does not grow with the log, even after Redis comes back
+//! empty.
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -38,7 +45,8 @@ const ALREADY_ADDED: &str = "The ID specified in XADD is equal or smaller than t
 const BATCH_LINES: usize = 256;
 /// Bytes of lines per batch, at most (lines are well under 1 KiB; this bounds odd ones).
 const BATCH_BYTES: usize = 1 << 20;
-/// Stream keys tried for this log's epoch (one `XREVRANGE` each) before giving up.
+/// Stream keys for this log's epochs, all read at each connect (one `XREVRANGE` each, pipelined):
+/// the most that can pile up, each holding up to `maxlen` lines, before nothing is mirrored.
 const MAX_EPOCHS: u32 = 64;
 
 /// How far the stream has caught up.
@@ -52,6 +60,9 @@ struct Position {
     /// stream found where it was is read on from there, not searched for again.
     cursor: Option<Cursor>,
     reached: Option<u64>,
+    /// The last line a catch-up left out of `stream` (see [`catch_up`]): a retry does not count
+    /// the same gap twice.
+    skipped_to: u64,
     /// Streams found holding another epoch of the log, in this process.
     foreign: u64,
 }
@@ -73,7 +84,8 @@ struct Seq {
 pub(super) struct Target {
     pub(super) stream: String,
     pub(super) maxlen: u64,
-    /// Counts the streams found holding another epoch (`voxgate_audit_stream_epochs_total`).
+    /// Counts the new keys taken up (`voxgate_audit_stream_epochs_total`) and the lines a catch-up
+    /// skipped (`voxgate_audit_stream_skipped_lines_total`).
     pub(super) metrics: Option<crate::telemetry::metrics::Metrics>,
 }
 
@@ -154,8 +166,16 @@ async fn catch_up(
     }
     let Some(c) = conn.as_mut() else { return Ok(()) };
     if at.seq.is_none() {
+        if target == 0 {
+            // Nothing durable yet: a fresh log (an emptyDir pod's, at each reschedule) takes up a
+            // key, and counts a move, only once it has a line to send.
+            return Ok(());
+        }
         let (stream, top) = find_stream(c, sink, path, at, target).await?;
-        if at.stream.as_deref() != Some(stream.as_str()) || at.reached != Some(top) {
+        if at.stream.as_deref() != Some(stream.as_str()) {
+            (at.reached, at.skipped_to) = (None, 0);
+        }
+        if at.reached != Some(top) {
             at.cursor = None;
         }
         at.stream = Some(stream);
@@ -164,6 +184,20 @@ async fn catch_up(
     let (Some(stream), Some(from)) = (at.stream.clone(), at.seq) else { return Ok(()) };
     // Lines more than `maxlen` below the last durable one would be trimmed as soon as added.
     let mut after = if sink.maxlen > 0 { from.max(target.saturating_sub(sink.maxlen)) } else { from };
+    // Lines above the last one this process sent (or the stream's top) and up to `after` are never
+    // sent: a reader sees the ids jump. Said once per gap, with its range, so that it is not taken
+    // for tampering (the file has them all).
+    let sent = from.max(at.reached.unwrap_or(0)).max(at.skipped_to);
+    if after > sent {
+        tracing::warn!(
+            stream = %stream, first_skipped = sent + 1, last_skipped = after, maxlen = sink.maxlen,
+            "audit mirror: more lines were missed than the stream keeps; the catch-up starts maxlen lines below the last, and the lines skipped are in the file only"
+        );
+        if let Some(metrics) = &sink.metrics {
+            metrics.audit_stream_skipped_lines(after - sent);
+        }
+        at.skipped_to = after;
+    }
     let mut cursor = at.cursor.clone().filter(|_| at.reached == Some(after));
     while after < target {
         // Off the runtime's threads: after a long outage this reads a whole file.
@@ -204,9 +238,39 @@ fn epoch_stream(base: &str, epoch: u32) -> String {
     if epoch <= 1 { base.to_string() } else { format!("{base}:epoch{epoch}") }
 }
 
-/// The stream this log's epoch goes to, and its top sequence number (0 when empty): the first of
-/// `<stream>`, `<stream>:epoch2`, … that is empty or whose top line is this log's line of that
-/// number. A top above `target` (the last durable line) or a different line is another epoch's.
+/// A stream key's top entry: its sequence number and the line it holds (`None`: the key is empty).
+type Top = Option<(u64, Option<String>)>;
+
+/// The top entry of every epoch key, `<stream>` first.
+async fn tops(c: &mut redis::aio::MultiplexedConnection, base: &str) -> redis::RedisResult<Vec<Top>> {
+    type Entries = Vec<(String, Vec<(String, String)>)>;
+    let top = |entries: Entries| {
+        entries.into_iter().next().map(|(id, fields)| {
+            let seq = id.split('-').next().and_then(|s| s.parse::<u64>().ok()).unwrap_or(u64::MAX);
+            (seq, fields.into_iter().find(|(field, _)| field == "record").map(|(_, line)| line))
+        })
+    };
+    // The first key alone: a Redis that refuses (the key is not a stream) costs one command per
+    // attempt, not one per key. The others in one round trip.
+    let first: Entries = redis::cmd("XREVRANGE").arg(base).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
+    let mut pipe = redis::pipe();
+    for epoch in 2..=MAX_EPOCHS {
+        pipe.cmd("XREVRANGE").arg(epoch_stream(base, epoch)).arg("+").arg("-").arg("COUNT").arg(1);
+    }
+    let rest: Vec<Entries> = pipe.query_async(c).await?;
+    Ok(std::iter::once(first).chain(rest).map(top).collect())
+}
+
+/// The stream this log's epoch goes to, and its top sequence number (0 when empty).
+///
+/// Keys are taken up in order, so the highest one in use holds the newest epoch begun. The keys in
+/// use are tried newest first: the first whose top line is this log's line of that number is this
+/// log's. A top above `target` (the last durable line) or a different line is another epoch's. A
+/// top line no longer on this host (its rotated file moved away, or rotated between listing and
+/// reading) cannot be told apart: it is taken as this log's only on the newest key, never on an
+/// older one — that would send this log's lines back into an earlier epoch's stream. When no key
+/// holds this log's epoch it takes up a new one, the one above the newest in use (an emptied
+/// lower key is not reused: it would then be older than a key holding another epoch).
 async fn find_stream(
     c: &mut redis::aio::MultiplexedConnection,
     sink: &Target,
@@ -214,54 +278,61 @@ async fn find_stream(
     at: &mut Position,
     target: u64,
 ) -> redis::RedisResult<(String, u64)> {
-    // The first stream found holding another epoch, and its top.
+    let tops = tops(c, &sink.stream).await?;
+    let newest = tops.iter().rposition(Option::is_some).map_or(0, |i| i as u32 + 1);
+    // The newest stream found holding another epoch, and its top.
     let mut foreign: Option<(String, u64)> = None;
-    for epoch in 1..=MAX_EPOCHS {
+    for (i, top) in tops.into_iter().enumerate().take(newest as usize).rev() {
+        let Some((seq, mirrored)) = top else { continue };
+        let epoch = i as u32 + 1;
         let stream = epoch_stream(&sink.stream, epoch);
-        let top: Vec<(String, Vec<(String, String)>)> =
-            redis::cmd("XREVRANGE").arg(&stream).arg("+").arg("-").arg("COUNT").arg(1).query_async(c).await?;
-        let (seq, ours) = match top.into_iter().next() {
-            None => (0, true),
-            Some((id, fields)) => {
-                let seq = id.split('-').next().and_then(|s| s.parse::<u64>().ok()).unwrap_or(u64::MAX);
-                let mirrored = fields.into_iter().find(|(field, _)| field == "record").map(|(_, line)| line);
-                let ours = if seq > target {
-                    false
-                } else if at.stream.as_deref() == Some(stream.as_str()) && at.reached == Some(seq) {
-                    // Where this process left it.
-                    true
-                } else {
-                    let file = path.to_path_buf();
-                    let line = tokio::task::spawn_blocking(move || line_at(&file, seq))
-                        .await
-                        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "reading the audit log failed")))?;
-                    // A line no longer on this host (rotated files moved away) cannot be told
-                    // apart: the stream is taken as this log's, as it always was.
-                    line.is_none_or(|line| Some(line) == mirrored)
-                };
-                (seq, ours)
+        let ours = if seq > target {
+            false
+        } else if at.stream.as_deref() == Some(stream.as_str()) && at.reached == Some(seq) {
+            // Where this process left it.
+            true
+        } else {
+            let file = path.to_path_buf();
+            let line = tokio::task::spawn_blocking(move || line_at(&file, seq))
+                .await
+                .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "reading the audit log failed")))?;
+            match line {
+                Some(line) => Some(line) == mirrored,
+                None => epoch == newest,
             }
         };
         if ours {
-            // Once per change of stream, not at every reconnect to the same one.
-            if let Some((other, other_top)) = foreign
-                && at.stream.as_deref() != Some(stream.as_str())
-            {
-                at.foreign += 1;
-                if let Some(metrics) = &sink.metrics {
-                    metrics.audit_stream_epoch();
-                }
-                tracing::error!(
-                    stream = %other, stream_top = other_top, log_seq = target, mirror_to = %stream, times = at.foreign,
-                    "audit mirror: the stream holds another epoch of the log (its top is above this log's sequence, or a different line); it is left as it is and this log is mirrored to a new stream"
-                );
+            if epoch > 1 && at.stream.as_deref() != Some(stream.as_str()) {
+                // Found again (at start, or after Redis came back): no move, nothing to alert on.
+                tracing::info!(mirror_to = %stream, stream_top = seq, log_seq = target, "audit mirror: this log is mirrored to the stream of its epoch found again");
             }
             return Ok((stream, seq));
         }
         foreign.get_or_insert((stream, seq));
     }
-    tracing::error!(log_seq = target, "audit mirror: every stream key for this log holds another epoch; nothing is mirrored");
-    Err(redis::RedisError::from((redis::ErrorKind::Client, "no stream key left for this log's epoch")))
+    // The key this process mirrors to, if it is above every key in use (emptied: Redis lost it),
+    // so that the stream a reader follows does not change; else the one above the newest.
+    let own = (newest + 1..=MAX_EPOCHS).find(|&epoch| at.stream.as_deref() == Some(epoch_stream(&sink.stream, epoch).as_str()));
+    let epoch = own.unwrap_or(newest + 1);
+    if epoch > MAX_EPOCHS {
+        tracing::error!(log_seq = target, "audit mirror: every stream key for this log holds another epoch; nothing is mirrored");
+        return Err(redis::RedisError::from((redis::ErrorKind::Client, "no stream key left for this log's epoch")));
+    }
+    let stream = epoch_stream(&sink.stream, epoch);
+    // Only taking up a new key is a move: once per key, not at every reconnect or restart.
+    if let Some((other, other_top)) = foreign
+        && at.stream.as_deref() != Some(stream.as_str())
+    {
+        at.foreign += 1;
+        if let Some(metrics) = &sink.metrics {
+            metrics.audit_stream_epoch();
+        }
+        tracing::error!(
+            stream = %other, stream_top = other_top, log_seq = target, mirror_to = %stream, times = at.foreign,
+            "audit mirror: the stream holds another epoch of the log (its top is above this log's sequence, or a different line); it is left as it is and this log is mirrored to a new stream"
+        );
+    }
+    Ok((stream, 0))
 }
 
 fn is_already_added(err: &redis::RedisError) -> bool {
@@ -269,8 +340,11 @@ fn is_already_added(err: &redis::RedisError) -> bool {
         && err.detail().is_some_and(|detail| detail.contains(ALREADY_ADDED))
 }
 
-/// The log's files in order, rotated ones with the sequence range their name gives
-/// (`<path>.<first>-<last>`), the current one last with none.
+/// The log's files in order, rotated ones with the sequence range they hold, the current one last
+/// with none. A rotated file's name (`<path>.<first>-<last>`) gives its range, but before db7bdaf a
+/// rotation whose new file did not open left the writer appending to the renamed file, past the
+/// `last` in its name, up to the line before the next file's first: the range runs to there (the
+/// next name's `first`, or for the newest rotated file its own last line), so those lines are read.
 fn log_files(path: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
     let range = |file: &Path| {
         let (_, range) = file.file_name()?.to_str()?.rsplit_once('.')?;
@@ -285,8 +359,33 @@ fn log_files(path: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
             (file, seqs)
         })
         .collect();
+    let next_firsts: Vec<Option<u64>> = files.iter().skip(1).map(|(_, seqs)| seqs.map(|(first, _)| first)).collect();
+    let count = files.len();
+    for (i, (file, seqs)) in files.iter_mut().enumerate() {
+        let Some((first, last)) = *seqs else { continue };
+        let end = match next_firsts.get(i).copied().flatten() {
+            Some(next) => next.saturating_sub(1),
+            // Unknown (no line found at its end): the range is not bounded above.
+            None if i + 1 == count => last_line(file).unwrap_or(u64::MAX),
+            None => last,
+        };
+        *seqs = Some((first, last.max(end)));
+    }
     files.push((path.to_path_buf(), None));
     files
+}
+
+/// The sequence number of the last complete line of `file`, read from its end.
+fn last_line(file: &Path) -> Option<u64> {
+    // Far more than a line's length (well under 1 KiB).
+    const TAIL: u64 = 64 * 1024;
+    let mut handle = std::fs::File::open(file).ok()?;
+    let len = handle.metadata().ok()?.len();
+    handle.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+    let mut tail = Vec::new();
+    std::io::Read::read_to_end(&mut handle, &mut tail).ok()?;
+    let complete = &tail[..tail.iter().rposition(|&b| b == b'\n')?];
+    complete.split(|&b| b == b'\n').rev().find_map(|line| serde_json::from_slice::<Seq>(line).ok()).map(|line| line.seq)
 }
 
 /// The log's line numbered `seq`, looked for only in the files whose range holds it.

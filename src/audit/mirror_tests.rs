@@ -119,3 +119,21 @@ fn epochs_after_the_first_get_their_own_key() {
     assert_eq!(epoch_stream("voxgate:audit:a", 1), "voxgate:audit:a");
     assert_eq!(epoch_stream("voxgate:audit:a", 2), "voxgate:audit:a:epoch2");
 }
+
+/// Before db7bdaf a rotation whose new file did not open left the writer appending to the renamed
+/// file, past the last sequence number in its name. Those lines are read, not skipped by the name.
+#[test]
+fn lines_past_the_range_in_a_rotated_files_name_are_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    write_lines(&rotated(&path, 1, 10), 1..=15);
+    write_lines(&rotated(&path, 16, 20), 16..=25);
+    write_lines(&path, 26..=30);
+    let seqs: Vec<u64> = read_all(&path, 12, 30).into_iter().flatten().map(|(seq, _)| seq).collect();
+    assert_eq!(seqs, (13..=30).collect::<Vec<_>>());
+    assert_eq!((line_at(&path, 13), line_at(&path, 23)), (Some(line(13)), Some(line(23))));
+    // The newest rotated file too, whatever the file after it holds (here nothing yet).
+    std::fs::write(&path, "").unwrap();
+    let seqs: Vec<u64> = read_all(&path, 22, 30).into_iter().flatten().map(|(seq, _)| seq).collect();
+    assert_eq!(seqs, (23..=25).collect::<Vec<_>>());
+}

@@ -116,6 +116,8 @@ struct Inner {
     upstream_forged_events_total: Counter,
     /// Audit streams found holding another epoch of the log (the mirror moved to a new key).
     audit_stream_epochs_total: Counter,
+    /// Audit lines a mirror catch-up did not send: it started `maxlen` lines below the last one.
+    audit_stream_skipped_lines_total: Counter,
     /// The tool label values: [`KNOWN_TOOLS`], then the configured MCP tools.
     tools: Vec<&'static str>,
 }
@@ -231,6 +233,8 @@ impl Metrics {
                 "Upstream frames dropped as forged (a voxgate.* type, two type keys, or none readable)", Counter::default()),
             audit_stream_epochs_total: register(&mut r, "voxgate_audit_stream_epochs",
                 "Audit streams found holding another epoch of the log; the mirror moved to a new stream key", Counter::default()),
+            audit_stream_skipped_lines_total: register(&mut r, "voxgate_audit_stream_skipped_lines",
+                "Audit lines never sent to the Redis stream: a catch-up after more missed lines than the stream keeps started that many below the last", Counter::default()),
             registry: r,
             tools: KNOWN_TOOLS.iter().chain(mcp_tools).copied().collect(),
         };
@@ -277,6 +281,11 @@ impl Metrics {
     /// The audit mirror found its stream holding another epoch of the log and moved to a new key.
     pub fn audit_stream_epoch(&self) {
         self.inner.audit_stream_epochs_total.inc();
+    }
+
+    /// The audit mirror's catch-up left `lines` lines out of the stream (more were missed than it keeps).
+    pub fn audit_stream_skipped_lines(&self, lines: u64) {
+        self.inner.audit_stream_skipped_lines_total.inc_by(lines);
     }
 
     /// A session started: raises `voxgate_sessions_active` until the guard is dropped.
