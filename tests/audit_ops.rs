@@ -426,28 +426,43 @@ async fn wait_for_file_in(url: &str, stream: &str, path: &std::path::Path) {
     panic!("{stream} does not hold the file's lines: {last:?}");
 }
 
-/// A stream whose top line is not this log's line of that number holds another epoch too (a log
-/// restored from a backup and grown past the old top, a new file after enabling `chain_key`): no
-/// line of this log is added to it. A restart finds the stream this log went to again.
-#[tokio::test]
-async fn a_stream_whose_top_line_differs_is_another_epoch_and_a_restart_finds_the_new_one() {
+/// A log of five calls in a temporary directory (`rotate_bytes`; 0: never rotated), and a Redis
+/// whose `stream` already holds another log's line `seq`.
+struct Forked {
+    _dir: tempfile::TempDir,
+    config: voxgate::config::AuditConfig,
+    redis: RedisServer,
+    conn: redis::aio::MultiplexedConnection,
+    other: [(String, String); 1],
+}
+
+async fn forked(stream: &str, rotate_bytes: u64, seq: u64) -> Forked {
     let dir = tempfile::tempdir().unwrap();
     let config = voxgate::config::AuditConfig {
         path: dir.path().join("audit.jsonl"),
+        rotate_bytes,
         checkpoint_records: 0,
-        redis_stream: Some("voxgate:audit:fork".into()),
+        redis_stream: Some(stream.into()),
         ..Default::default()
     };
     let (handle, writer) = voxgate::audit::open(&config, Default::default()).await.unwrap();
     write_calls(&handle, 0..5).await;
     drop(handle);
     writer.join().await.unwrap();
-
     let redis = RedisServer::start();
     let client = redis::Client::open(redis.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let other = [("3-1".to_string(), "another log's line 3".to_string())];
-    let _: String = redis::cmd("XADD").arg("voxgate:audit:fork").arg("3-1").arg("record").arg(&other[0].1).query_async(&mut conn).await.unwrap();
+    let other = [(format!("{seq}-1"), format!("another log's line {seq}"))];
+    let _: String = redis::cmd("XADD").arg(stream).arg(&other[0].0).arg("record").arg(&other[0].1).query_async(&mut conn).await.unwrap();
+    Forked { _dir: dir, config, redis, conn, other }
+}
+
+/// A stream whose top line is not this log's line of that number holds another epoch too (a log
+/// restored from a backup and grown past the old top, a new file after enabling `chain_key`): no
+/// line of this log is added to it. A restart finds the stream this log went to again.
+#[tokio::test]
+async fn a_stream_whose_top_line_differs_is_another_epoch_and_a_restart_finds_the_new_one() {
+    let Forked { _dir, config, redis, mut conn, other } = forked("voxgate:audit:fork", 0, 3).await;
     let url = voxgate::config::Secret::new(redis.url());
     // The first start takes up a new key (counted); the restart finds it again (not counted: the
     // alert must not fire on every rollout while the old stream is kept).
@@ -471,25 +486,8 @@ async fn a_stream_whose_top_line_differs_is_another_epoch_and_a_restart_finds_th
 /// its lines, and the old one is left as it is.
 #[tokio::test]
 async fn an_older_epoch_whose_top_line_is_gone_from_the_host_is_not_taken_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = voxgate::config::AuditConfig {
-        path: dir.path().join("audit.jsonl"),
-        // Rotates after every commit: each line in a file of its own.
-        rotate_bytes: 1,
-        checkpoint_records: 0,
-        redis_stream: Some("voxgate:audit:back".into()),
-        ..Default::default()
-    };
-    let (handle, writer) = voxgate::audit::open(&config, Default::default()).await.unwrap();
-    write_calls(&handle, 0..5).await;
-    drop(handle);
-    writer.join().await.unwrap();
-
-    let redis = RedisServer::start();
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let other = [("5-1".to_string(), "another log's line 5".to_string())];
-    let _: String = redis::cmd("XADD").arg("voxgate:audit:back").arg("5-1").arg("record").arg(&other[0].1).query_async(&mut conn).await.unwrap();
+    // Rotates after every commit: each line in a file of its own.
+    let Forked { _dir, config, redis, conn: _, other } = forked("voxgate:audit:back", 1, 5).await;
     let url = voxgate::config::Secret::new(redis.url());
     // The last sequence number in the log, rotated files included.
     let last_seq = |path: &std::path::Path| -> u64 {
