@@ -184,19 +184,22 @@ async fn catch_up(
     let (Some(stream), Some(from)) = (at.stream.clone(), at.seq) else { return Ok(()) };
     // Lines more than `maxlen` below the last durable one would be trimmed as soon as added.
     let mut after = if sink.maxlen > 0 { from.max(target.saturating_sub(sink.maxlen)) } else { from };
-    // Lines above the last one this process sent (or the stream's top) and up to `after` are never
-    // sent: a reader sees the ids jump. Said once per gap, with its range, so that it is not taken
-    // for tampering (the file has them all).
-    let sent = from.max(at.reached.unwrap_or(0)).max(at.skipped_to);
-    if after > sent {
-        tracing::warn!(
-            stream = %stream, first_skipped = sent + 1, last_skipped = after, maxlen = sink.maxlen,
-            "audit mirror: more lines were missed than the stream keeps; the catch-up starts maxlen lines below the last, and the lines skipped are in the file only"
-        );
-        if let Some(metrics) = &sink.metrics {
-            metrics.audit_stream_skipped_lines(after - sent);
+    match gap(from, at.reached, at.skipped_to, after) {
+        Gap::None => {}
+        Gap::Start { first } => {
+            tracing::info!(stream = %stream, first, maxlen = sink.maxlen, "audit mirror: the stream starts with the last maxlen lines; the earlier ones are in the file only");
+            at.skipped_to = after;
         }
-        at.skipped_to = after;
+        Gap::Missed { first, last } => {
+            tracing::warn!(
+                stream = %stream, first_skipped = first, last_skipped = last, maxlen = sink.maxlen,
+                "audit mirror: more lines were missed than the stream keeps; the catch-up starts maxlen lines below the last, and the lines skipped are in the file only"
+            );
+            if let Some(metrics) = &sink.metrics {
+                metrics.audit_stream_skipped_lines(last + 1 - first);
+            }
+            at.skipped_to = after;
+        }
     }
     let mut cursor = at.cursor.clone().filter(|_| at.reached == Some(after));
     while after < target {
@@ -231,6 +234,33 @@ async fn catch_up(
         at.reached = Some(last);
     }
     Ok(())
+}
+
+/// What a catch-up that starts after line `after` leaves out of the stream.
+#[derive(Debug, PartialEq, Eq)]
+enum Gap {
+    None,
+    /// An empty stream this process never sent to (a first start with Redis, or Redis and voxgate
+    /// restarted together): the stream begins at `first`; no reader saw lines then missing from
+    /// it, so this is said, not counted as a gap.
+    Start { first: u64 },
+    /// Lines `first..=last` were sent nowhere although the stream had lines before them: a reader
+    /// sees the ids jump. Said once, with the range, so that it is not taken for tampering (the
+    /// file has them all), and counted.
+    Missed { first: u64, last: u64 },
+}
+
+/// `top`: the stream's top (0: empty); `reached`: the last line this process sent to it;
+/// `skipped_to`: the end of a gap already reported.
+fn gap(top: u64, reached: Option<u64>, skipped_to: u64, after: u64) -> Gap {
+    let sent = top.max(reached.unwrap_or(0)).max(skipped_to);
+    if after <= sent {
+        Gap::None
+    } else if top == 0 && reached.is_none() && skipped_to == 0 {
+        Gap::Start { first: after + 1 }
+    } else {
+        Gap::Missed { first: sent + 1, last: after }
+    }
 }
 
 /// `<stream>` for the first epoch, `<stream>:epoch<n>` after it.

@@ -137,3 +137,21 @@ fn lines_past_the_range_in_a_rotated_files_name_are_still_read() {
     let seqs: Vec<u64> = read_all(&path, 22, 30).into_iter().flatten().map(|(seq, _)| seq).collect();
     assert_eq!(seqs, (23..=25).collect::<Vec<_>>());
 }
+
+/// A catch-up into an empty stream this process never sent to starts the stream (said, not
+/// counted); one that leaves lines out after the stream had lines is a gap, reported once.
+#[test]
+fn a_new_stream_starts_where_a_catch_up_begins_and_only_lines_left_out_after_it_are_a_gap() {
+    // Nothing left out.
+    assert_eq!(gap(0, None, 0, 0), Gap::None);
+    assert_eq!(gap(300, Some(300), 0, 280), Gap::None);
+    // A first start, or Redis and voxgate restarted together: the stream begins at 281.
+    assert_eq!(gap(0, None, 0, 280), Gap::Start { first: 281 });
+    // Redis came back empty under a process that had sent up to 300; 380 lines durable, maxlen 20.
+    assert_eq!(gap(0, Some(300), 0, 380), Gap::Missed { first: 301, last: 380 });
+    // A stream that stood at 300 when this process connected, and is now 100 lines behind.
+    assert_eq!(gap(300, None, 0, 380), Gap::Missed { first: 301, last: 380 });
+    // Reported once: a retry after the gap was said does not say it again.
+    assert_eq!(gap(0, Some(300), 380, 380), Gap::None);
+    assert_eq!(gap(0, None, 280, 280), Gap::None);
+}

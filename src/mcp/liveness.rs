@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rmcp::model::{ClientRequest, JsonRpcMessage, PingRequest, RequestId};
+use rmcp::model::{ClientRequest, JsonRpcMessage, NumberOrString, PingRequest, RequestId};
 use rmcp::service::{Peer, RoleClient, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 
@@ -121,7 +121,7 @@ impl Answers {
         // Results only: rmcp makes up error answers of its own when a connection breaks.
         let JsonRpcMessage::Response(response) = message else { return };
         let mut pings = self.0.pings.lock().unwrap_or_else(PoisonError::into_inner);
-        match pings.iter().position(|id| *id == response.id) {
+        match pings.iter().position(|id| answers_ping(id, &response.id)) {
             Some(ping) => {
                 pings.remove(ping);
             }
@@ -130,6 +130,13 @@ impl Answers {
             }
         }
     }
+}
+
+/// Is `answer` the answer to ping `ping`? As rmcp matches answers to requests: the same id, or a
+/// numeric id answered as its decimal string (`7` as `"7"`), which some servers send back.
+fn answers_ping(ping: &RequestId, answer: &RequestId) -> bool {
+    ping == answer
+        || matches!((ping, answer), (NumberOrString::Number(n), NumberOrString::String(s)) if s.parse::<i64>() == Ok(*n))
 }
 
 /// A connection's transport that tells its [`Answers`] what goes out and comes in.
@@ -164,6 +171,17 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_ping_answered_with_its_id_as_a_string_is_its_answer() {
+        use super::{NumberOrString, answers_ping};
+        let seven = NumberOrString::Number(7);
+        assert!(answers_ping(&seven, &NumberOrString::Number(7)));
+        assert!(answers_ping(&seven, &NumberOrString::String("7".into())));
+        assert!(!answers_ping(&seven, &NumberOrString::String("8".into())));
+        assert!(!answers_ping(&seven, &NumberOrString::Number(8)));
+        assert!(answers_ping(&NumberOrString::String("p".into()), &NumberOrString::String("p".into())));
+    }
+
     use std::collections::BTreeMap;
     use std::io::{BufRead, BufReader};
     use std::path::PathBuf;

@@ -6,7 +6,8 @@
 //! only when it says when (`Retry-After`, honoured); any other answer fails at once. All of it
 //! "inside the tool's timeout": the call runs [`within_deadline`] of its timeout, a retry that
 //! would not end before it (waiting, then taking as long as the attempt before it) is not started,
-//! and each attempt gets at most what is left of it (less [`DEADLINE_MARGIN`]) rather than the
+//! and each attempt gets at most what is left of it (less [`DEADLINE_MARGIN`]; the first at least the
+//! margin's worth) rather than the
 //! client's fixed timeout, so a backend that hangs is reported as failing (`backend_error`, with its
 //! advice to the model) rather than cut off as a `timeout`.
 //!
@@ -151,8 +152,8 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, max_bytes: usiz
 
 /// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent. Inside a
 /// call ([`within_deadline`]) each attempt is cut off (as [`Failure::Timeout`]) when only
-/// [`DEADLINE_MARGIN`] of the call is left (the first attempt excepted: it gets all that is left),
-/// and none is started after that.
+/// [`DEADLINE_MARGIN`] of the call is left (the first attempt excepted: it gets at least the
+/// margin's worth, or all that is left when less is), and none is started after that.
 /// `backend` names the service in logs ("PubMed", "web search").
 pub async fn with_retries<F, Fut>(
     backend: &'static str,
@@ -167,10 +168,11 @@ where
     let mut last = Failure::Timeout;
     loop {
         // The client's own timeout (10 s, 15 s) may be longer than what is left of the call.
-        // The first attempt always gets what is left, margin or not: a tool whose whole timeout is
-        // under the margin still asks its backend (and ends as `timeout` if that is too slow).
+        // The first attempt gets at least the margin's worth (all that is left when less is): a
+        // tool with a timeout near the margin still asks its backend, and ends as `timeout` if
+        // that is too slow.
         let budget = time_left().map(|left| match left.saturating_sub(DEADLINE_MARGIN) {
-            margin_left if margin_left.is_zero() && attempt == 1 => left,
+            margin_left if attempt == 1 => margin_left.max(left.min(DEADLINE_MARGIN)),
             margin_left => margin_left,
         });
         if budget.is_some_and(|budget| budget.is_zero()) {
@@ -345,6 +347,14 @@ mod tests {
         });
         assert_eq!(within_deadline(deadline, slow).await, Err(Failure::Timeout));
         assert!(Instant::now() < deadline, "cut off by the deadline");
+
+        // A timeout just over the margin (300 ms) and a backend answering in 120 ms: the first
+        // attempt gets 250 ms, not 50.
+        let near = with_retries("test", || async {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            Ok(Bytes::from_static(b"in time"))
+        });
+        assert_eq!(within_deadline(Instant::now() + Duration::from_millis(300), near).await, Ok(Bytes::from_static(b"in time")));
 
         // A whole timeout under the margin (200 ms): the first attempt is still made.
         let made = Arc::new(AtomicU32::new(0));
