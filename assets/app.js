@@ -72,18 +72,33 @@ async function connect(params) {
 els.connectForm.addEventListener("submit", (event) => {
   event.preventDefault();
   // A manual Connect may be the next user at a shared workstation: the previous conversation's
-  // patient details leave the screen. (Automatic reconnects and Reconnect keep them.)
+  // patient details leave the screen, with a request typed and not sent. (Automatic reconnects
+  // and Reconnect keep them.)
   clearConversation();
+  els.textInput.value = "";
   audio.forgetMicrophone();
   connect({ token: els.token.value.trim(), model: els.model.value.trim() });
 });
 els.disconnect.addEventListener("click", () => {
   // The user is leaving, perhaps a shared workstation: the next person to press Connect must not
-  // get a session with this one's token, nor see this conversation. (A close the user did not ask
-  // for keeps both: the automatic reconnect after a drain and Reconnect need the token.)
+  // get a session with this one's token, nor see this conversation or a request typed and not
+  // sent. (A close the user did not ask for keeps them: the automatic reconnect after a drain and
+  // Reconnect need the token. So Disconnect stays usable after such a close, to forget them.)
   els.token.value = "";
+  els.textInput.value = "";
   lastConnect = null;
-  client.disconnect();
+  autoReconnects = 0;
+  if (client.state === "connecting" || client.state === "open") {
+    // The conversation is cleared by the `closed` status this close brings.
+    client.disconnect();
+    return;
+  }
+  // Already closed: no status will come.
+  clearConversation();
+  audio.forgetMicrophone();
+  els.statusText.textContent = "Disconnected";
+  els.reconnect.hidden = true;
+  els.disconnect.disabled = true;
 });
 els.reconnect.addEventListener("click", () => {
   if (lastConnect) connect(lastConnect);
@@ -126,7 +141,8 @@ client.addEventListener("status", (event) => {
   els.connect.disabled = busy;
   els.token.disabled = busy;
   els.model.disabled = busy;
-  els.disconnect.disabled = !busy;
+  // After a close the user did not ask for, Disconnect forgets the user (the token, Reconnect's).
+  els.disconnect.disabled = !(busy || (state === "closed" && !byClient));
   els.mic.disabled = !open;
   els.textInput.disabled = !open;
   els.send.disabled = !open;

@@ -162,6 +162,9 @@ export function formatDateValue(value, locale) {
   if (ISO_DATE.test(value)) {
     const [y, m, d] = value.split("-").map(Number);
     const date = new Date(y, m - 1, d);
+    // Not a real date (month 13, 30 February; a year 0–99, which `Date` reads as 1900–1999): `Date`
+    // reads it as another; shown as written.
+    if (date.getFullYear() !== y || date.getMonth() !== m - 1 || date.getDate() !== d) return value;
     return new Intl.DateTimeFormat(locale, { weekday: "short", day: "numeric", month: "short", year: "numeric" }).format(date);
   }
   const parts = ISO_DATETIME.exec(value);
@@ -169,8 +172,11 @@ export function formatDateValue(value, locale) {
     const [, y, mo, d, h, mi, sec, offset] = parts;
     // The wall-clock time as written, formatted in UTC so no zone of this device moves it.
     const date = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(sec || 0)));
-    // Not a real date or time (30 February, 25:00): shown as written.
-    if (Number.isNaN(date.getTime()) || date.getUTCDate() !== Number(d) || date.getUTCHours() !== Number(h)) return value;
+    // Not a real date or time (month 13, 30 February, 25:00, second 60; a year 0–99, which
+    // `Date.UTC` reads as 1900–1999): `Date.UTC` reads it as another; shown as written.
+    const written = [y, mo, d, h, mi, sec || 0].map(Number);
+    const read = [date.getUTCFullYear(), date.getUTCMonth() + 1, date.getUTCDate(), date.getUTCHours(), date.getUTCMinutes(), date.getUTCSeconds()];
+    if (Number.isNaN(date.getTime()) || written.some((n, i) => n !== read[i])) return value;
     const text = new Intl.DateTimeFormat(locale, {
       weekday: "short", day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit", timeZone: "UTC",
     }).format(date);

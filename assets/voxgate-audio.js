@@ -193,9 +193,10 @@ export class PcmPlayer {
    * @param {{stats: () => PlayerStats, onState: (detail: {state: string, item_id: string|null, audio_end_ms?: number}) => void, onContextState?: (state: string) => void}} hooks
    *   `stats` returns the counters to update (the client replaces them per session); `onState`
    *   hears `started` (an item begins, or plays again after everything had ended), `ended`
-   *   (everything queued has played) and `interrupted` (stopped early; the item heard when it was
-   *   stopped); `onContextState` hears the context's state each time it changes from the last one
-   *   reported (`running`, `suspended`, `interrupted`, `closed`).
+   *   (everything queued has played) and `interrupted` (stopped early and nothing is left
+   *   playing; the item heard when it was stopped); `onContextState` hears the context's state
+   *   each time it changes from the last one reported (`running`, `suspended`, `interrupted`,
+   *   `closed`).
    */
   constructor({ stats, onState, onContextState = () => {} }) {
     this.stats = stats;
@@ -250,6 +251,16 @@ export class PcmPlayer {
   /** @returns {string[]} the items with audio playing or queued, in the order they began */
   queuedItems() {
     return [...this.items.values()].filter((item) => item.pending.size > 0).map((item) => item.itemId);
+  }
+
+  /**
+   * @param {string} itemId
+   * @returns {number} ms of the item's audio that played to its end (floored; 0 for an item the
+   *   player does not hold: never queued, or cut by `stop()`)
+   */
+  heardMs(itemId) {
+    const item = this.items.get(itemId);
+    return item ? Math.floor(item.playedMs) : 0;
   }
 
   /**
@@ -325,9 +336,10 @@ export class PcmPlayer {
     const cuts = [];
     for (const item of [...this.items.values()]) {
       if (only && !only.has(item.itemId)) continue;
-      this.items.delete(item.itemId);
-      // An item whose audio has all played needs no cut.
+      // An item whose audio has all played so far needs no cut; it stays, so that what was heard
+      // of it is still known if more of its audio comes (`heardMs`).
       if (item.pending.size === 0) continue;
+      this.items.delete(item.itemId);
       let heardMs = item.playedMs;
       for (const chunk of item.pending) {
         const heard = Math.max(0, Math.min(chunk.duration, now - chunk.start));
@@ -351,7 +363,11 @@ export class PcmPlayer {
     this.playHead = 0;
     for (const chunk of this.sources) this.playHead = Math.max(this.playHead, chunk.start + chunk.duration);
     stats.interruptions += 1;
-    this.onState({ state: "interrupted", item_id: cuts[0].itemId, audio_end_ms: cuts[0].audioEndMs });
+    // Audio left playing (an earlier answer, when only some items were stopped): the assistant is
+    // still heard, and `ended` follows when it is over.
+    if (this.sources.size === 0) {
+      this.onState({ state: "interrupted", item_id: cuts[0].itemId, audio_end_ms: cuts[0].audioEndMs });
+    }
     return cuts;
   }
 }

@@ -185,8 +185,10 @@ export class VoxgateClient extends EventTarget {
     /** @type {Set<string>} items with audio in the response running now (a resume stops them) */
     this.responseItems = new Set();
     /** @type {Set<string>} items still playing from before a resume: never truncated (the new
-     *  upstream holds them as text, under other ids) */
+     *  upstream holds them under the same ids, but as text, which has no audio to truncate) */
     this.restoredItems = new Set();
+    /** @type {string|null} the response this client cancelled last (it cancels each one once) */
+    this.cancelledResponseId = null;
     this.mic = null;
     /** @type {Promise<void>|null} the capture being opened, if any */
     this.micStarting = null;
@@ -363,8 +365,8 @@ export class VoxgateClient extends EventTarget {
 
   /**
    * Tell the server the user heard only `audioEndMs` of an assistant item; later audio for it is
-   * dropped. Once per item; never for an item from before a resume (the new upstream does not
-   * know its id).
+   * dropped. Once per item; never for an item from before a resume (the new upstream holds it as
+   * text, which has no audio to truncate).
    * @param {string} itemId
    * @param {number} contentIndex
    * @param {number} audioEndMs
@@ -388,11 +390,24 @@ export class VoxgateClient extends EventTarget {
     return withTimeout(context.resume(), RESUME_TIMEOUT_MS, "the audio output did not resume");
   }
 
+  /**
+   * Cancel the running response (`response.cancel`), once: the user will not hear the rest of it.
+   */
+  cancelResponse() {
+    if (!this.activeResponseId || this.cancelledResponseId === this.activeResponseId) return;
+    this.cancelledResponseId = this.activeResponseId;
+    this.send({ type: "response.cancel" });
+  }
+
   /** @param {string} state the playback AudioContext's new state */
   onAudioState(state) {
     if (state !== "running") {
       // What was queued would play late, all at once, when the context resumes: cut it now and
-      // tell the model how much was heard.
+      // tell the model how much was heard, as a barge-in does. The running response, if its audio
+      // is cut, is cancelled first: its later audio would be dropped, and nothing is added to an
+      // item after its truncate.
+      const player = this.player;
+      if (player && player.queuedItems().some((itemId) => this.responseItems.has(itemId))) this.cancelResponse();
       this.stopPlayback({ truncate: true });
       this.emitError("audio", "audio_suspended", "the browser paused the assistant's audio: click anywhere on the page to resume it");
     }
@@ -456,6 +471,7 @@ export class VoxgateClient extends EventTarget {
     this.truncatedItems = new Set();
     this.responseItems = new Set();
     this.restoredItems = new Set();
+    this.cancelledResponseId = null;
   }
 
   /** @returns {string} */

@@ -128,10 +128,12 @@ export const SERVER_EVENT_HANDLERS = {
     this.emit("closing", { reason: event.reason || "", reconnect: event.reconnect === true });
   },
   "voxgate.session.resuming"(event) {
-    // The response in flight died with the old upstream (its response.done will never come): its
-    // audio stops. The audio of responses already complete plays on: voxgate resumes only when no
-    // response runs, often while the last answer's tail, sent faster than real time, still plays.
-    // The new upstream holds those items as text under other ids: they are never truncated.
+    // The response in flight, if any, died with the old upstream (its response.done will never
+    // come): its audio stops. (A `max_age` resume waits until no response runs; one after
+    // `upstream_closed` or `upstream_error` may come mid-response.) The audio of responses already
+    // complete plays on: often the last answer's tail, sent faster than real time, still plays.
+    // The new upstream holds those items under the same ids but as text, and a text item has no
+    // audio to truncate: they are never truncated.
     if (this.player) {
       if (this.responseItems.size > 0) this.player.stop(this.responseItems);
       for (const itemId of this.player.queuedItems()) this.restoredItems.add(itemId);
@@ -172,9 +174,12 @@ export const SERVER_EVENT_HANDLERS = {
     if (this.activeResponseId) this.responseItems.add(event.item_id);
     if (this.player && !this.truncatedItems.has(event.item_id)) {
       if (!this.player.play(event.item_id, event.content_index, event.delta)) {
-        // Dropped unheard (the browser paused the audio): the model must not think it was heard.
-        // Once: the item's later audio is dropped as truncated.
-        this.truncateItem(event.item_id, event.content_index || 0, 0);
+        // Dropped unheard (the browser paused the audio), as a barge-in would: the response stops
+        // (it would go on adding what the user will not hear), and the model keeps only what was
+        // heard of the item (what played before its audio ran dry; 0 if none). Cancelled first, so
+        // nothing is added to the item after its truncate. Once: later audio is dropped as truncated.
+        if (this.activeResponseId) this.cancelResponse();
+        this.truncateItem(event.item_id, event.content_index || 0, this.player.heardMs(event.item_id));
       }
     } else {
       // Not played (no playback, or the item was truncated), but still counted: the stats say

@@ -63,6 +63,21 @@ async function bookingDialog(t, options = {}) {
 }
 
 /**
+ * voxgate on `fake` (started here) and the page on it.
+ * @param {import("node:test").TestContext} t
+ * @param {FakeUpstream} fake
+ */
+async function pageOn(t, fake) {
+  const upstreamUrl = await fake.start();
+  t.after(() => fake.stop());
+  const voxgate = await startVoxgate({ upstreamUrl });
+  t.after(() => voxgate.stop());
+  const browser = await openPage({ baseUrl: voxgate.baseUrl });
+  t.after(() => browser.close());
+  return { voxgate, browser, page: browser.page };
+}
+
+/**
  * What the dialog shows, read from the DOM.
  * @param {import("playwright-core").Page} page
  */
@@ -217,13 +232,7 @@ test("queued requests: input begun before a request was shown never approves it"
   const fake = new FakeUpstream({
     rules: [{ match: /book four meetings/i, calls: QUEUED.map((args) => ({ name: "create_calendar_event", arguments: args })) }],
   });
-  const upstreamUrl = await fake.start();
-  t.after(() => fake.stop());
-  const voxgate = await startVoxgate({ upstreamUrl });
-  t.after(() => voxgate.stop());
-  const browser = await openPage({ baseUrl: voxgate.baseUrl });
-  t.after(() => browser.close());
-  const { page } = browser;
+  const { voxgate, browser, page } = await pageOn(t, fake);
   // Every decision the page sends, as it goes over the WebSocket.
   const decisions = [];
   page.on("websocket", (ws) => ws.on("framesent", ({ payload }) => {
@@ -370,5 +379,23 @@ test("a start time with an offset reads the same in the dialog's rows as in its 
   assert.match(start.value, /\+01:00|GMT\+1|CET/, `the Start row names its offset (${start.value})`);
   assert.match(end.value, /\b14:30\b/, end.value);
   assert.doesNotMatch(start.value, /13:00/);
+  assert.deepEqual(browser.problems, []);
+});
+
+test("dates that do not exist (month 13 or 00, second 60, year 0025) are shown as written, never rolled over", { timeout: 60_000 }, async (t) => {
+  const fake = new FakeUpstream();
+  const { voxgate, browser, page } = await pageOn(t, fake);
+  const unreal = [
+    "2025-13-05T10:00", "2025-00-05T10:00", "2025-13-05", "2025-00-05", "2025-01-05T10:00:60",
+    "2025-01-05T10:60", "0025-01-05T10:00", "0025-01-05", "2025-02-30T10:00",
+  ];
+  const shown = await page.evaluate(async (values) => {
+    const { formatDateValue } = await import("/assets/labels.js");
+    return values.map((v) => formatDateValue(v, "en-GB"));
+  }, [...unreal, "2025-11-25T14:00", "2025-11-25", "2025-11-25T14:00:59+01:00"]);
+  assert.deepEqual(shown.slice(0, unreal.length), unreal, "shown as written, as the server's prompt shows them");
+  assert.match(shown[unreal.length], /Tue.*25 Nov 2025.*14:00/, "a real date-time still reads in words");
+  assert.match(shown[unreal.length + 1], /Tue.*25 Nov 2025/, "a real date still reads in words");
+  assert.match(shown[unreal.length + 2], /14:00 UTC\+01:00/);
   assert.deepEqual(browser.problems, []);
 });

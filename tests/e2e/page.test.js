@@ -12,6 +12,7 @@ import { connectPage, openPage, screenshot, startVoxgate, typeRequest } from "./
 import { connectedSession, fakeModel } from "./support/session.js";
 
 const JWT_SECRET = "e2e-test-secret-that-is-long-enough-0123456789";
+const ADMIN_TOKEN = "e2e-admin-token-0123456789abcdef";
 
 /**
  * An HS256 JWT.
@@ -115,13 +116,23 @@ test("errors from the server appear in the alert region", { timeout: 60_000 }, a
   assert.equal((await statusOf(page)).state, "open", "the session goes on");
 });
 
-test("a token travels in the subprotocol; a bad one is refused with a clear error", { timeout: 60_000 }, async (t) => {
+/**
+ * The fake model, voxgate admitting JWTs (and the admin token), and the page on it.
+ * @param {import("node:test").TestContext} t
+ */
+async function jwtPage(t) {
   const { fake, upstreamUrl } = await fakeModel(t);
-  const voxgate = await startVoxgate({ upstreamUrl, toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\n` });
+  const voxgate = await startVoxgate({
+    upstreamUrl, toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\nadmin_token = "${ADMIN_TOKEN}"\n`,
+  });
   t.after(() => voxgate.stop());
   const browser = await openPage({ baseUrl: voxgate.baseUrl });
   t.after(() => browser.close());
-  const { page } = browser;
+  return { fake, voxgate, browser, page: browser.page };
+}
+
+test("a token travels in the subprotocol; a bad one is refused with a clear error", { timeout: 60_000 }, async (t) => {
+  const { fake, voxgate, browser, page } = await jwtPage(t);
 
   await page.getByTestId("token-input").fill(jwt({ sub: "dr-who", roles: ["clinician"], exp: 1 }, JWT_SECRET)); // expired
   await page.getByTestId("connect-button").click();
@@ -172,20 +183,18 @@ test("a server restart drops the session with a reason; the page reconnects by i
 });
 
 test("Disconnect forgets the user: token, Reconnect's parameters and the conversation are cleared", { timeout: 60_000 }, async (t) => {
-  const { fake, upstreamUrl } = await fakeModel(t);
-  const voxgate = await startVoxgate({ upstreamUrl, toml: `[auth]\nmode = "jwt"\njwt_secret = "${JWT_SECRET}"\n` });
-  t.after(() => voxgate.stop());
-  const browser = await openPage({ baseUrl: voxgate.baseUrl });
-  t.after(() => browser.close());
-  const { page } = browser;
+  const { fake, voxgate, browser, page } = await jwtPage(t);
   // Dr A on a shared workstation: a sign-in token, a conversation, then Disconnect.
   const tokenA = jwt({ sub: "dr-a", roles: ["clinician"], exp: Math.floor(Date.now() / 1000) + 600 }, JWT_SECRET);
   await connectPage(page, { token: tokenA });
   await typeRequest(page, "Patient Jane Doe has a cough");
   await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").first().waitFor({ timeout: 15_000 });
+  // A request begun and not sent: it may name a patient too.
+  await page.getByTestId("text-input").fill("Book Jane Doe's");
   await page.getByTestId("disconnect-button").click();
   await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
   assert.equal(await page.getByTestId("token-input").inputValue(), "", "the token field is emptied");
+  assert.equal(await page.getByTestId("text-input").inputValue(), "", "the text typed and not sent is emptied");
   assert.equal(await page.locator("[data-testid=transcript-entry]").count(), 0, "the conversation leaves the screen");
   assert.doesNotMatch(await page.locator("main").textContent(), /Jane/);
   assert.equal(await page.getByTestId("reconnect-button").isVisible(), false);
@@ -206,4 +215,60 @@ test("disconnect(reason) closes the socket even with a long non-ASCII reason", {
   await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed", null, { timeout: 5_000 });
   assert.equal(await page.evaluate(() => window.voxgate.ws), null, "the socket is gone");
   assert.deepEqual(browser.problems, []);
+});
+
+/**
+ * End the page's session as an administrator would (`DELETE /admin/sessions/{id}`: a close the
+ * user did not ask for, with `reconnect: false`); resolves once the page shows it closed.
+ * @param {import("playwright-core").Page} page
+ * @param {{baseUrl: string}} voxgate
+ */
+async function adminClose(page, voxgate) {
+  const id = await page.evaluate(() => window.voxgate.sessionId);
+  assert.ok(id, "the session has an id");
+  const res = await fetch(`${voxgate.baseUrl}/admin/sessions/${encodeURIComponent(id)}`, {
+    method: "DELETE", headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+  });
+  assert.equal(res.status, 204);
+  await page.waitForFunction(() => document.querySelector("[data-testid=connection-status]").dataset.state === "closed");
+}
+
+test("after a close the user did not ask for, Connect empties the unsent text and Disconnect still forgets the user", { timeout: 90_000 }, async (t) => {
+  const { fake, voxgate, browser, page } = await jwtPage(t);
+  const tokenA = jwt({ sub: "dr-a", roles: ["clinician"], exp: Math.floor(Date.now() / 1000) + 600 }, JWT_SECRET);
+  await connectPage(page, { token: tokenA });
+  await page.waitForFunction(() => window.voxgate.sessionId);
+
+  // The session is ended for Dr A, a request half typed; Connect starts a new one without it.
+  await page.getByTestId("text-input").fill("Book Jane Doe's");
+  await adminClose(page, voxgate);
+  await page.getByTestId("reconnect-button").waitFor();
+  await connectPage(page);
+  assert.equal(await page.getByTestId("text-input").inputValue(), "", "Connect empties the text typed and not sent");
+  await page.waitForFunction(() => window.voxgate.sessionId);
+
+  // Ended again, mid-conversation: Dr A leaves with Disconnect, though the session is already closed.
+  await typeRequest(page, "Patient Jane Doe has a cough");
+  await page.locator("[data-testid=transcript-entry][data-role=assistant][data-final=true]").first().waitFor({ timeout: 15_000 });
+  await page.getByTestId("text-input").fill("Book Jane Doe's");
+  await adminClose(page, voxgate);
+  await page.getByTestId("reconnect-button").waitFor();
+  const disconnect = page.getByRole("button", { name: "Disconnect", exact: true });
+  assert.equal(await disconnect.isEnabled(), true, "Disconnect is usable while closed");
+  await disconnect.click();
+  assert.equal(await page.getByTestId("token-input").inputValue(), "", "the token field is emptied");
+  assert.equal(await page.getByTestId("text-input").inputValue(), "", "the unsent text is emptied");
+  assert.equal(await page.locator("[data-testid=transcript-entry]").count(), 0, "the conversation leaves the screen");
+  assert.doesNotMatch(await page.locator("main").textContent(), /Jane/);
+  assert.equal(await page.getByTestId("reconnect-button").isVisible(), false, "no Reconnect with the forgotten token");
+  assert.equal(await disconnect.isDisabled(), true, "nothing left to forget");
+  assert.equal((await statusOf(page)).text, "Disconnected");
+
+  // Dr B presses Connect with nothing typed: refused (a JWT deployment), never Dr A's session.
+  const connections = fake.connections;
+  await page.getByTestId("connect-button").click();
+  await page.locator("[data-testid=error-message][data-code=connect_failed]").waitFor();
+  assert.equal((await statusOf(page)).state, "closed");
+  assert.equal(fake.connections, connections, "no new session reached the model");
+  assert.deepEqual(browser.problems.filter((p) => !/WebSocket connection .* failed/.test(p)), []);
 });

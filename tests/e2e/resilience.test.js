@@ -11,6 +11,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { screenshot, typeRequest, waitUntil } from "./support/harness.js";
 import { connectedSession } from "./support/session.js";
+import { tone } from "./support/fake-upstream.js";
 
 /** A question the fake model starts to answer and never finishes. */
 const RULES = [{ match: /never finishes/i, hang: "Let me think about that" }];
@@ -185,5 +186,32 @@ test("after a resume, a barge-in sends no truncate for an item from before it", 
   await new Promise((resolve) => setTimeout(resolve, 300));
   // The new upstream holds the old conversation as text: the old item's id means nothing to it.
   assert.deepEqual(fake.eventsOf("conversation.item.truncate"), []);
+  assert.deepEqual(browser.problems, []);
+});
+
+test("a resume while an earlier answer still plays: the indicator keeps saying the assistant speaks", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  await recordPlayback(page);
+  fake.respondWithAudio("A complete answer.", 4000);
+  await waitUntil(() => fake.activeResponse === null, { message: "the response done" });
+  // A second answer, queued behind the first one's tail, is running when the upstream goes.
+  const { base } = fake.beginAudioMessage();
+  const pcm = tone(1000);
+  for (let offset = 0; offset < pcm.length; offset += 4800) {
+    fake.send({ type: "response.output_audio.delta", ...base, delta: pcm.subarray(offset, offset + 4800).toString("base64") });
+  }
+  await page.waitForFunction(() => window.voxgate.stats.audioChunksScheduled === 50, null, { timeout: 5_000 });
+  fake.dropConnection(1011, "internal error");
+  await page.locator("[data-testid=error-message][data-code=resumed]").waitFor({ timeout: 20_000 });
+  assert.equal(await page.evaluate(() => window.voxgate.playing), true, "the first answer still plays");
+  const indicator = page.getByTestId("playback-indicator");
+  assert.equal(await indicator.getAttribute("data-state"), "speaking");
+  assert.match(await indicator.textContent(), /Assistant is speaking/);
+  await page.waitForFunction(() => !window.voxgate.playing, null, { timeout: 10_000 });
+  const states = await page.evaluate(() => window.__playback);
+  assert.ok(!states.includes("interrupted"), `never "stopped" while audible (${states})`);
+  assert.equal(states[states.length - 1], "ended");
+  const msPlayed = await page.evaluate(() => window.voxgate.stats.msPlayed);
+  assert.ok(Math.abs(msPlayed - 4000) < 20, `the first answer played whole, none of the second (${msPlayed} ms)`);
   assert.deepEqual(browser.problems, []);
 });

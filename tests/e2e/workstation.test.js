@@ -9,6 +9,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connectPage, openPage, screenshot, sleep, startVoxgate, typeRequest } from "./support/harness.js";
 import { connectedSession, fakeModel } from "./support/session.js";
+import { tone } from "./support/fake-upstream.js";
 
 /** The most entries each list keeps. */
 const LIST_CAP = 200;
@@ -182,5 +183,68 @@ test("an answer that arrives while playback is suspended is truncated to nothing
   await sleep(200);
   const truncates = fake.eventsOf("conversation.item.truncate").map((e) => [e.item_id, e.content_index, e.audio_end_ms]);
   assert.deepEqual(truncates, [[unheard.itemId, 0, 0]], "the model is told none of it was heard");
+  assert.equal(fake.eventsOf("response.cancel").length, 1, "the response the user will not hear is cancelled, once");
+  assert.deepEqual(browser.problems, []);
+});
+
+/**
+ * `ms` more of an assistant item's audio, in 100 ms deltas sent at once (faster than real time).
+ * @param {import("./support/fake-upstream.js").FakeUpstream} fake
+ * @param {object} base the item's `response_id`, `item_id`, `output_index`, `content_index`
+ * @param {number} ms
+ */
+function sendAudio(fake, base, ms) {
+  const pcm = tone(ms);
+  for (let offset = 0; offset < pcm.length; offset += 4800) {
+    fake.send({ type: "response.output_audio.delta", ...base, delta: pcm.subarray(offset, offset + 4800).toString("base64") });
+  }
+}
+
+/** @param {import("./support/fake-upstream.js").FakeUpstream} fake */
+const truncatesOf = (fake) => fake.eventsOf("conversation.item.truncate").map((e) => [e.item_id, e.content_index, e.audio_end_ms]);
+
+test("audio dropped while suspended, after part of its item was heard: truncated at what was heard, the response cancelled", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  // 1 s of a running answer plays to its end; its next audio is late (network jitter).
+  const { itemId, base } = fake.beginAudioMessage();
+  sendAudio(fake, base, 1000);
+  await page.waitForFunction(() => window.voxgate.stats.audioChunksPlayed === 10 && !window.voxgate.playing, null, { timeout: 5_000 });
+  await page.evaluate(() => window.voxgate.player.context.suspend());
+  await page.locator("[data-testid=error-message][data-code=audio_suspended]").waitFor();
+  assert.deepEqual(truncatesOf(fake), [], "nothing was queued at the suspension: nothing to cut");
+  sendAudio(fake, base, 500);
+  await fake.waitFor(() => fake.eventsOf("conversation.item.truncate").length > 0, 5000);
+  await sleep(300);
+  const truncates = truncatesOf(fake);
+  assert.equal(truncates.length, 1, JSON.stringify(truncates));
+  const [[item, contentIndex, endMs]] = truncates;
+  assert.deepEqual([item, contentIndex], [itemId, 0]);
+  assert.ok(Math.abs(endMs - 1000) <= 2, `the model keeps the second the user heard (audio_end_ms ${endMs})`);
+  assert.equal(fake.eventsOf("response.cancel").length, 1, "the response that would go on unheard is cancelled");
+  const cancel = fake.events.findIndex((e) => e.type === "response.cancel");
+  const truncate = fake.events.findIndex((e) => e.type === "conversation.item.truncate");
+  assert.ok(cancel < truncate, "cancelled first: nothing is added to the item after its truncate");
+  await page.waitForFunction(() => window.voxgate.activeResponseId === null, null, { timeout: 5_000 });
+  assert.deepEqual(browser.problems, []);
+});
+
+test("playback suspended while a running answer plays: truncated at what was heard and cancelled, once", { timeout: 60_000 }, async (t) => {
+  const { fake, browser, page } = await session(t);
+  const { itemId, base } = fake.beginAudioMessage();
+  sendAudio(fake, base, 3000);
+  await page.waitForFunction(() => window.voxgate.stats.msPlayed >= 500, null, { timeout: 5_000 });
+  await page.evaluate(() => window.voxgate.player.context.suspend());
+  await fake.waitFor(() => fake.eventsOf("conversation.item.truncate").length > 0, 5000);
+  // The rest of the item, still coming: dropped, and nothing more is sent for it.
+  sendAudio(fake, base, 500);
+  await sleep(300);
+  const truncates = truncatesOf(fake);
+  assert.equal(truncates.length, 1, JSON.stringify(truncates));
+  const [[item, , endMs]] = truncates;
+  assert.equal(item, itemId);
+  const heard = await page.evaluate(() => window.voxgate.stats.msPlayed);
+  assert.ok(endMs >= 500 && endMs < 3000 && Math.abs(endMs - heard) <= 2, `truncated at what was heard (${endMs} ms, ${heard} ms played)`);
+  assert.equal(fake.eventsOf("response.cancel").length, 1, "the running response is cancelled, once");
+  await page.waitForFunction(() => window.voxgate.activeResponseId === null, null, { timeout: 5_000 });
   assert.deepEqual(browser.problems, []);
 });
