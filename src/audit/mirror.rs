@@ -39,6 +39,8 @@ use tokio::sync::watch;
 use super::record::record_id;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How soon durable lines that were not found on disk are looked for again (then backed off).
+const MISSING_RETRY: Duration = Duration::from_millis(100);
 /// The error Redis gives an XADD whose id is not above the stream's top: the line is there.
 const ALREADY_ADDED: &str = "The ID specified in XADD is equal or smaller than the target stream top item";
 /// Lines read from the log and sent per batch, at most: what a catch-up holds at once.
@@ -100,6 +102,7 @@ pub(super) fn spawn(
         let mut backoff = Duration::from_millis(200);
         let mut conn: Option<redis::aio::MultiplexedConnection> = None;
         let mut down = false;
+        let mut missing = MISSING_RETRY;
         loop {
             let target = *flushed.borrow_and_update();
             if at.seq.is_none_or(|m| m < target) {
@@ -134,7 +137,23 @@ pub(super) fn spawn(
                     }
                 }
             }
-            if flushed.changed().await.is_err() {
+            // Durable lines not found on disk (a rotation renamed their file while it was being
+            // read): looked for again soon, not only at the next flush, which may never come on a
+            // quiet instance. Backed off while they stay missing (rotated files moved away).
+            let target = *flushed.borrow();
+            let next = if target > 0 && at.seq.is_none_or(|m| m < target) {
+                tokio::select! {
+                    () = tokio::time::sleep(missing) => {
+                        missing = (missing * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                    changed = flushed.changed() => changed,
+                }
+            } else {
+                missing = MISSING_RETRY;
+                flushed.changed().await
+            };
+            if next.is_err() {
                 // The writer is gone: one last catch-up of what is on disk, then stop.
                 let target = *flushed.borrow();
                 let _ = catch_up(&url, &sink, &path, &mut conn, &mut at, target).await;
