@@ -16,7 +16,7 @@ fn write_lines(file: &Path, seqs: std::ops::RangeInclusive<u64>) {
 }
 
 fn rotated(path: &Path, first: u64, last: u64) -> PathBuf {
-    super::super::writer::rotated_name(path, first, last)
+    super::super::files::rotated_name(path, first, last)
 }
 
 /// A rotated file that must never be opened: opening a FIFO for reading blocks until a writer

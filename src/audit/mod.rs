@@ -9,6 +9,7 @@
 //! staying the source of truth.
 
 mod chain;
+mod files;
 mod health;
 mod mirror;
 pub mod record;

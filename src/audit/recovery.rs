@@ -16,7 +16,7 @@ use futures::StreamExt;
 use super::AuditError;
 use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
-use super::writer::{io, open_append};
+use super::files::{io, open_append};
 
 /// How long start-up waits in all for the tools to say what became of interrupted calls.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);

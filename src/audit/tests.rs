@@ -267,10 +267,10 @@ async fn a_finish_whose_start_never_made_the_log_is_refused() {
 }
 
 /// Faults that fail every commit while `failing` is set (a full or read-only disk).
-fn failing_writes(failing: &Arc<AtomicBool>) -> writer::Faults {
+fn failing_writes(failing: &Arc<AtomicBool>) -> files::Faults {
     let failing = failing.clone();
     Arc::new(move |op| {
-        if op == writer::FileOp::Write && failing.load(Ordering::SeqCst) {
+        if op == files::FileOp::Write && failing.load(Ordering::SeqCst) {
             Err(std::io::Error::other("injected write failure"))
         } else {
             Ok(())
@@ -300,8 +300,8 @@ async fn a_commit_that_hangs_makes_the_writer_unhealthy_and_is_gauged() {
     let (release, hung) = std::sync::mpsc::channel::<()>();
     let hung = std::sync::Mutex::new(hung);
     let hang = AtomicBool::new(true);
-    let faults: writer::Faults = Arc::new(move |op| {
-        if op == writer::FileOp::Write && hang.swap(false, Ordering::SeqCst) {
+    let faults: files::Faults = Arc::new(move |op| {
+        if op == files::FileOp::Write && hang.swap(false, Ordering::SeqCst) {
             let _ = hung.lock().unwrap().recv();
         }
         Ok(())
@@ -437,10 +437,10 @@ async fn a_rotation_that_cannot_open_the_new_file_writes_nothing_into_the_rotate
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir, 1500);
     let fail_open = Arc::new(AtomicBool::new(true));
-    let faults: writer::Faults = {
+    let faults: files::Faults = {
         let fail_open = fail_open.clone();
         Arc::new(move |op| {
-            if op == writer::FileOp::Open && fail_open.swap(false, Ordering::SeqCst) {
+            if op == files::FileOp::Open && fail_open.swap(false, Ordering::SeqCst) {
                 Err(std::io::Error::other("injected: too many open files"))
             } else {
                 Ok(())

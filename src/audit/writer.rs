@@ -20,8 +20,8 @@
 //! cut short, and closes every call a crash left open (see [`super::recovery`]).
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::AuditError;
 use super::chain::Chain;
+use super::files::{FileOp, Faults, first_seq, io, open_append, rotated_name, sync_dir};
 pub use super::health::STALLED_AFTER;
 use super::health::{Health, StallWatch};
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
@@ -163,19 +164,6 @@ pub struct OpenOptions<'a> {
     /// Where commit times go (`voxgate_audit_commit_seconds`).
     pub metrics: Option<Metrics>,
 }
-
-/// A file operation of the writer, as a test's [`Faults`] sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FileOp {
-    /// A group commit's write and fdatasync.
-    Write,
-    /// Opening the new file after a rotation.
-    Open,
-}
-
-/// Called before each [`FileOp`]: an error fails the operation, blocking stalls it. Only tests
-/// set one (a disk that fails or hangs on demand, see [`open_with`]).
-pub(super) type Faults = Arc<dyn Fn(FileOp) -> std::io::Result<()> + Send + Sync>;
 
 /// Open the log (recovering what a crash left), then start the writer and, with a Redis URL, the
 /// stream mirror.
@@ -532,35 +520,4 @@ impl Writer {
         sync_dir(&self.path);
         Ok(())
     }
-}
-
-
-/// `<path>.<first seq>-<last seq>`: sorts by sequence, and `verify` finds the predecessors by it.
-pub fn rotated_name(path: &Path, first: u64, last: u64) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(format!(".{first:012}-{last:012}"));
-    PathBuf::from(name)
-}
-
-pub(super) fn io(err: std::io::Error) -> AuditError {
-    AuditError::Io(err.kind().to_string())
-}
-
-pub(super) fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
-    std::fs::OpenOptions::new().create(true).append(true).read(true).open(path).map_err(io)
-}
-
-fn sync_dir(path: &Path) {
-    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
-        && let Ok(dir) = std::fs::File::open(dir)
-    {
-        let _ = dir.sync_all();
-    }
-}
-
-fn first_seq(path: &Path) -> Result<Option<u64>, AuditError> {
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut first = String::new();
-    BufReader::new(file).read_line(&mut first).map_err(io)?;
-    Ok(serde_json::from_str::<Line>(first.trim_end()).ok().map(|l| l.seq))
 }

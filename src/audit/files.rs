@@ -1,0 +1,52 @@
+//! The audit log's files as the writer, recovery and the mirror open and name them, and the faults
+//! a test can put on the writer's file operations (a disk that fails or hangs on demand).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::AuditError;
+use super::record::Line;
+
+/// A file operation of the writer, as a test's [`Faults`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FileOp {
+    /// A group commit's write and fdatasync.
+    Write,
+    /// Opening the new file after a rotation.
+    Open,
+}
+
+/// Called before each [`FileOp`]: an error fails the operation, blocking stalls it. Only tests
+/// set one (a disk that fails or hangs on demand, see `writer::open_with`).
+pub(super) type Faults = Arc<dyn Fn(FileOp) -> std::io::Result<()> + Send + Sync>;
+
+/// `<path>.<first seq>-<last seq>`: sorts by sequence, and `verify` finds the predecessors by it.
+pub fn rotated_name(path: &Path, first: u64, last: u64) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".{first:012}-{last:012}"));
+    PathBuf::from(name)
+}
+
+pub(super) fn io(err: std::io::Error) -> AuditError {
+    AuditError::Io(err.kind().to_string())
+}
+
+pub(super) fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
+    std::fs::OpenOptions::new().create(true).append(true).read(true).open(path).map_err(io)
+}
+
+pub(super) fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
+}
+
+pub(super) fn first_seq(path: &Path) -> Result<Option<u64>, AuditError> {
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut first = String::new();
+    BufReader::new(file).read_line(&mut first).map_err(io)?;
+    Ok(serde_json::from_str::<Line>(first.trim_end()).ok().map(|l| l.seq))
+}
