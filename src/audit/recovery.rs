@@ -48,7 +48,8 @@ impl Default for ChainState {
 #[derive(Debug)]
 pub struct OpenCall {
     pub start: Line,
-    /// A `call_approved` was written: the tool may have run.
+    /// The tool may have run: a `call_approved` was written, or it is an admin API call (which
+    /// needs no confirmation and runs at once, so its backend is asked too).
     pub approved: bool,
 }
 
@@ -72,13 +73,8 @@ pub(super) fn track_open(open: &mut HashMap<(String, String), OpenCall>, line: L
     let key = (line.session_id.clone(), line.call_id.clone());
     match line.event {
         AuditEvent::CallStarted => {
-            open.insert(
-                key,
-                OpenCall {
-                    start: line,
-                    approved: false,
-                },
-            );
+            let approved = line.admin;
+            open.insert(key, OpenCall { start: line, approved });
         }
         AuditEvent::CallApproved => {
             if let Some(call) = open.get_mut(&key) {
@@ -244,7 +240,9 @@ async fn close_open_calls_within(
             roles: start.roles.clone(),
             status: Some(status),
             error_code: None,
-            confirmation: Some(if call.approved {
+            confirmation: Some(if start.admin {
+                Confirmation::NotRequired
+            } else if call.approved {
                 Confirmation::Approved
             } else {
                 Confirmation::SessionClosed

@@ -28,6 +28,29 @@ fn record(event: AuditEvent, call: &str) -> AuditRecord {
     }
 }
 
+/// A log holding `records` and nothing after them, as a crash leaves it (no finishes written).
+async fn crashed_log(records: Vec<AuditRecord>) -> (tempfile::TempDir, AuditConfig) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = AuditConfig { path: dir.path().join("audit.jsonl"), checkpoint_records: 0, ..AuditConfig::default() };
+    let (handle, writer) = open(&cfg, Default::default()).await.unwrap();
+    for record in records {
+        handle.record(record).await.unwrap();
+    }
+    drop(handle);
+    writer.join().await.unwrap();
+    (dir, cfg)
+}
+
+/// The `call_finished` lines of the log at `path`.
+fn finishes(path: &std::path::Path) -> Vec<Line> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Line>(l).unwrap())
+        .filter(|l| l.event == AuditEvent::CallFinished)
+        .collect()
+}
+
 /// A backend that answers each call after 100 ms, except the calls named `hang…`, which it never
 /// answers; it counts the questions it holds at once.
 #[derive(Default)]
@@ -52,18 +75,13 @@ impl Recovery for Backend {
 
 #[tokio::test]
 async fn approved_calls_are_checked_concurrently_under_one_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = AuditConfig { path: dir.path().join("audit.jsonl"), checkpoint_records: 0, ..AuditConfig::default() };
-    let (handle, writer) = open(&cfg, Default::default()).await.unwrap();
     let approved: Vec<String> = (0..20).map(|i| format!("ok{i}")).chain((0..3).map(|i| format!("hang{i}"))).collect();
-    for call in &approved {
-        handle.record(record(AuditEvent::CallStarted, call)).await.unwrap();
-        handle.record(record(AuditEvent::CallApproved, call)).await.unwrap();
-    }
-    handle.record(record(AuditEvent::CallStarted, "parked")).await.unwrap();
-    // The crash: no finish for any of them.
-    drop(handle);
-    writer.join().await.unwrap();
+    let mut records: Vec<AuditRecord> = approved
+        .iter()
+        .flat_map(|call| [record(AuditEvent::CallStarted, call), record(AuditEvent::CallApproved, call)])
+        .collect();
+    records.push(record(AuditEvent::CallStarted, "parked"));
+    let (_dir, cfg) = crashed_log(records).await;
 
     let chain = Chain::default();
     let (file, state) = read(&cfg.path, &chain).unwrap();
@@ -77,12 +95,7 @@ async fn approved_calls_are_checked_concurrently_under_one_deadline() {
     let most = backend.most.load(Ordering::SeqCst);
     assert!(most > 1 && most <= RECOVERY_CONCURRENCY, "asked {most} at once");
 
-    let finishes: Vec<Line> = std::fs::read_to_string(&cfg.path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Line>(l).unwrap())
-        .filter(|l| l.event == AuditEvent::CallFinished)
-        .collect();
+    let finishes = finishes(&cfg.path);
     assert_eq!(finishes.len(), approved.len() + 1, "one finish each");
     for finish in &finishes {
         let (status, resource) = if finish.call_id.starts_with("ok") {
@@ -94,4 +107,29 @@ async fn approved_calls_are_checked_concurrently_under_one_deadline() {
     }
     let report = verify(&cfg.path, &chain).unwrap();
     assert!(report.is_ok(), "{report}");
+}
+
+/// An admin API call needs no confirmation and runs at once: a crash during it leaves no
+/// `call_approved`, yet its tool may have acted, so its backend is asked like an approved call's,
+/// and its finish says the confirmation was not required.
+#[tokio::test]
+async fn an_admin_call_a_crash_interrupted_is_looked_up_in_its_backend() {
+    let admin = AuditRecord {
+        origin: std::sync::Arc::new(Origin { admin: true, ..Origin::default() }),
+        ..record(AuditEvent::CallStarted, "ok_admin")
+    };
+    let (_dir, cfg) = crashed_log(vec![admin, record(AuditEvent::CallStarted, "parked")]).await;
+
+    let chain = Chain::default();
+    let (file, state) = read(&cfg.path, &chain).unwrap();
+    let backend = Backend::default();
+    close_open_calls_within(file, state, &chain, "i", Some(&backend), Duration::from_secs(5)).await.unwrap();
+    let finishes = finishes(&cfg.path);
+    let admin = finishes.iter().find(|f| f.call_id == "ok_admin").unwrap();
+    assert_eq!(admin.status, Some(AuditStatus::Completed));
+    assert_eq!(admin.resource.as_deref(), Some("ev-ok_admin"));
+    assert_eq!(admin.confirmation, Some(Confirmation::NotRequired));
+    let parked = finishes.iter().find(|f| f.call_id == "parked").unwrap();
+    assert_eq!(parked.status, Some(AuditStatus::Abandoned), "a session's call never approved is not looked up");
+    assert!(verify(&cfg.path, &chain).unwrap().is_ok());
 }
