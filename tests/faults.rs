@@ -396,6 +396,30 @@ async fn slow_search_backend(delay: Duration) -> String {
     url
 }
 
+/// Invokes `web_search_medical` through the admin API of the instance at `addr` and returns once
+/// its `call_started` is in `audit`; the request's answer is the task's.
+async fn admin_search_started(
+    addr: std::net::SocketAddr,
+    audit: &std::path::Path,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let request = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("http://{addr}/admin/tools/web_search_medical/invoke"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
+            .send()
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !support::read_jsonl(audit).iter().any(|r| r["event"] == "call_started") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the admin call never started");
+    request
+}
+
 /// An admin call still running when the drain begins gets `drain_timeout_ms`, like a session's,
 /// then fails as timed out: the admin gets an answer and the log its `call_finished`, before the
 /// drain gives up on what is left.
@@ -410,21 +434,7 @@ async fn an_admin_call_running_when_the_drain_begins_is_finished_and_audited() {
     );
     let TestProxy { server, addr, dir } = TestProxy::with_upstream(&fake, &toml).await;
     let audit = dir.path().join("audit.jsonl");
-    let request = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(format!("http://{addr}/admin/tools/web_search_medical/invoke"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
-            .send()
-            .await
-    });
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !support::read_jsonl(&audit).iter().any(|r| r["event"] == "call_started") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the admin call never started");
+    let request = admin_search_started(addr, &audit).await;
 
     let started = Instant::now();
     server.shutdown().await.unwrap();
@@ -538,21 +548,7 @@ async fn an_admin_call_in_its_limit_check_when_the_drain_begins_never_runs_its_t
     // Redis stops answering: the limit check waits for it (its bound, 500 ms).
     let mut conn = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let () = redis::cmd("CLIENT").arg("PAUSE").arg(2000).arg("ALL").query_async(&mut conn).await.unwrap();
-    let request = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(format!("http://{addr}/admin/tools/web_search_medical/invoke"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"arguments": {"query": "apixaban dosing in renal impairment"}, "sub": "ops"}))
-            .send()
-            .await
-    });
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !support::read_jsonl(&audit).iter().any(|r| r["event"] == "call_started") {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the admin call never started");
+    let request = admin_search_started(addr, &audit).await;
     server.shutdown().await.unwrap();
     let response = request.await.unwrap().expect("the admin got no answer");
     assert_eq!(response.status(), 503);

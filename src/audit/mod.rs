@@ -38,4 +38,6 @@ pub enum AuditError {
 }
 
 #[cfg(test)]
+mod fault_tests;
+#[cfg(test)]
 mod tests;

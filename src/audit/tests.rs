@@ -1,12 +1,9 @@
 //! Writer, recovery, rotation and verification against real files.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use super::*;
 use crate::config::AuditConfig;
 
-fn record(event: AuditEvent, call: &str) -> AuditRecord {
+pub(super) fn record(event: AuditEvent, call: &str) -> AuditRecord {
     let finished = event == AuditEvent::CallFinished;
     AuditRecord {
         event,
@@ -27,11 +24,11 @@ fn record(event: AuditEvent, call: &str) -> AuditRecord {
     }
 }
 
-fn config(dir: &tempfile::TempDir, rotate_bytes: u64) -> AuditConfig {
+pub(super) fn config(dir: &tempfile::TempDir, rotate_bytes: u64) -> AuditConfig {
     AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes, checkpoint_records: 0, ..AuditConfig::default() }
 }
 
-async fn write(cfg: &AuditConfig, records: Vec<AuditRecord>) {
+pub(super) async fn write(cfg: &AuditConfig, records: Vec<AuditRecord>) {
     let (handle, writer) = open(cfg, Default::default()).await.unwrap();
     let acks: Vec<_> = records.into_iter().map(|r| handle.record(r)).collect();
     for ack in acks {
@@ -41,7 +38,7 @@ async fn write(cfg: &AuditConfig, records: Vec<AuditRecord>) {
     writer.join().await.unwrap();
 }
 
-fn lines(cfg: &AuditConfig) -> Vec<serde_json::Value> {
+pub(super) fn lines(cfg: &AuditConfig) -> Vec<serde_json::Value> {
     std::fs::read_to_string(&cfg.path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
@@ -264,235 +261,6 @@ async fn a_finish_whose_start_never_made_the_log_is_refused() {
     assert_eq!(lines(&cfg).len(), 5);
     let report = verify(&cfg.path, &Chain::default()).unwrap();
     assert!(report.is_ok(), "{report}");
-}
-
-/// Faults that fail every commit while `failing` is set (a full or read-only disk).
-fn failing_writes(failing: &Arc<AtomicBool>) -> files::Faults {
-    let failing = failing.clone();
-    Arc::new(move |op| {
-        if op == files::FileOp::Write && failing.load(Ordering::SeqCst) {
-            Err(std::io::Error::other("injected write failure"))
-        } else {
-            Ok(())
-        }
-    })
-}
-
-async fn until(what: &str, within: std::time::Duration, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
-fn commit_running_seconds(metrics: &crate::telemetry::metrics::Metrics) -> Option<f64> {
-    metrics.render().lines().find_map(|l| l.strip_prefix("voxgate_audit_commit_running_seconds ")?.parse().ok())
-}
-
-/// A commit that never returns (a hung volume: `fdatasync` blocks) makes the writer unhealthy once
-/// it has run [`writer::STALLED_AFTER`], and a gauge says how long it has been running; both clear
-/// when the commit returns.
-#[tokio::test]
-async fn a_commit_that_hangs_makes_the_writer_unhealthy_and_is_gauged() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir, 0);
-    let (release, hung) = std::sync::mpsc::channel::<()>();
-    let hung = std::sync::Mutex::new(hung);
-    let hang = AtomicBool::new(true);
-    let faults: files::Faults = Arc::new(move |op| {
-        if op == files::FileOp::Write && hang.swap(false, Ordering::SeqCst) {
-            let _ = hung.lock().unwrap().recv();
-        }
-        Ok(())
-    });
-    let metrics = crate::telemetry::metrics::Metrics::new();
-    let options = OpenOptions { metrics: Some(metrics.clone()), ..Default::default() };
-    let (handle, writer) = writer::open_with(&cfg, options, Some(faults)).await.unwrap();
-    let started = std::time::Instant::now();
-    let ack = tokio::spawn(handle.record(record(AuditEvent::CallStarted, "c1")));
-    let stall = writer::STALLED_AFTER + std::time::Duration::from_secs(3);
-    until("unhealthy while the commit hangs", stall, || !handle.is_healthy()).await;
-    assert!(started.elapsed() >= writer::STALLED_AFTER - std::time::Duration::from_millis(100));
-    assert!(handle.is_stalled());
-    until("the gauge shows the running commit", std::time::Duration::from_secs(3), || {
-        commit_running_seconds(&metrics).is_some_and(|s| s >= writer::STALLED_AFTER.as_secs_f64() - 1.0)
-    })
-    .await;
-    release.send(()).unwrap();
-    ack.await.unwrap().unwrap();
-    until("healthy again", std::time::Duration::from_secs(3), || handle.is_healthy()).await;
-    until("the gauge back at 0", std::time::Duration::from_secs(3), || commit_running_seconds(&metrics) == Some(0.0)).await;
-    drop(handle);
-    writer.join().await.unwrap();
-}
-
-/// A do-nothing tool for the call table.
-struct Quiet(crate::tools::ToolSpec);
-
-#[async_trait::async_trait]
-impl crate::tools::Tool for Quiet {
-    fn spec(&self) -> &crate::tools::ToolSpec {
-        &self.0
-    }
-    async fn call(&self, _: serde_json::Value, _: crate::tools::CallContext) -> Result<crate::tools::ToolOutput, crate::tools::ToolError> {
-        Ok(crate::tools::ToolOutput::new(serde_json::json!({})))
-    }
-}
-
-fn quiet_table(audit: &AuditHandle) -> crate::session::calls::CallTable {
-    let spec = crate::tools::ToolSpec {
-        name: "search_pubmed",
-        description: "quiet".into(),
-        parameters: serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
-        category: crate::tools::Category::Search,
-        phi: false,
-        risk: crate::tools::Risk::Low,
-        requires_confirmation: false,
-        third_party: true,
-        rate_limit_per_minute: 10,
-        timeout: std::time::Duration::from_secs(1),
-    };
-    let tools: Vec<Arc<dyn crate::tools::Tool>> = vec![Arc::new(Quiet(spec))];
-    let registry = Arc::new(crate::tools::registry::ToolRegistry::from_tools(tools, &Default::default()).unwrap());
-    let principal = crate::policy::Principal::new("dr.test", vec!["clinician".into()]);
-    let timeout = std::time::Duration::from_secs(60);
-    crate::session::calls::CallTable::new("vgs_1".into(), principal, "u_1".into(), true, timeout, registry).with_audit(audit.clone())
-}
-
-/// With `fail_closed` and the log not writable, a new call is finished at accept with
-/// `audit_unavailable`: its tool never runs (no PHI read, nothing sent to a third party without a
-/// durable trace), and the model and the client hear it like any refused call.
-#[tokio::test]
-async fn fail_closed_refuses_new_calls_at_accept_while_the_log_is_not_writable() {
-    use crate::session::calls::Action;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir, 0);
-    let failing = Arc::new(AtomicBool::new(true));
-    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
-    assert_eq!(handle.record(record(AuditEvent::CallStarted, "c0")).await, Err(AuditError::Unavailable));
-    assert!(handle.refuses_calls());
-    let mut table = quiet_table(&handle);
-    let accepted = table.accept("c1", "search_pubmed", "{}", tokio::time::Instant::now());
-    assert!(!accepted.iter().any(|a| matches!(a, Action::CheckLimit { .. } | Action::Spawn { .. })), "{accepted:?}");
-    let finish = accepted.iter().find_map(|a| match a {
-        Action::Audit { record, gates } if record.event == AuditEvent::CallFinished => Some((record, gates)),
-        _ => None,
-    });
-    let (finish, gates) = finish.expect("the call is finished at accept");
-    assert_eq!((finish.status, finish.error_code), (Some(AuditStatus::Failed), Some(crate::tools::ErrorCode::AuditUnavailable)));
-    assert_eq!(gates.as_deref(), Some("c1"));
-    // Its finish record cannot be made durable either; the model and the client are told.
-    let told = table.on_audit_failed("c1");
-    assert!(told.iter().any(|a| matches!(a, Action::Output { output, .. } if output.contains("audit_unavailable"))), "{told:?}");
-    assert!(told.iter().any(|a| matches!(a, Action::Client(event) if event.contains("audit_unavailable"))), "{told:?}");
-
-    failing.store(false, Ordering::SeqCst);
-    until("writable again", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
-    assert!(!handle.refuses_calls());
-    let accepted = table.accept("c2", "search_pubmed", "{}", tokio::time::Instant::now());
-    assert!(accepted.iter().any(|a| matches!(a, Action::CheckLimit { .. })), "{accepted:?}");
-    drop((table, handle));
-    writer.join().await.unwrap();
-}
-
-/// A full backlog refuses new calls, never the approval or the finish of a call whose start is
-/// held: once the disk takes writes again, that call has its start and its one finish.
-#[tokio::test]
-async fn a_full_backlog_still_admits_the_finish_of_a_held_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir, 0);
-    let failing = Arc::new(AtomicBool::new(true));
-    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
-    assert_eq!(handle.record(record(AuditEvent::CallStarted, "held")).await, Err(AuditError::Unavailable));
-    let fill: Vec<Box<AuditRecord>> = (1..writer::MAX_BACKLOG)
-        .map(|i| {
-            let mut r = record(AuditEvent::CallStarted, &format!("f{i}"));
-            r.arguments = None;
-            Box::new(r)
-        })
-        .collect();
-    let last = handle.record_all(fill).pop().unwrap();
-    assert_eq!(last.await, Err(AuditError::Unavailable), "held: the backlog is now full");
-    assert_eq!(handle.record(record(AuditEvent::CallStarted, "late")).await, Err(AuditError::Unavailable), "refused");
-    // Refused, or held and not yet durable: the log tells which.
-    assert_eq!(handle.record(record(AuditEvent::CallFinished, "held")).await, Err(AuditError::Unavailable));
-    failing.store(false, Ordering::SeqCst);
-    until("writable again", std::time::Duration::from_secs(30), || handle.is_healthy()).await;
-    drop(handle);
-    writer.join().await.unwrap();
-    let text = std::fs::read_to_string(&cfg.path).unwrap();
-    let events = |call: &str| -> Vec<String> {
-        let tag = format!("\"call_id\":\"{call}\"");
-        text.lines().filter(|l| l.contains(&tag)).map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].as_str().unwrap().to_string()).collect()
-    };
-    assert_eq!(events("held"), ["call_started", "call_finished"]);
-    assert!(events("late").is_empty());
-}
-
-/// A rotation whose new file cannot be opened (EMFILE) must not leave the writer appending to the
-/// file just renamed, past the last seq its name gives: the next commit opens the new file.
-#[tokio::test]
-async fn a_rotation_that_cannot_open_the_new_file_writes_nothing_into_the_rotated_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir, 1500);
-    let fail_open = Arc::new(AtomicBool::new(true));
-    let faults: files::Faults = {
-        let fail_open = fail_open.clone();
-        Arc::new(move |op| {
-            if op == files::FileOp::Open && fail_open.swap(false, Ordering::SeqCst) {
-                Err(std::io::Error::other("injected: too many open files"))
-            } else {
-                Ok(())
-            }
-        })
-    };
-    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(faults)).await.unwrap();
-    let mut n = 0;
-    while fail_open.load(Ordering::SeqCst) {
-        let call = format!("c{n}");
-        n += 1;
-        handle.record(record(AuditEvent::CallStarted, &call)).await.unwrap();
-        handle.record(record(AuditEvent::CallFinished, &call)).await.unwrap();
-        assert!(n < 20, "no rotation");
-    }
-    // Whether this first attempt is held or written, it ends up after the rotated file.
-    let _ = handle.record(record(AuditEvent::CallStarted, "after")).await;
-    until("writable", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
-    handle.record(record(AuditEvent::CallFinished, "after")).await.unwrap();
-    drop(handle);
-    writer.join().await.unwrap();
-    for rotated in verify::rotated_files(&cfg.path).unwrap() {
-        let name = rotated.to_str().unwrap().to_string();
-        let last: u64 = name.rsplit('-').next().unwrap().parse().unwrap();
-        let text = std::fs::read_to_string(&rotated).unwrap();
-        let seq = serde_json::from_str::<serde_json::Value>(text.lines().last().unwrap()).unwrap()["seq"].as_u64().unwrap();
-        assert_eq!(seq, last, "{name} ends where its name says");
-    }
-    let current = lines(&cfg);
-    assert_eq!(current.iter().filter(|l| l["call_id"] == "after").count(), 2, "{current:?}");
-    let report = verify(&cfg.path, &Chain::default()).unwrap();
-    assert!(report.is_ok(), "{report}");
-}
-
-/// `ts` is when the record was made, not when a retry finally wrote it.
-#[tokio::test]
-async fn a_record_held_through_an_outage_keeps_the_time_it_was_made() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir, 0);
-    let failing = Arc::new(AtomicBool::new(true));
-    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
-    let made = chrono::Utc::now();
-    assert_eq!(handle.record(record(AuditEvent::CallStarted, "c1")).await, Err(AuditError::Unavailable));
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let healed = chrono::Utc::now();
-    failing.store(false, Ordering::SeqCst);
-    until("writable again", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
-    drop(handle);
-    writer.join().await.unwrap();
-    let ts: chrono::DateTime<chrono::Utc> = lines(&cfg)[0]["ts"].as_str().unwrap().parse().unwrap();
-    assert!(ts < healed, "{ts} is when it was written, not made ({made})");
-    assert!(ts >= made - chrono::Duration::milliseconds(1));
 }
 
 /// `verify` keeps only the calls still open, so its memory does not grow with the history.

@@ -24,7 +24,7 @@ use crate::config::AuditOnError;
 use crate::cluster::KillOutcome;
 use crate::policy::Principal;
 use crate::session::calls::observe::count;
-use crate::session::calls::{Action, CallTable, unix_ms};
+use crate::session::calls::{Action, CallTable, DeclineReason, unix_ms};
 use crate::session::SessionDeps;
 use crate::session::runner::ToolJob;
 use crate::tools::{CallContext, ErrorCode, ToolError};
@@ -134,7 +134,7 @@ pub async fn invoke_tool(
     let status = match value.pointer("/error/code").and_then(Value::as_str) {
         None => StatusCode::OK,
         // Declined because the drain began before the tool started.
-        Some("session_closed") => StatusCode::SERVICE_UNAVAILABLE,
+        Some(code) if code == DeclineReason::SessionClosed.model_code() => StatusCode::SERVICE_UNAVAILABLE,
         Some(code) => ErrorCode::parse(code).map_or(StatusCode::BAD_GATEWAY, http_status),
     };
 

@@ -3,21 +3,13 @@
 use std::time::Duration;
 
 use crate::helpers::*;
-use crate::support::{FakeUpstream, read_jsonl, spawn_voxgate};
+use crate::support::read_jsonl;
 
 #[tokio::test]
 async fn full_disk_fail_closed_withholds_results_goes_unready_and_recovers_by_itself() {
-    let work = tempfile::tempdir().unwrap();
-    let Some(disk) = Tmpfs::mount(&work.path().join("audit"), "256k") else {
+    let Some(OnSmallDisk { work: _work, disk, mut fake, audit, mut child, addr }) = on_small_disk("").await else {
         return;
     };
-    let mut fake = FakeUpstream::start().await;
-    let audit = disk.0.join("audit.jsonl");
-    let (mut child, addr) = spawn_voxgate(
-        &config(&fake, &audit, &work.path().join("cal.ics"), ""),
-        work.path(),
-    )
-    .await;
     let (mut client, mut up) = session(&addr, &mut fake).await;
 
     let (output, event) = bmi_call(&mut client, &mut up, "before").await;
@@ -68,19 +60,11 @@ async fn full_disk_fail_closed_withholds_results_goes_unready_and_recovers_by_it
 
 #[tokio::test]
 async fn full_disk_fail_open_releases_results_and_counts_the_failure() {
-    let work = tempfile::tempdir().unwrap();
-    let Some(disk) = Tmpfs::mount(&work.path().join("audit"), "256k") else {
+    let Some(OnSmallDisk { work: _work, disk, mut fake, audit, mut child, addr }) =
+        on_small_disk("on_error = \"fail_open\"").await
+    else {
         return;
     };
-    let mut fake = FakeUpstream::start().await;
-    let audit = disk.0.join("audit.jsonl");
-    let config = config(
-        &fake,
-        &audit,
-        &work.path().join("cal.ics"),
-        "on_error = \"fail_open\"",
-    );
-    let (mut child, addr) = spawn_voxgate(&config, work.path()).await;
     let (mut client, mut up) = session(&addr, &mut fake).await;
     bmi_call(&mut client, &mut up, "before").await;
 
@@ -122,17 +106,9 @@ async fn full_disk_fail_open_releases_results_and_counts_the_failure() {
 /// client hear the error like any refused call.
 #[tokio::test]
 async fn full_disk_fail_closed_refuses_new_calls_without_running_them() {
-    let work = tempfile::tempdir().unwrap();
-    let Some(disk) = Tmpfs::mount(&work.path().join("audit"), "256k") else {
+    let Some(OnSmallDisk { work: _work, disk, mut fake, audit, mut child, addr }) = on_small_disk("").await else {
         return;
     };
-    let mut fake = FakeUpstream::start().await;
-    let audit = disk.0.join("audit.jsonl");
-    let (mut child, addr) = spawn_voxgate(
-        &config(&fake, &audit, &work.path().join("cal.ics"), ""),
-        work.path(),
-    )
-    .await;
     let (mut client, mut up) = session(&addr, &mut fake).await;
     let filler = disk.fill();
     call_until_refused(&mut client, &mut up, "full").await;

@@ -181,3 +181,24 @@ pub async fn call_until_refused(
     }
     panic!("the full disk never refused a record");
 }
+
+/// voxgate whose audit log is on a 256 KiB tmpfs (`audit_extra`: more `[audit]` settings), with its
+/// fake upstream; `None` where a tmpfs cannot be mounted.
+pub struct OnSmallDisk {
+    pub work: tempfile::TempDir,
+    pub disk: Tmpfs,
+    pub fake: FakeUpstream,
+    pub audit: PathBuf,
+    pub child: tokio::process::Child,
+    pub addr: String,
+}
+
+pub async fn on_small_disk(audit_extra: &str) -> Option<OnSmallDisk> {
+    let work = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&work.path().join("audit"), "256k")?;
+    let fake = FakeUpstream::start().await;
+    let audit = disk.0.join("audit.jsonl");
+    let config = config(&fake, &audit, &work.path().join("cal.ics"), audit_extra);
+    let (child, addr) = crate::support::spawn_voxgate(&config, work.path()).await;
+    Some(OnSmallDisk { work, disk, fake, audit, child, addr })
+}

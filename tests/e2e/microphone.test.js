@@ -104,7 +104,12 @@ test("microphone audio reaches the upstream as PCM16 24 kHz; output audio plays;
   assert.deepEqual(browser.problems, [], "no page errors or CSP violations");
 });
 
-test("a 1 kHz tone from the microphone arrives upstream at 1 kHz: the page resamples to 24 kHz correctly", { timeout: 90_000 }, async (t) => {
+/**
+ * A session whose fake microphone plays a `hz` tone (processing off), on a fake model.
+ * @param {import("node:test").TestContext} t
+ * @param {number} hz
+ */
+async function toneSession(t, hz) {
   const wavDir = mkdtempSync(path.join(tmpdir(), "voxgate-wav-"));
   t.after(() => rmSync(wavDir, { recursive: true, force: true }));
   const fake = new FakeUpstream();
@@ -112,10 +117,14 @@ test("a 1 kHz tone from the microphone arrives upstream at 1 kHz: the page resam
   t.after(() => fake.stop());
   const voxgate = await startVoxgate({ upstreamUrl });
   t.after(() => voxgate.stop());
-  const browser = await openPage({ baseUrl: voxgate.baseUrl, wav: toneWav(1000, wavDir) });
+  const browser = await openPage({ baseUrl: voxgate.baseUrl, wav: toneWav(hz, wavDir) });
   t.after(() => browser.close());
-  const { page } = browser;
-  await connectPage(page, { processingOff: true });
+  await connectPage(browser.page, { processingOff: true });
+  return { fake, browser, page: browser.page };
+}
+
+test("a 1 kHz tone from the microphone arrives upstream at 1 kHz: the page resamples to 24 kHz correctly", { timeout: 90_000 }, async (t) => {
+  const { fake, browser, page } = await toneSession(t, 1000);
   await page.getByTestId("mic-button").click();
   await fake.waitFor(() => fake.audioBuffer.length >= 2 * 48_000, 20_000);
   const rate = await page.evaluate(() => window.voxgate.mic.context.sampleRate);
@@ -164,17 +173,7 @@ test("a barge-in truncates the item being heard, not the one queued after it", {
 });
 
 test("stopping the microphone sends the partial chunk it held", { timeout: 60_000 }, async (t) => {
-  const wavDir = mkdtempSync(path.join(tmpdir(), "voxgate-wav-"));
-  t.after(() => rmSync(wavDir, { recursive: true, force: true }));
-  const fake = new FakeUpstream();
-  const upstreamUrl = await fake.start();
-  t.after(() => fake.stop());
-  const voxgate = await startVoxgate({ upstreamUrl });
-  t.after(() => voxgate.stop());
-  const browser = await openPage({ baseUrl: voxgate.baseUrl, wav: toneWav(440, wavDir) });
-  t.after(() => browser.close());
-  const { page } = browser;
-  await connectPage(page, { processingOff: true });
+  const { fake, browser, page } = await toneSession(t, 440);
   // Long chunks, so that what the capture holds at the stop is most of the audio.
   await page.evaluate(() => { window.voxgate.options.chunkMs = 2000; });
   await page.getByTestId("mic-button").click();

@@ -21,7 +21,7 @@ impl DeclineReason {
     }
 
     /// The error code the model receives.
-    pub(super) fn model_code(self) -> &'static str {
+    pub(crate) fn model_code(self) -> &'static str {
         match self {
             DeclineReason::UserDeclined => "user_declined",
             DeclineReason::Expired => "confirmation_expired",
