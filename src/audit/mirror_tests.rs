@@ -1,9 +1,11 @@
-//! The mirror's reading of the log: bounded batches, rotated files skipped by the range in their
-//! names, and a place to read on from that survives a rotation. (Against Redis: tests/audit_ops.rs.)
+//! The mirror's reading of the log ([`super::reader`]): bounded batches, rotated files skipped by
+//! the range in their names, and a place to read on from that survives a rotation. (Against Redis:
+//! tests/audit_ops.rs.)
 
 use std::path::Path;
 use std::time::Duration;
 
+use super::reader::{BATCH_LINES, log_files};
 use super::*;
 
 fn line(seq: u64) -> String {
@@ -154,4 +156,37 @@ fn a_new_stream_starts_where_a_catch_up_begins_and_only_lines_left_out_after_it_
     // Reported once: a retry after the gap was said does not say it again.
     assert_eq!(gap(0, Some(300), 380, 380), Gap::None);
     assert_eq!(gap(0, None, 280, 280), Gap::None);
+}
+
+/// The newest rotated file runs up to the line before the current file's first, as the others run
+/// up to the next one's, even when its own last line cannot be read (here a line longer than the
+/// tail read for it): once the mirror is past it, it is skipped by name, not read again at every
+/// flush. Lines past the range in its name are still read.
+#[test]
+fn the_newest_rotated_file_ends_before_the_current_files_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let newest = rotated(&path, 11, 20);
+    write_lines(&rotated(&path, 1, 10), 1..=10);
+    write_lines(&newest, 11..=22);
+    let unreadable_end = std::fs::read_to_string(&newest).unwrap() + &"x".repeat(70 * 1024) + "\n";
+    std::fs::write(&newest, &unreadable_end).unwrap();
+    write_lines(&path, 23..=30);
+    assert_eq!(log_files(&path)[1].1, Some((11, 22)));
+    let seqs: Vec<u64> = read_all(&path, 0, 30).into_iter().flatten().map(|(seq, _)| seq).collect();
+    assert_eq!(seqs, (1..=30).collect::<Vec<_>>());
+    // Past it, it is not opened again.
+    std::fs::remove_file(&newest).unwrap();
+    fifo(&newest);
+    let (lines, _) = within_limit({
+        let path = path.clone();
+        move || next_batch(&path, 22, 30, None)
+    });
+    assert_eq!(lines.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), (23..=30).collect::<Vec<_>>());
+    // Neither end known (the current file has no complete line yet): its range is not bounded
+    // above, so that lines past its name's range are not skipped.
+    std::fs::remove_file(&newest).unwrap();
+    std::fs::write(&newest, &unreadable_end).unwrap();
+    std::fs::write(&path, &line(23)[..10]).unwrap();
+    assert_eq!(log_files(&path)[1].1, Some((11, u64::MAX)));
 }
