@@ -1,7 +1,8 @@
 //! The file tools end to end through the real proxy (admin invoke path: schema validation, policy,
 //! audit): against a real wsgidav WebDAV server with basic auth, started once for this binary, and
 //! against the local backend on the same fixture tree (PDF, DOCX, HTML, Markdown, CSV, text in
-//! nested folders, a corrupt PDF, a file over the size bound, and a symlink out of the root).
+//! nested folders, a corrupt PDF, a file over the size bound, a folder named `Ärzte & Co (Team)`,
+//! and a symlink out of the root).
 //! Also: a name read from a file blocks a later PubMed query in the same session.
 //!
 //! This file holds the fixture tree, the servers and the helpers; the tests are in
@@ -58,6 +59,10 @@ fn fixture_tree() -> &'static Path {
             "Discharge summary\nPatient: Zebulon Quixote\nStarted insulin glargine 10 units at night.\n",
         )
         .unwrap();
+        // A folder whose name servers percent-encode each their own way (see `scenarios`).
+        let team = tree.join("Ärzte & Co (Team)/Leitlinien");
+        std::fs::create_dir_all(&team).unwrap();
+        std::fs::write(team.join("sepsis-leitfaden.txt"), "Sepsis: Blutkulturen vor Antibiotika.\n").unwrap();
         std::fs::write(tree.join("broken.pdf"), b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage without xref").unwrap();
         std::fs::write(tree.join("big.txt"), "x".repeat(MAX_FILE_BYTES as usize + 10)).unwrap();
         let outside = base.join("outside");

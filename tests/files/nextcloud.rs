@@ -1,24 +1,86 @@
-//! Nextcloud's server-side search (WebDAV `SEARCH`, DASL) is used when the server offers it.
+//! Nextcloud's server-side search (WebDAV `SEARCH`, DASL) is used when the server offers it: by
+//! file name, by folder name (the files below a matching folder), and below a root whose name needs
+//! percent-encoding.
 
 use super::*;
 
 /// What a fake Nextcloud saw: `(method, path, body)` of every request.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
 
+/// The account of the fake Nextcloud: hrefs as sabre/dav writes them (lower-case escapes, `&` as
+/// `%26`, `(` `)` kept); a folder's ends with `/`.
+const ACCOUNT: &[&str] = &[
+    "/remote.php/dav/files/alice/Protocols/",
+    "/remote.php/dav/files/alice/Protocols/diabetes-management-protocol.pdf",
+    "/remote.php/dav/files/alice/Diabetes/",
+    "/remote.php/dav/files/alice/Diabetes/Insulin%20pens.pdf",
+    "/remote.php/dav/files/alice/Diabetes/.draft-diabetes.txt",
+    "/remote.php/dav/files/alice/Cardiology/",
+    "/remote.php/dav/files/alice/Cardiology/Protocol%202024.pdf",
+    "/remote.php/dav/files/alice/Cardiology/Cardiology%20Echo/",
+    "/remote.php/dav/files/alice/Cardiology/Cardiology%20Echo/echo-checklist.txt",
+    "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)/",
+    "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)/Leitlinien/",
+    "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)/Leitlinien/sepsis-leitfaden.pdf",
+];
+
+fn decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .unwrap()
+        .into_owned()
+}
+
+/// The texts between every `open` and the following `close` in `body`.
+fn between<'b>(body: &'b str, open: &str, close: &str) -> Vec<&'b str> {
+    body.split(open)
+        .skip(1)
+        .filter_map(|part| part.split_once(close).map(|(inside, _)| inside))
+        .collect()
+}
+
+/// A basicsearch answered as Nextcloud does: the entries below the scope (depth infinity) whose
+/// name contains one of the `like` literals (case-insensitive), files only when the request says
+/// `not is-collection`; plus one result outside the user's files that voxgate must drop.
+fn basicsearch(body: &str) -> String {
+    let scope = between(body, "<d:href>", "</d:href>")[0].replace("&amp;", "&");
+    let scope = format!("/remote.php/dav{}", decode(&scope));
+    let literals: Vec<String> = between(body, "<d:literal>", "</d:literal>")
+        .iter()
+        .map(|l| l.trim_matches('%').to_lowercase())
+        .collect();
+    let files_only = body.contains("<d:not><d:is-collection/></d:not>");
+    let mut answer = String::from(
+        r#"<?xml version="1.0"?>
+<d:multistatus xmlns:d="DAV:" xmlns:s="http://sabredav.org/ns" xmlns:oc="http://owncloud.org/ns" xmlns:nc="http://nextcloud.org/ns">"#,
+    );
+    for href in ACCOUNT {
+        let path = decode(href);
+        let Some(below) = path.strip_prefix(&scope).filter(|b| !b.is_empty()) else {
+            continue;
+        };
+        let folder = below.ends_with('/');
+        let name = below.trim_end_matches('/').rsplit('/').next().unwrap().to_lowercase();
+        if (files_only && folder) || !(literals.is_empty() || literals.iter().any(|l| name.contains(l))) {
+            continue;
+        }
+        answer.push_str(&if folder {
+            format!("<d:response><d:href>{href}</d:href><d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>")
+        } else {
+            format!("<d:response><d:href>{href}</d:href><d:propstat><d:prop><d:getcontentlength>1844</d:getcontentlength><d:getlastmodified>Mon, 23 Nov 2026 18:25:54 GMT</d:getlastmodified><d:getcontenttype>application/pdf</d:getcontenttype><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>")
+        });
+    }
+    answer.push_str(
+        "<d:response><d:href>/remote.php/dav/files/bob/diabetes-cardiology-sepsis-private.pdf</d:href><d:propstat><d:prop><d:getcontentlength>10</d:getcontentlength><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response></d:multistatus>",
+    );
+    answer
+}
+
 /// A Nextcloud-shaped WebDAV server: it advertises SEARCH (`DASL`) at `/remote.php/dav/` and
-/// answers it as Nextcloud does (hrefs under `/remote.php/dav/files/USER/`), including one result
-/// outside the user's root that voxgate must drop. Any other method fails, so a folder walk shows.
-async fn fake_nextcloud() -> (String, Seen) {
+/// answers it over [`ACCOUNT`] as Nextcloud does. Any other method fails, so a folder walk shows.
+/// `root` is the files root below `/remote.php/dav/files/alice/`, as written in the configuration.
+async fn fake_nextcloud(root: &str) -> (String, Seen) {
     let seen: Seen = Default::default();
-    let answer = r#"<?xml version="1.0"?>
-<d:multistatus xmlns:d="DAV:" xmlns:s="http://sabredav.org/ns" xmlns:oc="http://owncloud.org/ns" xmlns:nc="http://nextcloud.org/ns">
- <d:response><d:href>/remote.php/dav/files/alice/Protocols/diabetes-management-protocol.pdf</d:href>
-  <d:propstat><d:prop><d:getcontentlength>1844</d:getcontentlength><d:getlastmodified>Mon, 23 Nov 2026 18:25:54 GMT</d:getlastmodified><d:getcontenttype>application/pdf</d:getcontenttype><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
- <d:response><d:href>/remote.php/dav/files/alice/Diabetes/</d:href>
-  <d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
- <d:response><d:href>/remote.php/dav/files/bob/diabetes-private.pdf</d:href>
-  <d:propstat><d:prop><d:getcontentlength>10</d:getcontentlength><d:resourcetype/></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>
-</d:multistatus>"#;
     let record = seen.clone();
     let app = axum::Router::new().fallback(
         move |method: axum::http::Method,
@@ -30,13 +92,11 @@ async fn fake_nextcloud() -> (String, Seen) {
                 record
                     .lock()
                     .unwrap()
-                    .push((method.to_string(), uri.path().to_string(), body));
+                    .push((method.to_string(), uri.path().to_string(), body.clone()));
                 let authorized = headers
                     .get("authorization")
                     .is_some_and(|v| v.to_str().unwrap_or_default().starts_with("Basic "));
-                let response = |status: u16,
-                                extra: Option<(&'static str, &'static str)>,
-                                text: &'static str| {
+                let response = |status: u16, extra: Option<(&'static str, &'static str)>, text: String| {
                     let mut builder = axum::http::Response::builder().status(status);
                     if let Some((name, value)) = extra {
                         builder = builder.header(name, value);
@@ -47,18 +107,18 @@ async fn fake_nextcloud() -> (String, Seen) {
                     _ if !authorized => response(
                         401,
                         Some(("WWW-Authenticate", "Basic realm=\"Nextcloud\"")),
-                        "",
+                        String::new(),
                     ),
                     ("OPTIONS", "/remote.php/dav/") => {
-                        response(200, Some(("DASL", "<DAV:basicsearch>")), "")
+                        response(200, Some(("DASL", "<DAV:basicsearch>")), String::new())
                     }
-                    ("OPTIONS", _) => response(200, None, ""),
+                    ("OPTIONS", _) => response(200, None, String::new()),
                     ("SEARCH", "/remote.php/dav/") => response(
                         207,
                         Some(("Content-Type", "application/xml; charset=utf-8")),
-                        answer,
+                        basicsearch(&body),
                     ),
-                    _ => response(500, None, "no walking here"),
+                    _ => response(500, None, "no walking here".into()),
                 }
             }
         },
@@ -66,33 +126,53 @@ async fn fake_nextcloud() -> (String, Seen) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/remote.php/dav/files/{USER}/"), seen)
+    (format!("http://{addr}/remote.php/dav/files/{USER}/{root}"), seen)
 }
 
-#[tokio::test]
-async fn nextcloud_search_is_used_when_the_server_offers_it() {
-    let (url, seen) = fake_nextcloud().await;
+async fn nextcloud_proxy(url: &str) -> TestProxy {
     let toml = format!(
         "[backends.files]\nkind = \"webdav\"\nurl = \"{url}\"\nusername = \"{USER}\"\npassword = \"{PASSWORD}\"\n{}",
         common_toml()
     );
-    let proxy = TestProxy::start(&toml).await;
+    TestProxy::start(&toml).await
+}
+
+/// The bodies of the SEARCH requests the fake saw; no PROPFIND (no folder walk) among them.
+fn searches(seen: &Seen) -> Vec<String> {
+    let requests = seen.lock().unwrap().clone();
+    assert!(
+        !requests.iter().any(|(m, _, _)| m == "PROPFIND"),
+        "no folder walk: {requests:?}"
+    );
+    requests
+        .into_iter()
+        .filter(|(m, _, _)| m == "SEARCH")
+        .map(|(_, _, body)| body)
+        .collect()
+}
+
+#[tokio::test]
+async fn nextcloud_search_is_used_when_the_server_offers_it() {
+    let (url, seen) = fake_nextcloud("").await;
+    let proxy = nextcloud_proxy(&url).await;
     let files = search(&proxy, json!({"query": "diabetes protocol"})).await;
     assert_eq!(
         paths(&files),
-        ["/Protocols/diabetes-management-protocol.pdf"],
-        "folders and other users' files dropped"
+        [
+            "/Protocols/diabetes-management-protocol.pdf",
+            "/Cardiology/Protocol 2024.pdf",
+            "/Diabetes/Insulin pens.pdf",
+        ],
+        "by name, and in the folders named so; dotfiles and other users' files dropped"
     );
     assert_eq!(
         files[0]["url"],
         format!("{url}Protocols/diabetes-management-protocol.pdf")
     );
     assert_eq!(files[0]["size"], 1844);
-    let requests = seen.lock().unwrap().clone();
-    let searches: Vec<&(String, String, String)> =
-        requests.iter().filter(|(m, _, _)| m == "SEARCH").collect();
-    assert_eq!(searches.len(), 1, "{requests:?}");
-    let body = &searches[0].2;
+    let bodies = searches(&seen);
+    assert_eq!(bodies.len(), 3, "one by name, one per matching folder: {bodies:?}");
+    let body = &bodies[0];
     assert!(
         body.contains("<d:href>/files/alice/</d:href>"),
         "scoped to the user's files: {body}"
@@ -101,9 +181,48 @@ async fn nextcloud_search_is_used_when_the_server_offers_it() {
         body.contains("%diabetes%") && body.contains("%protocol%"),
         "{body}"
     );
+    for folder in ["/files/alice/Protocols/", "/files/alice/Diabetes/"] {
+        assert!(
+            bodies[1..].iter().any(|b| b.contains(&format!("<d:href>{folder}</d:href>"))),
+            "{folder} searched: {bodies:?}"
+        );
+    }
+    proxy.stop().await;
+}
+
+/// `/Cardiology/Protocol 2024.pdf` is found by "cardiology" as the folder walk finds it: a file
+/// below a folder whose name matches, at any depth, once.
+#[tokio::test]
+async fn nextcloud_search_finds_files_by_folder_name() {
+    let (url, seen) = fake_nextcloud("").await;
+    let proxy = nextcloud_proxy(&url).await;
+    let files = search(&proxy, json!({"query": "cardiology"})).await;
+    let mut found = paths(&files);
+    found.sort();
+    assert_eq!(
+        found,
+        ["/Cardiology/Cardiology Echo/echo-checklist.txt", "/Cardiology/Protocol 2024.pdf"]
+    );
+    // `Cardiology Echo` matches too but lies inside `Cardiology`: no search of its own.
+    assert_eq!(searches(&seen).len(), 2);
+    proxy.stop().await;
+}
+
+/// A root named with non-ASCII and reserved characters (written raw in the configuration, sent
+/// back by sabre/dav as `%c3%84rzte%20%26%20Co%20(Team)`) still matches the server's hrefs.
+#[tokio::test]
+async fn nextcloud_search_below_a_root_named_with_non_ascii_characters() {
+    let (url, seen) = fake_nextcloud("Ärzte & Co (Team)/").await;
+    let proxy = nextcloud_proxy(&url).await;
+    let files = search(&proxy, json!({"query": "sepsis"})).await;
+    assert_eq!(paths(&files), ["/Leitlinien/sepsis-leitfaden.pdf"]);
+    let files = search(&proxy, json!({"query": "leitlinien"})).await;
+    assert_eq!(paths(&files), ["/Leitlinien/sepsis-leitfaden.pdf"]);
+    let bodies = searches(&seen);
     assert!(
-        !requests.iter().any(|(m, _, _)| m == "PROPFIND"),
-        "no folder walk: {requests:?}"
+        bodies[0].contains("<d:href>/files/alice/%C3%84rzte%20&amp;%20Co%20(Team)/</d:href>"),
+        "{}",
+        bodies[0]
     );
     proxy.stop().await;
 }

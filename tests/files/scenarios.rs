@@ -216,6 +216,24 @@ async fn webdav_backend_against_wsgidav() {
     proxy.stop().await;
 }
 
+/// A root named with non-ASCII and reserved characters: the configuration writes it raw (the url
+/// crate sends `%C3%84rzte%20&%20Co%20(Team)`), wsgidav's hrefs encode `&`, `(` and `)` as well.
+/// The files below are found and read all the same, and nothing outside that root is listed.
+#[tokio::test]
+async fn webdav_root_named_with_non_ascii_and_reserved_characters() {
+    let toml = format!(
+        "[backends.files]\nkind = \"webdav\"\nurl = \"{}Ärzte & Co (Team)/\"\nusername = \"{USER}\"\npassword = \"{PASSWORD}\"\n{}",
+        wsgidav_url(),
+        common_toml()
+    );
+    let proxy = TestProxy::start(&toml).await;
+    let all = search(&proxy, json!({"query": "*"})).await;
+    assert_eq!(paths(&all), ["/Leitlinien/sepsis-leitfaden.txt"]);
+    let text = text_of(&proxy, "leitlinien sepsis", "/Leitlinien/sepsis-leitfaden.txt").await;
+    assert!(text.contains("Blutkulturen"), "{text}");
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn local_backend_on_the_same_tree() {
     let proxy = TestProxy::start(&local_toml()).await;

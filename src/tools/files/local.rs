@@ -3,10 +3,11 @@
 //!
 //! Every access resolves the path, follows symlinks (`canonicalize`) and checks that the result is
 //! still under the canonical root, so a link pointing out of the root (or a `..` that slipped past
-//! [`RelPath`]) is refused as if the file did not exist. Listings skip such links too.
+//! [`RelPath`]) is refused as if the file did not exist. Listings skip such links too. Only regular
+//! files are listed or opened: a FIFO or device under the root is "not found", never opened.
 
-use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -117,7 +118,19 @@ impl LocalFiles {
 
     fn read_now(&self, path: &RelPath, max_bytes: u64) -> Result<(FileEntry, Vec<u8>), FilesError> {
         let real = self.resolve(path)?;
-        let file = File::open(&real).map_err(FilesError::Io)?;
+        // Only a regular file is opened: opening a FIFO for reading waits for a writer, for good,
+        // and a device may act on being opened. `real` has no links left, so this is the file
+        // itself. The open is non-blocking all the same, in case the file is swapped for a FIFO
+        // after the check; it changes nothing for reading a regular file.
+        let is_file = std::fs::metadata(&real).map_err(FilesError::Io)?.is_file();
+        if !is_file {
+            return Err(FilesError::NotFound);
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&real)
+            .map_err(FilesError::Io)?;
         let meta = file.metadata().map_err(FilesError::Io)?;
         if !meta.is_file() {
             return Err(FilesError::NotFound);

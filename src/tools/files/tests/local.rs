@@ -105,3 +105,25 @@ async fn a_search_cut_to_fit_says_it_was_truncated() {
     assert_eq!(output.result["truncated"], true, "{}", output.result["total_count"]);
     assert_eq!(output.result["total_count"], 50);
 }
+
+/// A FIFO under the root (a file id can name one) is not a file: opening it for reading would wait
+/// for a writer for good and hold a blocking thread that no tool timeout frees.
+#[tokio::test]
+async fn a_fifo_under_the_root_is_not_found_at_once() {
+    let (_dir, root) = tree();
+    let fifo = root.join("a/pipe.txt");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let files = LocalFiles::open(&root).unwrap();
+    let pipe = RelPath::parse("a/pipe.txt").unwrap();
+    let read = files.read(&pipe, 1024);
+    let result = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
+    if result.is_err() {
+        // Free the stuck thread so the runtime can shut down, then fail.
+        drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+        panic!("reading a FIFO blocked");
+    }
+    assert!(matches!(result, Ok(Err(FilesError::NotFound))), "{result:?}");
+    let listed = files.candidates(&[], false).await.unwrap();
+    assert!(!listed.iter().any(|f| f.path.name() == "pipe.txt"));
+}

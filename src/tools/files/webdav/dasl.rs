@@ -1,14 +1,33 @@
-//! WebDAV SEARCH (RFC 5323 `DAV:basicsearch`), as Nextcloud implements it: one request that asks
-//! the server for the files whose name contains a query word, instead of walking every folder.
+//! WebDAV SEARCH (RFC 5323 `DAV:basicsearch`), as Nextcloud implements it: a request that asks
+//! the server for the files and folders whose name contains a query word, instead of walking every
+//! folder.
 //!
 //! Nextcloud's search arbiter is the DAV root (`/remote.php/dav/`) and the scope is the user's
 //! files path below it (`/files/USER/…`); the arbiter advertises itself with the response header
 //! `DASL: <DAV:basicsearch>` on `OPTIONS`. Other servers are asked at the root itself.
+//!
+//! A name search matches folders as well as files: a file is found by the words of its whole path,
+//! so the files below a folder whose name matches are asked for too, one SEARCH per folder
+//! (Nextcloud takes one scope per request), as [`Dasl::files_below`] builds it.
 
+use std::collections::HashSet;
+
+use futures::StreamExt;
 use url::Url;
+
+use super::WebdavFiles;
+use super::multistatus::DavResource;
+use crate::tools::files::FilesError;
+use crate::tools::files::backend::{FileEntry, MAX_WALK_ENTRIES};
+use crate::tools::files::file_id::RelPath;
 
 /// Most entries asked of the server in one search.
 pub const MAX_SEARCH_RESULTS: usize = 500;
+/// Folders whose files a name search asks for, when their name matched (each SEARCH returns at
+/// most [`MAX_SEARCH_RESULTS`] files, so this bounds the search as the walk is bounded).
+const MAX_MATCHED_FOLDERS: usize = 10;
+/// Folder searches in flight at a time.
+const FOLDER_SEARCHES_AT_ONCE: usize = 4;
 
 /// Where to send a SEARCH and what scope to give it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +36,8 @@ pub struct Dasl {
     pub arbiter: Url,
     /// The scope `href`, as the server expects it (an absolute path below the arbiter).
     pub scope: String,
+    /// Where a scope starts in a URL's path: after `/remote.php/dav` for Nextcloud, else at 0.
+    scope_from: usize,
 }
 
 impl Dasl {
@@ -31,12 +52,20 @@ impl Dasl {
             return Dasl {
                 arbiter,
                 scope: root.path()[split..].to_string(),
+                scope_from: split,
             };
         }
         Dasl {
             arbiter: root.clone(),
             scope: root.path().to_string(),
+            scope_from: 0,
         }
+    }
+
+    /// The scope `href` of a folder below the root (`url` as `WebdavFiles::url_of` builds it).
+    pub fn scope_of(&self, url: &Url) -> Option<String> {
+        let scope = url.path().get(self.scope_from..)?;
+        Some(format!("{}/", scope.trim_end_matches('/')))
     }
 
     /// Does an `OPTIONS` answer's `DASL` header offer basicsearch?
@@ -48,9 +77,9 @@ impl Dasl {
             .any(|v| v.to_ascii_lowercase().contains("dav:basicsearch"))
     }
 
-    /// A basicsearch for files (not folders) whose display name contains any of `words`.
-    /// `words` are letters and digits only (see `search::query_words`), so they need no escaping
-    /// and hold no `LIKE` wildcards.
+    /// A basicsearch for files and folders below the root whose display name contains any of
+    /// `words`. `words` are letters and digits only (see `search::query_words`), so they need no
+    /// escaping and hold no `LIKE` wildcards.
     pub fn body(&self, words: &[String]) -> String {
         let likes: String = words
             .iter()
@@ -61,16 +90,111 @@ impl Dasl {
                 )
             })
             .collect();
-        let scope = quick_xml::escape::escape(&self.scope);
-        format!(
-            r#"<?xml version="1.0" encoding="UTF-8"?>
+        request(&self.scope, &format!("<d:or>{likes}</d:or>"))
+    }
+
+    /// A basicsearch for every file (not folder) below the folder whose scope is `scope`.
+    pub fn files_below(&self, scope: &str) -> String {
+        request(scope, "<d:not><d:is-collection/></d:not>")
+    }
+}
+
+/// A basicsearch of `scope`, at any depth, for what `condition` (a `DAV:where` operator) allows.
+fn request(scope: &str, condition: &str) -> String {
+    let scope = quick_xml::escape::escape(scope);
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
 <d:searchrequest xmlns:d="DAV:"><d:basicsearch>
 <d:select><d:prop><d:resourcetype/><d:getcontentlength/><d:getlastmodified/><d:getcontenttype/></d:prop></d:select>
 <d:from><d:scope><d:href>{scope}</d:href><d:depth>infinity</d:depth></d:scope></d:from>
-<d:where><d:and><d:not><d:is-collection/></d:not><d:or>{likes}</d:or></d:and></d:where>
+<d:where>{condition}</d:where>
 <d:orderby/><d:limit><d:nresults>{MAX_SEARCH_RESULTS}</d:nresults></d:limit>
 </d:basicsearch></d:searchrequest>"#
-        )
+    )
+}
+
+impl WebdavFiles {
+    /// Files below the root whose path contains one of `words`, by the server's SEARCH, as the
+    /// walk would find them: the files and folders whose name matches, then every file below each
+    /// matching folder (one SEARCH per folder, at most [`MAX_MATCHED_FOLDERS`]).
+    pub(super) async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
+        let mut found = Found::default();
+        let mut folders: Vec<RelPath> = Vec::new();
+        for (path, resource) in self.search_request(&self.dasl.body(words)).await? {
+            if resource.is_collection {
+                folders.push(path);
+            } else {
+                found.add(self.entry(path, &resource)?);
+            }
+        }
+        // Outer folders first; a folder inside one already kept adds nothing, its files come along.
+        folders.sort_by_key(|f| f.segments().len());
+        let mut kept: Vec<RelPath> = Vec::new();
+        for folder in folders {
+            if !kept.iter().any(|k| folder.segments().starts_with(k.segments())) {
+                kept.push(folder);
+            }
+        }
+        if kept.len() > MAX_MATCHED_FOLDERS {
+            tracing::debug!("WebDAV SEARCH: only the first matching folders are listed");
+            kept.truncate(MAX_MATCHED_FOLDERS);
+        }
+        let listings = futures::stream::iter(kept)
+            .map(|folder| async move {
+                let scope = self
+                    .dasl
+                    .scope_of(&self.url_of(&folder)?)
+                    .ok_or(FilesError::BadFileId)?;
+                self.search_request(&self.dasl.files_below(&scope)).await
+            })
+            .buffered(FOLDER_SEARCHES_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await;
+        for listing in listings {
+            let resources = match listing {
+                Ok(resources) => resources,
+                // As in the walk: a folder that vanished or that the server will not search is skipped.
+                Err(FilesError::NotFound | FilesError::Forbidden | FilesError::Status(_)) => continue,
+                Err(err) => return Err(err),
+            };
+            for (path, resource) in resources {
+                if !resource.is_collection {
+                    found.add(self.entry(path, &resource)?);
+                }
+            }
+        }
+        Ok(found.files)
+    }
+
+    /// One SEARCH at the arbiter: what it names below the root, dotfiles and dot-folders left out.
+    async fn search_request(&self, body: &str) -> Result<Vec<(RelPath, DavResource)>, FilesError> {
+        let found = self
+            .multistatus(b"SEARCH", &self.dasl.arbiter, None, body)
+            .await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|resource| {
+                // The scope is below the root, but trust no server: anything not below it is dropped.
+                let path = self.path_of(&resource.href).ok().flatten()?;
+                let hidden = path.segments().iter().any(|s| s.starts_with('.'));
+                (!hidden).then_some((path, resource))
+            })
+            .collect())
+    }
+}
+
+/// The files a name search found so far: each once, at most [`MAX_WALK_ENTRIES`].
+#[derive(Default)]
+struct Found {
+    files: Vec<FileEntry>,
+    seen: HashSet<RelPath>,
+}
+
+impl Found {
+    fn add(&mut self, file: FileEntry) {
+        if self.files.len() < MAX_WALK_ENTRIES && self.seen.insert(file.path.clone()) {
+            self.files.push(file);
+        }
     }
 }
 
@@ -90,13 +214,27 @@ mod tests {
         );
         assert_eq!(dasl.scope, "/files/alice/Clinic%20Docs/");
         let other = Url::parse("http://127.0.0.1:9/dav/").unwrap();
-        assert_eq!(
-            Dasl::for_root(&other),
-            Dasl {
-                arbiter: other.clone(),
-                scope: "/dav/".into()
-            }
+        let dasl = Dasl::for_root(&other);
+        assert_eq!((&dasl.arbiter, dasl.scope.as_str()), (&other, "/dav/"));
+    }
+
+    /// The files of a folder whose name matched: the folder's scope, files only, no name condition.
+    #[test]
+    fn a_folder_search_asks_for_every_file_below_it() {
+        let dasl = Dasl::for_root(&Url::parse("https://h/remote.php/dav/files/alice/").unwrap());
+        let folder = Url::parse("https://h/remote.php/dav/files/alice/Cardiology%20%26%20Co").unwrap();
+        let scope = dasl.scope_of(&folder);
+        assert_eq!(scope.as_deref(), Some("/files/alice/Cardiology%20%26%20Co/"));
+        let body = dasl.files_below(&scope.unwrap());
+        assert!(
+            body.contains("<d:href>/files/alice/Cardiology%20%26%20Co/</d:href>")
+                && body.contains("<d:not><d:is-collection/></d:not>")
+                && !body.contains("<d:like>"),
+            "{body}"
         );
+        let other = Dasl::for_root(&Url::parse("http://127.0.0.1:9/dav/").unwrap());
+        let folder = Url::parse("http://127.0.0.1:9/dav/A%20b").unwrap();
+        assert_eq!(other.scope_of(&folder).as_deref(), Some("/dav/A%20b/"));
     }
 
     #[test]
@@ -109,6 +247,8 @@ mod tests {
             "{body}"
         );
         assert!(!body.contains("<x>"), "{body}");
+        // Folders too: a folder's name is part of the path of every file in it.
+        assert!(!body.contains("is-collection"), "{body}");
     }
 
     #[test]

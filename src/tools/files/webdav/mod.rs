@@ -1,8 +1,9 @@
 //! The WebDAV backend (`backends.files.kind = "webdav"`): a Nextcloud user's files at
 //! `https://HOST/remote.php/dav/files/USER/`, or any RFC 4918 server (tests use wsgidav).
 //!
-//! A name search uses the server's WebDAV SEARCH when it advertises one ([`dasl`]); otherwise, and
-//! for content searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers
+//! A name search uses the server's WebDAV SEARCH when it advertises one ([`dasl`]: files and
+//! folders by name, then the files below each matching folder); otherwise, and for content
+//! searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers
 //! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders and entries. Every `href` a server returns is
 //! resolved against the root and kept only when it stays on the root's origin and below its path;
 //! every URL voxgate builds from a [`RelPath`] is checked the same way before it is requested.
@@ -106,26 +107,32 @@ impl WebdavFiles {
 
     /// The path under the root that a server `href` names; `Ok(None)` for the root itself, `Err`
     /// for anything that is not below the root.
+    ///
+    /// Paths are compared segment by segment once decoded, not as strings: servers encode the
+    /// same name differently (sabre/dav writes `%c3%84` and `%26`, wsgidav `%28`, the url crate
+    /// `%C3%84` and a raw `&`).
     fn path_of(&self, href: &str) -> Result<Option<RelPath>, FilesError> {
         let url = self.root.join(href).map_err(|_| FilesError::BadFileId)?;
         if url.origin() != self.root.origin() {
             return Err(FilesError::BadFileId);
         }
-        let rest = url
-            .path()
-            .strip_prefix(self.root.path())
-            .ok_or(FilesError::BadFileId)?;
-        let rest = rest.trim_end_matches('/');
-        if rest.is_empty() {
+        let mut segments = decoded_segments(&url).ok_or(FilesError::BadFileId)?;
+        let root = decoded_segments(&self.root).ok_or(FilesError::BadFileId)?;
+        // The root ends with a slash: its last segment is empty.
+        let root = root.split_last().map_or(&[][..], |(_, parent)| parent);
+        if !segments.starts_with(root) {
+            return Err(FilesError::BadFileId);
+        }
+        segments.drain(..root.len());
+        while segments.last().is_some_and(Vec::is_empty) {
+            segments.pop();
+        }
+        if segments.is_empty() {
             return Ok(None);
         }
-        let segments = rest
-            .split('/')
-            .map(|s| {
-                percent_encoding::percent_decode_str(s)
-                    .decode_utf8()
-                    .map(|d| d.into_owned())
-            })
+        let segments = segments
+            .into_iter()
+            .map(String::from_utf8)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| FilesError::BadFileId)?;
         RelPath::from_segments(segments).map(Some)
@@ -188,26 +195,6 @@ impl WebdavFiles {
             .unwrap_or(false)
     }
 
-    /// Files below the root whose name contains one of `words`, by the server's SEARCH.
-    async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
-        let body = self.dasl.body(words);
-        let found = self
-            .multistatus(b"SEARCH", &self.dasl.arbiter, None, &body)
-            .await?;
-        let mut files = Vec::new();
-        for resource in found {
-            // The scope is the root, but trust no server: anything not below the root is dropped.
-            let Ok(Some(path)) = self.path_of(&resource.href) else {
-                continue;
-            };
-            let hidden = path.segments().iter().any(|s| s.starts_with('.'));
-            if !resource.is_collection && !hidden && files.len() < MAX_WALK_ENTRIES {
-                files.push(self.entry(path, &resource)?);
-            }
-        }
-        Ok(files)
-    }
-
     /// Every file below the root, breadth first, within the walk's bounds.
     async fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
         let mut files = Vec::new();
@@ -255,6 +242,16 @@ impl WebdavFiles {
         }
         Ok(files)
     }
+}
+
+/// The path segments of `url`, percent-decoded to bytes (the root's need not be UTF-8).
+fn decoded_segments(url: &Url) -> Option<Vec<Vec<u8>>> {
+    let segments = url.path_segments()?;
+    Some(
+        segments
+            .map(|s| percent_encoding::percent_decode_str(s).collect())
+            .collect(),
+    )
 }
 
 /// The folders a walk has still to list, breadth first, and how many it has listed.
@@ -386,6 +383,43 @@ mod tests {
             "/remote.php/dav/files/alice/a%2Fb",
         ] {
             assert!(dav.path_of(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    /// Servers encode a path each their own way: sabre/dav (Nextcloud) writes `%c3%84` and `%26`,
+    /// wsgidav `%C3%84`, `%26`, `%28`, the url crate `%C3%84` and a raw `&`. They name the same
+    /// folder, so a root named with such characters must match every one of them.
+    #[test]
+    fn hrefs_match_a_root_with_non_ascii_and_reserved_characters() {
+        for root in [
+            "https://cloud.example.org/remote.php/dav/files/alice/Ärzte & Co (Team)",
+            "https://cloud.example.org/remote.php/dav/files/alice/%C3%84rzte%20%26%20Co%20%28Team%29/",
+        ] {
+            let dav = backend(root);
+            let path = |href: &str| dav.path_of(href).map(|p| p.map(|p| p.display()));
+            for href in [
+                "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)/A%20b/x.txt",
+                "/remote.php/dav/files/alice/%C3%84rzte%20%26%20Co%20%28Team%29/A%20b/x.txt",
+                "https://cloud.example.org/remote.php/dav/files/alice/%C3%84rzte%20&%20Co%20(Team)/A%20b/x.txt",
+            ] {
+                assert_eq!(
+                    path(href).unwrap().as_deref(),
+                    Some("/A b/x.txt"),
+                    "{root}: {href}"
+                );
+            }
+            assert_eq!(
+                path("/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)/").unwrap(),
+                None
+            );
+            for bad in [
+                "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co/x.txt",
+                "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)x/x.txt",
+                "/remote.php/dav/files/alice/x.txt",
+                "/remote.php/dav/files/alice/%c3%84rzte%20%26%20Co%20(Team)/%2e%2e/x.txt",
+            ] {
+                assert!(dav.path_of(bad).is_err(), "{root}: {bad} accepted");
+            }
         }
     }
 
