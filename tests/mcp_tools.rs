@@ -1,9 +1,14 @@
 //! MCP servers as realtime tools, against real servers written with the official Python SDK
 //! (tests/mcp/lab_server.py): one over stdio that voxgate starts per test, one over Streamable
-//! HTTP started once per test binary on a free 127.0.0.1 port. The server writes what reached it to
-//! files the tests read, so "nothing was written" and "the server was told to cancel" are checked
-//! on the server's side.
+//! HTTP started once per test binary on a free 127.0.0.1 port (and, for the listing bounds,
+//! tests/mcp/endless_list_server.py, whose `tools/list` never ends). The server writes what
+//! reached it to files the tests read, so "nothing was written" and "the server was told to
+//! cancel" are checked on the server's side.
 
+#[path = "mcp/late_progress.rs"]
+mod late_progress;
+#[path = "mcp/listing.rs"]
+mod listing;
 #[path = "mcp/process.rs"]
 mod process;
 mod support;
@@ -375,6 +380,40 @@ async fn admin_lists_tools_with_origin_policy_and_health_and_invokes_mcp_tools()
     assert_eq!(fin["arguments"]["order_id"], "ord-5", "phi = false: arguments are audited");
 }
 
+/// An allowed tool out of the catalogue is still listed (CONTRACT §10: every tool), with why: its
+/// server is down, or the server does not offer it (yet). Its effective policy depends on what the
+/// server says about it, so it has none until then.
+#[tokio::test]
+async fn admin_lists_allowed_tools_that_are_not_offered_with_their_health() {
+    let extra = "[auth]\nadmin_token = \"admin-secret-token-0123\"\n\
+                 [mcp.servers.gone]\nurl = \"http://127.0.0.1:9/mcp\"\nallow = [\"page_on_call\"]\n";
+    let lab = start(false, extra).await;
+    let body: Value = reqwest::Client::new()
+        .get(format!("http://{}/admin/tools", lab.proxy.addr))
+        .bearer_auth("admin-secret-token-0123")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tool = |name: &str| body["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned();
+    let down = tool("gone__page_on_call").unwrap_or_else(|| panic!("a down server's tool is listed: {body}"));
+    assert_eq!(down["origin"], "gone");
+    assert_eq!(down["health"], "down");
+    assert!(down["policy"].is_null(), "{down}");
+    let server = body["mcp_servers"].as_array().unwrap().iter().find(|s| s["server"] == "gone").unwrap();
+    assert_eq!(server["state"], "down");
+    // Allowed, but the lab server offers it only after `add_extra`.
+    let later = tool("lab__extra").unwrap_or_else(|| panic!("an allowed tool not offered is listed: {body}"));
+    assert_eq!((later["origin"].as_str(), later["health"].as_str()), (Some("lab"), Some("not_offered")));
+    assert_eq!(tool("lab__lookup_result").unwrap()["health"], "up");
+    assert!(tool("lab__secret_export").is_none(), "a tool off the allow-list is never listed");
+    let names: Vec<&str> = body["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    let unique: std::collections::HashSet<&&str> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "each tool once: {names:?}");
+}
+
 #[tokio::test]
 async fn a_tool_the_server_adds_later_joins_new_sessions() {
     let mut lab = start(false, "[auth]\nadmin_token = \"admin-secret-token-0123\"\n").await;
@@ -391,7 +430,7 @@ async fn a_tool_the_server_adds_later_joins_new_sessions() {
     loop {
         let body: Value =
             admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
-        if body["tools"].as_array().unwrap().iter().any(|t| t["name"] == "lab__extra") {
+        if body["tools"].as_array().unwrap().iter().any(|t| t["name"] == "lab__extra" && t["health"] == "up") {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "lab__extra never joined: {body}");

@@ -99,7 +99,8 @@ impl Tool for McpTool {
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
         let unavailable =
             || ToolError::Backend(format!("The {} tool server is unavailable; try again later.", self.link.name));
-        let peer = self.link.connected(RECONNECT_GRACE).await.ok_or_else(unavailable)?;
+        let connection = self.link.connected(RECONNECT_GRACE).await.ok_or_else(unavailable)?;
+        let peer = connection.peer;
         let arguments = match args {
             Value::Object(map) => map,
             _ => Map::new(),
@@ -112,7 +113,7 @@ impl Tool for McpTool {
             .map_err(|_| unavailable())?;
         let mut cancel = CancelOnDrop { peer: peer.clone(), id: Some(handle.id.clone()) };
         // Routed even when the client wants no progress, so what came early is claimed.
-        let _progress = self.link.progress.route(handle.progress_token.clone(), progress::current());
+        let _progress = connection.progress.route(handle.progress_token.clone(), progress::current());
         let answer = handle.await_response().await;
         cancel.id = None;
         match answer {

@@ -1,5 +1,5 @@
 //! An MCP `CallToolResult` turned into what the model gets: the text content, bounded so one
-//! `function_call_output` stays under 32 KiB (TOOLS.md), with `truncated` when cut; other content
+//! `function_call_output` stays under 32 KiB (TOOLS.md) once serialised, with `truncated` when cut; other content
 //! (images, audio, embedded or linked resources) summarised by type and size, never passed on raw;
 //! `isError` results become [`ToolError::Reported`] failures (code `backend_error`) whose
 //! bounded server text goes to the model only, screened like a result; the client is told a fixed
@@ -12,6 +12,7 @@
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value, json};
 
+use crate::tools::text::MAX_RESULT_BYTES;
 use crate::tools::{ToolError, ToolOutput};
 
 /// Text passed to the model per call, in bytes (the rest is cut, `truncated: true`).
@@ -55,7 +56,36 @@ pub(super) fn to_output(result: CallToolResult) -> Result<ToolOutput, ToolError>
         out.insert("other_content".into(), Value::Array(others.into_iter().take(MAX_SUMMARIES).collect()));
     }
     out.insert("truncated".into(), Value::Bool(truncated));
+    fit(&mut out);
     Ok(ToolOutput::new(Value::Object(out)))
+}
+
+/// Cut the text further (on a character boundary) until the result, serialised as the model gets
+/// it, takes at most [`MAX_RESULT_BYTES`]: JSON escaping doubles a quote, a backslash or a newline
+/// and makes another control character six bytes, so [`MAX_TEXT_BYTES`] of text can serialise to
+/// far more than TOOLS.md's 32 KiB. Should even no text be too much, the structured part and then
+/// the summaries go too.
+fn fit(out: &mut Map<String, Value>) {
+    let size = |out: &Map<String, Value>| serde_json::to_string(out).map_or(usize::MAX, |s| s.len());
+    if size(out) <= MAX_RESULT_BYTES {
+        return;
+    }
+    out.insert("truncated".into(), Value::Bool(true));
+    let text = out.get("text").and_then(Value::as_str).unwrap_or_default().to_string();
+    let ends: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+    // The escaped size grows with the prefix kept, so the prefixes that fit come first.
+    let fitting = ends.partition_point(|&end| {
+        out.insert("text".into(), Value::String(text[..end].to_string()));
+        size(out) <= MAX_RESULT_BYTES
+    });
+    let end = fitting.checked_sub(1).map_or(0, |last| ends[last]);
+    out.insert("text".into(), Value::String(text[..end].to_string()));
+    for part in ["structured", "other_content"] {
+        if size(out) <= MAX_RESULT_BYTES {
+            break;
+        }
+        out.remove(part);
+    }
 }
 
 fn texts(blocks: &[Value]) -> impl Iterator<Item = &str> {
@@ -138,6 +168,29 @@ mod tests {
         assert_eq!(err.public_message(), "The tool reported an error.");
         assert!(err.model_message().contains("Zebulon Quixote"));
         assert!(!err.to_string().contains("Zebulon"), "Display (logs) carries no server text");
+    }
+
+    /// The bound is on the result as the model gets it: JSON-escaped, where a quote, a backslash or
+    /// a newline takes two bytes and another control character six.
+    #[test]
+    fn the_serialised_result_fits_however_the_text_escapes() {
+        let structured = json!({"rows": "\"".repeat(MAX_STRUCTURED_BYTES / 2 - 20)});
+        for piece in ["\"", "\\", "\n", "\u{1}", "é\"", "x"] {
+            let text = piece.repeat(30_000);
+            let mut answer = result(vec![Content::text(text.clone())], false);
+            answer.structured_content = Some(structured.clone());
+            let out = to_output(answer).unwrap();
+            let size = serde_json::to_string(&out.result).unwrap().len();
+            assert!(size <= MAX_RESULT_BYTES, "{piece:?}: {size} bytes");
+            assert_eq!(out.result["truncated"], true, "{piece:?}");
+            let kept = out.result["text"].as_str().unwrap();
+            assert!(text.starts_with(kept) && !kept.is_empty(), "{piece:?}: a prefix of the text is kept");
+            assert!(out.result.get("structured").is_some(), "{piece:?}: the small structured part stays");
+        }
+        // Short text is not cut.
+        let out = to_output(result(vec![Content::text("\"".repeat(100))], false)).unwrap();
+        assert_eq!(out.result["truncated"], false);
+        assert_eq!(out.result["text"].as_str().unwrap().len(), 100);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What one MCP server's supervisor shares with that server's tools: the live connection (absent
-//! while it is down), its health, and where progress notifications of running calls go. Also the
-//! rmcp client handler that receives the server's notifications.
+//! while it is down) with where the progress notifications of calls made on it go, and the
+//! server's health. Also the rmcp client handler that receives one connection's notifications.
 
 use std::collections::BTreeMap;
 
@@ -43,16 +43,23 @@ pub(super) struct Health {
     pub last_error: Option<String>,
 }
 
+/// A live connection to the server.
+#[derive(Clone)]
+pub(super) struct Connection {
+    pub peer: Peer<RoleClient>,
+    /// Running calls' progress routes, by the progress token of their request. Per connection:
+    /// rmcp numbers tokens afresh on each, so a token is some other call's on the next one.
+    pub progress: Arc<ProgressRoutes>,
+}
+
 pub(super) struct ServerLink {
     pub name: String,
     pub config: McpServerConfig,
     /// The server's allowed tool names → their interned model-facing names.
     pub names: BTreeMap<String, &'static str>,
     /// The connection, `None` while down; tools read it at call time.
-    pub peer: watch::Sender<Option<Peer<RoleClient>>>,
+    pub peer: watch::Sender<Option<Connection>>,
     pub health: watch::Sender<Health>,
-    /// Running calls' progress routes, by the progress token of their request.
-    pub progress: Arc<ProgressRoutes>,
 }
 
 impl ServerLink {
@@ -64,7 +71,6 @@ impl ServerLink {
             names,
             peer: watch::channel(None).0,
             health: watch::channel(health).0,
-            progress: Arc::default(),
         }
     }
 
@@ -78,7 +84,7 @@ impl ServerLink {
     }
 
     /// The live connection, waiting up to `grace` for one that is being re-established.
-    pub async fn connected(&self, grace: std::time::Duration) -> Option<Peer<RoleClient>> {
+    pub async fn connected(&self, grace: std::time::Duration) -> Option<Connection> {
         let mut rx = self.peer.subscribe();
         match tokio::time::timeout(grace, rx.wait_for(Option::is_some)).await {
             Ok(Ok(peer)) => peer.clone(),
@@ -107,7 +113,8 @@ impl ServerLink {
 
 /// Receives the server's notifications for one connection.
 pub(super) struct LinkHandler {
-    pub link: Arc<ServerLink>,
+    /// The connection's progress routes ([`Connection::progress`]).
+    pub progress: Arc<ProgressRoutes>,
     /// Wakes the supervisor to list the tools again; a full channel already holds a wake-up.
     pub list_changed: mpsc::Sender<()>,
 }
@@ -118,6 +125,6 @@ impl rmcp::ClientHandler for LinkHandler {
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.link.progress.deliver(params);
+        self.progress.deliver(params);
     }
 }

@@ -1,14 +1,17 @@
-//! Where one MCP server's progress notifications go: to the call whose request carries the
-//! notification's progress token.
+//! Where the progress notifications of one connection to an MCP server go: to the call whose
+//! request carries the notification's progress token. rmcp numbers the tokens afresh on each
+//! connection, so each connection has routes of its own ([`Connection`](super::link::Connection)):
+//! a notification that comes late on an old connection never reaches a call on a new one.
 //!
 //! rmcp gives a caller its request's token only once the request is on its way, so a fast server
 //! can report progress before the call has routed the token (CI saw it: the first of three
 //! `notifications/progress` lost while the session thread waited for a CPU). A notification for a
 //! token that has no route yet is therefore held — a few per token, for a bounded number of
-//! tokens, for a few seconds — and handed to the call when it makes its route, in order and before
-//! anything newer. Every call makes a route, whether or not its client wants progress, so what is
-//! held for a call is always claimed; what a server sends for a finished or unknown request
-//! expires. Progress stays advisory: beyond those bounds it is dropped, never queued without end.
+//! tokens, for a few seconds, each message cut to what a progress event passes on — and handed to
+//! the call when it makes its route, in order and before anything newer. Every call makes a route,
+//! whether or not its client wants progress, so what is held for a call is always claimed; what a
+//! server sends for a finished or unknown request expires after [`HOLD_FOR`], unseen. Progress
+//! stays advisory: beyond those bounds it is dropped, never queued without end.
 //!
 //! Each progress event is a frame to the page, and a server may report as often as it likes: a
 //! call's events are coalesced to at most one per [`REPORT_EVERY`]. The first goes at once; one
@@ -21,23 +24,27 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::model::{NumberOrString, ProgressNotificationParam, ProgressToken};
 use tokio::time::Instant;
 
 use crate::tools::progress::ProgressSink;
 
 /// Notifications held for one token that has no route yet.
 const HELD_PER_TOKEN: usize = 8;
-/// Tokens with held notifications, at most (expired ones are swept when this is reached).
+/// Tokens with held notifications, at most.
 const HELD_TOKENS: usize = 64;
 /// How long held notifications wait for their call's route.
 const HOLD_FOR: Duration = Duration::from_secs(5);
+/// Characters of a progress message kept: what a progress event passes on (`tools::progress`).
+const MESSAGE_CHARS: usize = 200;
 /// At most one progress event per call this often (five a second): each is a frame to the page.
 const REPORT_EVERY: Duration = Duration::from_millis(200);
 
 enum Route {
-    /// A running call; `None` when its client does not want progress events.
-    Routed(Option<Throttle>),
+    /// A running call; `throttle` is `None` when its client does not want progress events.
+    /// `serial` tells this route from a later one with the same token, so neither a flush
+    /// scheduled for it nor its guard ever touches another call's route.
+    Routed { serial: u64, throttle: Option<Throttle> },
     /// Notifications that came before the route, oldest first, and when the first came.
     Held { since: Instant, early: Vec<ProgressNotificationParam> },
 }
@@ -45,9 +52,6 @@ enum Route {
 /// One call's sink, paced to one event per [`REPORT_EVERY`].
 struct Throttle {
     sink: ProgressSink,
-    /// Tells this route from a later one with the same token (tokens start over on a new
-    /// connection), so a flush scheduled for it never reports to another call.
-    serial: u64,
     /// When the last event was reported; `None` before the first.
     last: Option<Instant>,
     /// The newest notification waiting for the next slot.
@@ -85,27 +89,40 @@ impl Throttle {
     }
 }
 
-/// The progress routes of one server's running calls.
+/// The progress routes of the running calls on one connection to a server.
 #[derive(Default)]
 pub(super) struct ProgressRoutes {
     routes: DashMap<ProgressToken, Route>,
     /// Entries in the `Held` state.
     held: AtomicUsize,
-    /// The next route's [`Throttle::serial`].
+    /// The next route's serial.
     serials: AtomicU64,
 }
 
 impl ProgressRoutes {
     /// A notification from the server: to its call's sink, or held until the call routes it.
-    pub fn deliver(self: &Arc<Self>, params: ProgressNotificationParam) {
-        if self.held.load(Ordering::Relaxed) >= HELD_TOKENS {
-            self.sweep_expired();
+    pub fn deliver(self: &Arc<Self>, mut params: ProgressNotificationParam) {
+        // rmcp's tokens are numbers: a notification with any other token belongs to no call.
+        if !matches!(params.progress_token.0, NumberOrString::Number(_)) {
+            return;
+        }
+        params.meta = None;
+        if let Some(message) = &mut params.message
+            && message.chars().nth(MESSAGE_CHARS).is_some()
+        {
+            *message = message.chars().take(MESSAGE_CHARS).collect();
+        }
+        let now = Instant::now();
+        if self.held.load(Ordering::Relaxed) > 0 {
+            self.sweep_expired(now);
         }
         let token = params.progress_token.clone();
         let flush_at = match self.routes.entry(token.clone()) {
             Entry::Occupied(mut entry) => match entry.get_mut() {
-                Route::Routed(None) => return,
-                Route::Routed(Some(throttle)) => throttle.offer(params, Instant::now()).map(|at| (throttle.serial, at)),
+                Route::Routed { throttle: None, .. } => return,
+                Route::Routed { serial, throttle: Some(throttle) } => {
+                    throttle.offer(params, now).map(|at| (*serial, at))
+                }
                 Route::Held { early, .. } => {
                     if early.len() < HELD_PER_TOKEN {
                         early.push(params);
@@ -116,7 +133,7 @@ impl ProgressRoutes {
             Entry::Vacant(entry) => {
                 if self.held.load(Ordering::Relaxed) < HELD_TOKENS {
                     self.held.fetch_add(1, Ordering::Relaxed);
-                    entry.insert(Route::Held { since: Instant::now(), early: vec![params] });
+                    entry.insert(Route::Held { since: now, early: vec![params] });
                 }
                 return;
             }
@@ -130,17 +147,20 @@ impl ProgressRoutes {
     /// for it is reported first.
     pub fn route(self: &Arc<Self>, token: ProgressToken, sink: Option<ProgressSink>) -> RouteGuard {
         let serial = self.serials.fetch_add(1, Ordering::Relaxed);
-        let throttle = sink.map(|sink| Throttle { sink, serial, last: None, pending: None, flush_scheduled: false });
+        let throttle = sink.map(|sink| Throttle { sink, last: None, pending: None, flush_scheduled: false });
         let mut flush_at = None;
+        let now = Instant::now();
         match self.routes.entry(token.clone()) {
             Entry::Occupied(mut entry) => {
-                let previous = std::mem::replace(entry.get_mut(), Route::Routed(throttle));
-                if let Route::Held { early, .. } = previous {
+                let previous = std::mem::replace(entry.get_mut(), Route::Routed { serial, throttle });
+                if let Route::Held { since, early } = previous {
                     self.held.fetch_sub(1, Ordering::Relaxed);
                     // Offered while the entry is locked: a notification arriving meanwhile
-                    // waits for the entry, so it cannot overtake these.
-                    if let Route::Routed(Some(throttle)) = entry.get_mut() {
-                        let now = Instant::now();
+                    // waits for the entry, so it cannot overtake these. Ones held too long are
+                    // not this call's: a sweep has not come round to them yet.
+                    if now < since + HOLD_FOR
+                        && let Route::Routed { throttle: Some(throttle), .. } = entry.get_mut()
+                    {
                         for params in early {
                             flush_at = throttle.offer(params, now).or(flush_at);
                         }
@@ -148,13 +168,13 @@ impl ProgressRoutes {
                 }
             }
             Entry::Vacant(entry) => {
-                entry.insert(Route::Routed(throttle));
+                entry.insert(Route::Routed { serial, throttle });
             }
         }
         if let Some(at) = flush_at {
             self.schedule_flush(token.clone(), serial, at);
         }
-        RouteGuard { routes: self.clone(), token }
+        RouteGuard { routes: self.clone(), token, serial }
     }
 
     /// Report what waits for `token`'s next slot at `at`, if its route is still `serial`'s.
@@ -164,8 +184,8 @@ impl ProgressRoutes {
             tokio::time::sleep_until(at).await;
             let Some(routes) = routes.upgrade() else { return };
             if let Some(mut route) = routes.routes.get_mut(&token)
-                && let Route::Routed(Some(throttle)) = route.value_mut()
-                && throttle.serial == serial
+                && let Route::Routed { serial: routed, throttle: Some(throttle) } = route.value_mut()
+                && *routed == serial
             {
                 throttle.flush_scheduled = false;
                 throttle.flush(Instant::now());
@@ -180,13 +200,13 @@ impl ProgressRoutes {
 
     /// Is any call to this server running (every call routes its token while it runs)?
     pub fn calls_running(&self) -> bool {
-        self.routes.iter().any(|route| matches!(route.value(), Route::Routed(_)))
+        self.routes.iter().any(|route| matches!(route.value(), Route::Routed { .. }))
     }
 
     /// Forget held notifications nobody claimed in time.
-    fn sweep_expired(&self) {
+    fn sweep_expired(&self, now: Instant) {
         self.routes.retain(|_, route| match route {
-            Route::Held { since, .. } if since.elapsed() >= HOLD_FOR => {
+            Route::Held { since, .. } if now >= *since + HOLD_FOR => {
                 self.held.fetch_sub(1, Ordering::Relaxed);
                 false
             }
@@ -209,11 +229,18 @@ fn report(sink: &ProgressSink, params: &ProgressNotificationParam) {
 pub(super) struct RouteGuard {
     routes: Arc<ProgressRoutes>,
     token: ProgressToken,
+    serial: u64,
 }
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        if let Some((_, Route::Routed(Some(mut throttle)))) = self.routes.routes.remove(&self.token) {
+        // Only this call's route: a later call's with the same token is not this one's to end.
+        let ours = |_: &ProgressToken, route: &Route| {
+            matches!(route, Route::Routed { serial, .. } if *serial == self.serial)
+        };
+        if let Some((_, Route::Routed { throttle: Some(mut throttle), .. })) =
+            self.routes.routes.remove_if(&self.token, ours)
+        {
             throttle.flush(Instant::now());
         }
     }
@@ -302,15 +329,78 @@ mod tests {
 
         assert_eq!(routes.len(), HELD_TOKENS - 1);
 
-        // Once the bound is reached again, what has waited too long is swept.
+        // What has waited too long is swept with the next notification.
         tokio::time::advance(HOLD_FOR).await;
         routes.deliver(note(1_000, 1.0));
-        assert_eq!(routes.len(), HELD_TOKENS);
+        assert_eq!(routes.len(), 1, "the expired ones are gone, the fresh one held");
         routes.deliver(note(1_001, 1.0));
-        assert_eq!(routes.len(), 2, "the expired ones are gone, the two fresh ones held");
+        assert_eq!(routes.len(), 2);
         let (sink, seen) = recording_sink();
         drop(routes.route(token(1_000), Some(sink)));
         assert_eq!(*seen.lock().unwrap(), vec![1.0]);
+    }
+
+    /// Held notifications are never reported after [`HOLD_FOR`], however few tokens are held:
+    /// one left over from a finished call must not become a later call's progress.
+    #[tokio::test(start_paused = true)]
+    async fn held_notifications_expire_even_below_the_bound() {
+        let routes = Arc::new(ProgressRoutes::default());
+        routes.deliver(note(7, 1.0));
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        let (sink, seen) = recording_sink();
+        drop(routes.route(token(7), Some(sink)));
+        assert!(seen.lock().unwrap().is_empty(), "an expired notification was reported: {:?}", seen.lock().unwrap());
+        // A notification after the expiry is held afresh.
+        routes.deliver(note(8, 1.0));
+        tokio::time::advance(HOLD_FOR / 2).await;
+        routes.deliver(note(8, 2.0));
+        let (sink, seen) = recording_sink();
+        drop(routes.route(token(8), Some(sink)));
+        assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0]);
+        // Expired entries go even when no call claims them.
+        routes.deliver(note(9, 1.0));
+        tokio::time::advance(HOLD_FOR).await;
+        routes.deliver(note(10, 1.0));
+        assert_eq!(routes.len(), 1, "only token 10 is held");
+    }
+
+    /// A route is removed by the call that made it: an older route of the same token ending does
+    /// not take a newer call's progress (nor make it look finished to liveness).
+    #[tokio::test]
+    async fn an_older_route_ending_leaves_a_newer_route_of_the_same_token() {
+        let routes = Arc::new(ProgressRoutes::default());
+        let (a, seen_a) = recording_sink();
+        let (b, seen_b) = recording_sink();
+        let ga = routes.route(token(1), Some(a));
+        let gb = routes.route(token(1), Some(b));
+        drop(ga);
+        assert!(routes.calls_running());
+        routes.deliver(note(1, 1.0));
+        assert_eq!(*seen_b.lock().unwrap(), vec![1.0]);
+        assert!(seen_a.lock().unwrap().is_empty());
+        drop(gb);
+        assert!(!routes.calls_running());
+    }
+
+    /// What is held or waits for a slot is cut to what a progress event passes on, and a token
+    /// rmcp never issues (a string) is not held at all.
+    #[tokio::test]
+    async fn held_notifications_are_small() {
+        let routes = Arc::new(ProgressRoutes::default());
+        let mut params = note(1, 1.0);
+        params.message = Some("é".repeat(100_000));
+        routes.deliver(params);
+        match routes.routes.get(&token(1)).as_deref() {
+            Some(Route::Held { early, .. }) => {
+                let message = early[0].message.as_deref().unwrap();
+                assert!(message.chars().count() <= MESSAGE_CHARS, "{} bytes held", message.len());
+            }
+            _ => panic!("token 1 is not held"),
+        }
+        let mut params = note(1, 1.0);
+        params.progress_token = ProgressToken(NumberOrString::String("x".repeat(100_000).into()));
+        routes.deliver(params);
+        assert_eq!(routes.len(), 1, "a string token is not held");
     }
 
     /// A server may report progress as often as it likes; the page gets the latest value at most

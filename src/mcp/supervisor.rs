@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use rmcp::ServiceExt;
+use rmcp::model::{ClientRequest, ListToolsRequest, PaginatedRequestParams, ServerResult};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
@@ -25,8 +26,9 @@ use tokio_util::sync::CancellationToken;
 use super::McpHub;
 use super::adapter;
 use super::backoff::Backoff;
-use super::link::{LinkHandler, LinkState, ServerLink};
+use super::link::{Connection, LinkHandler, LinkState, ServerLink};
 use super::liveness::{Answers, Liveness};
+use super::progress::ProgressRoutes;
 use super::stdio::{self, ProcessGroup};
 
 /// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
@@ -34,6 +36,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait of rmcp's HTTP client between attempts to reopen a server's event stream (its
 /// default doubles without bound). Whether the server is there at all is [`Liveness`]'s call.
 const HTTP_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Pages of `tools/list` followed at most: real servers list their tools in one page or a few, and
+/// a server that keeps answering with a `nextCursor` must not keep voxgate listing.
+const MAX_LIST_PAGES: usize = 64;
+/// Tools listed at most, over all pages, allowed or not.
+const MAX_LISTED_TOOLS: usize = 4096;
 
 type Client = RunningService<RoleClient, LinkHandler>;
 
@@ -62,7 +69,9 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
     let mut backoff = Backoff::default();
     loop {
         let (list_changed, mut changes) = mpsc::channel(1);
-        let handler = LinkHandler { link: link.clone(), list_changed };
+        // This connection's own: its progress tokens mean nothing on any other.
+        let progress = Arc::new(ProgressRoutes::default());
+        let handler = LinkHandler { progress: progress.clone(), list_changed };
         let answers = Answers::default();
         // Cancelling it ends this connection (and kills a stdio child).
         let closed = stop.child_token();
@@ -77,7 +86,7 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                 let peer = client.peer().clone();
                 let mut running = std::pin::pin!(client.waiting());
                 let mut listed = refresh(&link, &hub, &peer).await;
-                link.peer.send_replace(Some(peer.clone()));
+                link.peer.send_replace(Some(Connection { peer: peer.clone(), progress: progress.clone() }));
                 link.health.send_modify(|h| {
                     h.state = LinkState::Up;
                     h.last_error = None;
@@ -106,7 +115,7 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                                 _ = stop.cancelled() => continue,
                                 ping = liveness.ping(&peer, &answers) => ping,
                             };
-                            missed = ping.missed_after(missed, link.progress.calls_running());
+                            missed = ping.missed_after(missed, progress.calls_running());
                             if missed >= super::liveness::MISSES {
                                 // Not waited for: a dead HTTP server would hold up the ending
                                 // connection's goodbye; it winds down on its own once dropped.
@@ -203,9 +212,8 @@ async fn refresh(
     hub: &Weak<McpHub>,
     peer: &rmcp::service::Peer<RoleClient>,
 ) -> Result<(), ConnectError> {
-    let listed = match tokio::time::timeout(CONNECT_TIMEOUT, peer.list_all_tools()).await {
-        Ok(Ok(listed)) => listed,
-        Ok(Err(_)) => return Err(ConnectError::ListTools),
+    let listed = match tokio::time::timeout(CONNECT_TIMEOUT, list_allowed(link, peer)).await {
+        Ok(listed) => listed?,
         Err(_) => return Err(ConnectError::Timeout),
     };
     let tools: Vec<_> = listed.iter().filter_map(|tool| adapter::register(link, tool)).collect();
@@ -216,6 +224,52 @@ async fn refresh(
     }
     publish(link, hub, tools);
     Ok(())
+}
+
+/// The allowed tools the server lists, paging through `tools/list` within [`MAX_LIST_PAGES`] and
+/// [`MAX_LISTED_TOOLS`]; a listing that goes on longer fails. Only allowed tools are kept (the
+/// first of a name), so what is held while listing stays small however much the server lists.
+async fn list_allowed(
+    link: &ServerLink,
+    peer: &rmcp::service::Peer<RoleClient>,
+) -> Result<Vec<rmcp::model::Tool>, ConnectError> {
+    let mut allowed: Vec<rmcp::model::Tool> = Vec::new();
+    let mut listed = 0;
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor.take().map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        // Sent as a plain request: `Peer::list_tools` keeps pages a server marks cacheable in
+        // rmcp's response cache, outside these bounds.
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest { params, ..Default::default() });
+        let page = match peer.send_request(request).await {
+            Ok(ServerResult::ListToolsResult(page)) => page,
+            _ => return Err(ConnectError::ListTools),
+        };
+        listed += page.tools.len();
+        if listed > MAX_LISTED_TOOLS {
+            tracing::warn!(
+                server = %link.name,
+                limit = MAX_LISTED_TOOLS,
+                "MCP server lists more tools than voxgate accepts"
+            );
+            return Err(ConnectError::ListTools);
+        }
+        for tool in page.tools {
+            if link.names.contains_key(tool.name.as_ref()) && !allowed.iter().any(|t| t.name == tool.name) {
+                allowed.push(tool);
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(allowed),
+        }
+    }
+    tracing::warn!(
+        server = %link.name,
+        limit = MAX_LIST_PAGES,
+        "MCP server's tool list has more pages than voxgate accepts"
+    );
+    Err(ConnectError::ListTools)
 }
 
 fn publish(link: &ServerLink, hub: &Weak<McpHub>, tools: Vec<Arc<crate::tools::registry::RegisteredTool>>) {

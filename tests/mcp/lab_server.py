@@ -108,6 +108,29 @@ async def chart_progress(patient: str, ctx: Context) -> str:
     return f"{patient}: no allergies recorded."
 
 
+# Tasks that outlive their call (late_progress), kept so they are not collected while they run.
+LATE_TASKS = set()
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def late_progress(patient: str, ctx: Context) -> str:
+    """Answers at once and reports its last progress, with the patient's name, only afterwards: a
+    notification that reaches the client after its call has ended. Records `late.jsonl` once sent."""
+    record("calls.jsonl", {"tool": "late_progress"})
+    token = ctx.request_context.meta.progressToken
+    session = ctx.session
+
+    async def later():
+        await anyio.sleep(0.3)
+        await session.send_progress_notification(token, 2, 2, f"done with {patient}")
+        record("late.jsonl", {"token": token})
+
+    task = asyncio.get_running_loop().create_task(later())
+    LATE_TASKS.add(task)
+    task.add_done_callback(LATE_TASKS.discard)
+    return f"{patient}: chart closed."
+
+
 @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def add_extra(ctx: Context) -> str:
     """Publishes one more tool and tells the client (notifications/tools/list_changed)."""

@@ -1,0 +1,49 @@
+"""An MCP server, written with the official Python SDK, whose `tools/list` never ends: every page
+holds a batch of tools and a `nextCursor` to the next one. voxgate must stop paging after a bounded
+number of pages and treat the listing as failed, not follow the cursor for as long as the server
+likes while keeping every tool.
+
+Each `tools/list` request is recorded in $LAB_DIR/pages.jsonl (its cursor), so the tests can count
+the pages voxgate asked for. Runs over stdio.
+"""
+
+import json
+import os
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+LAB_DIR = os.environ["LAB_DIR"]
+# Tools per page; the names repeat on every page, so the server itself stays small.
+PER_PAGE = 50
+SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+server = Server("endless")
+
+
+@server.list_tools()
+async def list_tools(request: types.ListToolsRequest) -> types.ListToolsResult:
+    cursor = request.params.cursor if request.params else None
+    with open(os.path.join(LAB_DIR, "pages.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps({"cursor": cursor}) + "\n")
+    page = int(cursor or "0")
+    tools = [
+        types.Tool(name=f"tool_{i}", description="One of many.", inputSchema=SCHEMA) for i in range(PER_PAGE)
+    ]
+    return types.ListToolsResult(tools=tools, nextCursor=str(page + 1))
+
+
+@server.call_tool()
+async def call_tool(name: str, arguments: dict) -> list[types.TextContent]:
+    return [types.TextContent(type="text", text=f"{name} called")]
+
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
