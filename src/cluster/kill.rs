@@ -4,13 +4,19 @@
 //! often as the registry is refreshed: a connection that went half-open (a failover, a dropped
 //! NAT entry) stays subscribed in Redis's eyes, so publishers count it as listening while nothing
 //! arrives, and without the check every kill forwarded here would be lost until TCP noticed.
+//!
+//! Each kill is answered under its nonce ([`registry::acknowledge_kill`]): `ended`, or `unknown`
+//! when this instance holds no such session (its registry entry outlived it). The deleter waits a
+//! bounded time for the answer, so it never reports a kill that was heard by nobody as done.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
+use super::registry::{self, KillAck};
 use crate::session::live::LiveSessions;
 
 /// Pause between subscription attempts while Redis is down.
@@ -19,8 +25,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs until `stop`: subscribe, end the sessions named, re-subscribe when the connection drops.
+/// `conn`: where the answers to kills are written.
 pub(super) async fn listen(
     client: redis::Client,
+    conn: ConnectionManager,
     channel: String,
     live: Arc<LiveSessions>,
     stop: CancellationToken,
@@ -29,7 +37,7 @@ pub(super) async fn listen(
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            ended = subscribe_and_serve(&client, &channel, &live, check_every) => {
+            ended = subscribe_and_serve(&client, &conn, &channel, &live, check_every) => {
                 if let Err(err) = ended {
                     tracing::debug!(error = ?err.kind(), "admin-kill subscription lost; retrying");
                 }
@@ -44,6 +52,7 @@ pub(super) async fn listen(
 
 async fn subscribe_and_serve(
     client: &redis::Client,
+    conn: &ConnectionManager,
     channel: &str,
     live: &LiveSessions,
     check_every: Duration,
@@ -62,9 +71,19 @@ async fn subscribe_and_serve(
         tokio::select! {
             message = messages.next() => {
                 let Some(message) = message else { return Ok(()) };
-                let Ok(id) = message.get_payload::<String>() else { continue };
-                if live.kill(&id) {
+                let Ok(payload) = message.get_payload::<String>() else { continue };
+                let (id, nonce) = registry::parse_kill_message(&payload);
+                let ack = if live.kill(id) {
                     tracing::info!(session.id = %id, "session ended by an administrator (forwarded)");
+                    KillAck::Ended
+                } else {
+                    KillAck::Unknown
+                };
+                // Bounded: a Redis too slow to take the answer leaves the deleter to answer 503.
+                if let Some(nonce) = nonce
+                    && let Err(err) = registry::acknowledge_kill(conn, nonce, ack).await
+                {
+                    tracing::warn!(error = %err, "could not answer an admin kill");
                 }
             }
             _ = checks.tick() => {

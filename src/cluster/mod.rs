@@ -7,7 +7,9 @@
 //! - the per-user session cap across instances (`server.max_sessions_per_user`), in the same
 //!   atomic admission;
 //! - the admin kill: `DELETE /admin/sessions/{id}` on any instance publishes the id to the owner's
-//!   channel, whose [`kill`] listener ends the session.
+//!   channel, whose [`kill`] listener ends the session and answers; the deleter waits a bounded
+//!   time for that answer, and releases an entry no instance holds (stale after a restart within
+//!   the TTL under the same `instance_id`), so a kill is reported done only when one ended.
 //!
 //! Redis down degrades, never refuses: caps fall back to this instance's own count, listings show
 //! this instance only, `voxgate_redis_up` is 0 and `/readyz` says so; the next successful refresh
@@ -29,7 +31,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use identity::hostname;
 pub use registry::SessionEntry;
 pub(crate) use registry::bounded;
-use registry::{Registry, Seated};
+use registry::{KillAck, Registry, Seated};
 
 use crate::session::live::{AdmitError, LiveSessions};
 use crate::telemetry::metrics::Metrics;
@@ -37,6 +39,10 @@ use crate::telemetry::metrics::Metrics;
 /// Ended sessions waiting to be removed from Redis. When full (Redis far behind), entries are
 /// left to expire on their own within one TTL.
 const RELEASE_QUEUE: usize = 1024;
+/// How long an admin kill waits for the owning instance to answer. Its listener answers as soon
+/// as the message arrives; one that has not by then is not hearing (a half-open subscription, a
+/// stalled instance) and the admin is told to try again.
+const KILL_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a Redis operation of the cluster failed. Only the kind is kept: a URL may hold a password.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -88,11 +94,12 @@ pub fn credentials_refused(err: &redis::RedisError) -> Option<&'static str> {
 pub enum KillOutcome {
     /// The session was on this instance and is closing.
     Ended,
-    /// The instance holding it was told to end it.
+    /// The instance holding it confirmed that it is closing.
     Forwarded,
-    /// No instance holds a session with this id.
+    /// No instance holds a session with this id (a stale registry entry is released).
     NotFound,
-    /// The registry (or the owning instance) cannot be reached now; try again.
+    /// The registry cannot be reached now, or the owning instance did not confirm in time; try
+    /// again.
     Unreachable,
 }
 
@@ -163,7 +170,7 @@ impl Cluster {
         let (releases, release_rx) = mpsc::channel(RELEASE_QUEUE);
         metrics.redis_up(true);
         let shared = Shared {
-            registry: Registry::new(link.conn, link.ttl),
+            registry: Registry::new(link.conn.clone(), link.ttl),
             releases,
             up: AtomicBool::new(true),
             refused_logged: AtomicBool::new(false),
@@ -182,7 +189,7 @@ impl Cluster {
             stop.clone(),
         ));
         let channel = registry::kill_channel(&cluster.instance);
-        tokio::spawn(kill::listen(link.client, channel, live, stop, link.ttl / 3));
+        tokio::spawn(kill::listen(link.client, link.conn.clone(), channel, live, stop, link.ttl / 3));
         cluster
     }
 
@@ -261,7 +268,8 @@ impl Cluster {
         (local, ListingScope::Instance)
     }
 
-    /// End session `id` wherever it runs.
+    /// End session `id` wherever it runs: [`KillOutcome::Forwarded`] only once its owner has
+    /// confirmed, within [`KILL_ACK_WAIT`].
     pub async fn kill(&self, live: &LiveSessions, id: &str) -> KillOutcome {
         if live.kill(id) {
             return KillOutcome::Ended;
@@ -269,8 +277,8 @@ impl Cluster {
         let Some(shared) = &self.shared else {
             return KillOutcome::NotFound;
         };
-        let owner = match shared.registry.find(id).await {
-            Ok(Some(entry)) => entry.instance,
+        let entry = match shared.registry.find(id).await {
+            Ok(Some(entry)) => entry,
             Ok(None) => return KillOutcome::NotFound,
             Err(err) => {
                 shared.set_down(err);
@@ -278,15 +286,42 @@ impl Cluster {
                 return KillOutcome::Unreachable;
             }
         };
-        match shared.registry.publish_kill(&owner, id).await {
-            Ok(0) => KillOutcome::Unreachable,
-            Ok(_) => KillOutcome::Forwarded,
+        // Not live here (a session is live before it is registered), so an entry naming this
+        // instance outlived its session: it restarted within the TTL under the same id.
+        if entry.instance == self.instance {
+            return self.release_stale(shared, &entry).await;
+        }
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let heard = shared.registry.publish_kill(&entry.instance, id, &nonce).await;
+        let ack = match heard {
+            Ok(0) => return KillOutcome::Unreachable,
+            Ok(_) => shared.registry.kill_ack(&nonce, KILL_ACK_WAIT).await,
+            Err(err) => Err(err),
+        };
+        match ack {
+            Ok(Some(KillAck::Ended)) => KillOutcome::Forwarded,
+            Ok(Some(KillAck::Unknown)) => self.release_stale(shared, &entry).await,
+            Ok(None) => {
+                tracing::warn!(instance = %entry.instance, "an admin kill was not confirmed in time");
+                KillOutcome::Unreachable
+            }
             Err(err) => {
                 shared.set_down(err);
                 tracing::warn!(error = %err, "cannot forward an admin kill");
                 KillOutcome::Unreachable
             }
         }
+    }
+
+    /// Remove the entry of a session its instance does not hold (its place in the user's cap
+    /// too: the cap key is the entry's user when a cap applies); nothing ended, so `NotFound`.
+    async fn release_stale(&self, shared: &Shared, entry: &SessionEntry) -> KillOutcome {
+        let result = shared.registry.release(&entry.id, Some(&entry.user)).await;
+        shared.record(&result);
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "a stale session entry could not be released; it expires within one TTL");
+        }
+        KillOutcome::NotFound
     }
 }
 

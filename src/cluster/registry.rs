@@ -7,7 +7,9 @@
 //! - `voxgate:sessions` — sorted set of session ids scored by expiry (ms), for listing;
 //! - `voxgate:user-sessions:{user}` — sorted set of one user's session ids scored by expiry, the
 //!   cross-instance cap;
-//! - channel `voxgate:kill:{instance}` — session ids the instance should end (admin kill).
+//! - channel `voxgate:kill:{instance}` — admin kills for the instance: `{id} {nonce}` (a bare `{id}`
+//!   from an instance that predates acknowledgements is still obeyed, unacknowledged);
+//! - `voxgate:kill-ack:{nonce}` — the owner's answer to one kill ([`KillAck`]), with a short TTL.
 
 use std::time::Duration;
 
@@ -22,6 +24,10 @@ const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 /// Sessions refreshed per script call, so one call never holds Redis for long.
 const REFRESH_BATCH: usize = 200;
 const INDEX_KEY: &str = "voxgate:sessions";
+/// How long an owner's answer to a kill is kept: far longer than anyone waits for it.
+const ACK_TTL_S: u64 = 30;
+/// How often a deleter looks for the owner's answer.
+const ACK_POLL: Duration = Duration::from_millis(50);
 
 /// A live session as every instance sees it (no PHI: `user` is the keyed hash of `sub`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +115,63 @@ fn user_key(cap_key: &str) -> String {
 /// The pub/sub channel on which `instance` takes admin kills.
 pub(super) fn kill_channel(instance: &str) -> String {
     format!("voxgate:kill:{instance}")
+}
+
+fn ack_key(nonce: &str) -> String {
+    format!("voxgate:kill-ack:{nonce}")
+}
+
+/// What the owner of a killed session answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KillAck {
+    /// It held the session, which is closing.
+    Ended,
+    /// It holds no such session: the registry entry outlived it.
+    Unknown,
+}
+
+impl KillAck {
+    fn as_str(self) -> &'static str {
+        match self {
+            KillAck::Ended => "ended",
+            KillAck::Unknown => "unknown",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        match value {
+            "ended" => Some(KillAck::Ended),
+            "unknown" => Some(KillAck::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// A kill message: the session id, and the nonce under which the owner acknowledges it.
+pub(super) fn kill_message(id: &str, nonce: &str) -> String {
+    format!("{id} {nonce}")
+}
+
+/// `(id, nonce)` of a kill message; no nonce from an instance that predates acknowledgements.
+/// Ids and nonces are ours (no spaces); a nonce that is not one is ignored, never made a key.
+pub(super) fn parse_kill_message(payload: &str) -> (&str, Option<&str>) {
+    match payload.split_once(' ') {
+        Some((id, nonce)) if nonce.len() <= 64 && nonce.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+            (id, Some(nonce))
+        }
+        Some((id, _)) => (id, None),
+        None => (payload, None),
+    }
+}
+
+/// The owner's answer to the kill sent with `nonce`.
+pub(super) async fn acknowledge_kill(
+    conn: &ConnectionManager,
+    nonce: &str,
+    ack: KillAck,
+) -> Result<(), ClusterError> {
+    let mut conn = conn.clone();
+    bounded(conn.set_ex(ack_key(nonce), ack.as_str(), ACK_TTL_S)).await
 }
 
 pub(super) struct Registry {
@@ -225,10 +288,37 @@ impl Registry {
         Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
     }
 
-    /// Ask `instance` to end session `id`; returns how many subscribers heard it.
-    pub async fn publish_kill(&self, instance: &str, id: &str) -> Result<usize, ClusterError> {
+    /// Ask `instance` to end session `id`, answering under `nonce`; returns how many subscribers
+    /// heard it.
+    pub async fn publish_kill(
+        &self,
+        instance: &str,
+        id: &str,
+        nonce: &str,
+    ) -> Result<usize, ClusterError> {
         let mut conn = self.conn.clone();
-        bounded(conn.publish(kill_channel(instance), id)).await
+        bounded(conn.publish(kill_channel(instance), kill_message(id, nonce))).await
+    }
+
+    /// The owner's answer to the kill sent with `nonce`, looked for until `wait` has passed
+    /// (`None`: no answer by then).
+    pub async fn kill_ack(
+        &self,
+        nonce: &str,
+        wait: Duration,
+    ) -> Result<Option<KillAck>, ClusterError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut conn = self.conn.clone();
+        loop {
+            let value: Option<String> = bounded(conn.get(ack_key(nonce))).await?;
+            if let Some(ack) = value.as_deref().and_then(KillAck::parse) {
+                return Ok(Some(ack));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(ACK_POLL).await;
+        }
     }
 }
 
@@ -239,5 +329,22 @@ pub(crate) async fn bounded<T>(call: impl Future<Output = redis::RedisResult<T>>
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => Err(ClusterError::from_redis(&err)),
         Err(_) => Err(ClusterError::Timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_messages_carry_a_nonce_and_older_bare_ids_still_parse() {
+        assert_eq!(parse_kill_message(&kill_message("vgs_1", "abc123")), ("vgs_1", Some("abc123")));
+        assert_eq!(parse_kill_message("vgs_1"), ("vgs_1", None), "from an instance without acks");
+        // Never made into a key: a nonce that is not one of ours.
+        assert_eq!(parse_kill_message("vgs_1 a:b"), ("vgs_1", None));
+        assert_eq!(parse_kill_message(&format!("vgs_1 {}", "a".repeat(65))), ("vgs_1", None));
+        assert_eq!(KillAck::parse(KillAck::Ended.as_str()), Some(KillAck::Ended));
+        assert_eq!(KillAck::parse(KillAck::Unknown.as_str()), Some(KillAck::Unknown));
+        assert_eq!(KillAck::parse("maybe"), None);
     }
 }

@@ -53,7 +53,9 @@ pub async fn list_sessions(State(state): State<AppState>, headers: HeaderMap) ->
     Ok(Json(json!({"sessions": sessions, "scope": scope})).into_response())
 }
 
-/// `DELETE /admin/sessions/{id}`: end the session on whichever instance holds it.
+/// `DELETE /admin/sessions/{id}`: end the session on whichever instance holds it. 204 only for a
+/// session that ended (here, or confirmed by its instance); 404 when none holds it; 503 when that
+/// cannot be known now ([`crate::cluster::Cluster::kill`]).
 pub async fn end_session(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -265,20 +267,45 @@ pub async fn mint_ticket(
     Ok((StatusCode::CREATED, Json(minted)).into_response())
 }
 
-/// `GET /admin/tools`: every tool offered now with its origin (`builtin` or the MCP server's
-/// name), effective policy and health, and the health of every configured MCP server (also one
-/// that is down, whose tools are out of the catalogue until it returns).
+/// A tool's `health` in `GET /admin/tools`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum ToolHealth {
+    Up,
+    /// Its MCP server's first connection attempt has not finished.
+    Starting,
+    /// Its MCP server is down: out of the catalogue until the server returns.
+    Down,
+    /// Allowed and its server up, yet out of the catalogue: the server does not offer it (now), or
+    /// voxgate left it out (its schema too large or not compiling; the log names it).
+    NotOffered,
+}
+
+impl ToolHealth {
+    fn of(server: crate::mcp::LinkState) -> Self {
+        match server {
+            crate::mcp::LinkState::Up => ToolHealth::Up,
+            crate::mcp::LinkState::Starting => ToolHealth::Starting,
+            crate::mcp::LinkState::Down => ToolHealth::Down,
+        }
+    }
+}
+
+/// `GET /admin/tools`: every tool with its origin (`builtin` or the MCP server's name), effective
+/// policy and health, and the health of every configured MCP server. An allowed MCP tool out of the
+/// catalogue (its server down or starting, or not offering it) is listed too, with that health and
+/// `policy: null`: its effective policy depends on what the server says about the tool.
 pub async fn list_tools(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
     let servers = state.mcp.health();
-    let tools: Vec<Value> = state
-        .mcp
-        .registry()
+    let server_state = |server: &str| servers.iter().find(|s| s.server == server).map(|s| s.state);
+    let registry = state.mcp.registry();
+    let mut tools: Vec<Value> = registry
         .iter()
         .map(|tool| {
             let spec = tool.spec();
             let origin = state.mcp.origin(tool.name());
-            let health = servers.iter().find(|s| s.server == origin).map_or("up", |s| s.state.as_str());
+            let health = server_state(origin).map_or(ToolHealth::Up, ToolHealth::of);
             json!({
                 "name": tool.name(),
                 "origin": origin,
@@ -295,5 +322,16 @@ pub async fn list_tools(State(state): State<AppState>, headers: HeaderMap) -> Re
             })
         })
         .collect();
+    for (server, config) in &state.config.mcp.servers {
+        let health = match server_state(server).map(ToolHealth::of) {
+            Some(ToolHealth::Up) | None => ToolHealth::NotOffered,
+            Some(down) => down,
+        };
+        // The model-facing name (CONTRACT §10: `SERVER__TOOL`).
+        let names = config.allow.iter().map(|tool| format!("{server}__{tool}"));
+        tools.extend(names.filter(|name| registry.get(name).is_none()).map(|name| {
+            json!({"name": name, "origin": server, "category": crate::tools::Category::Mcp, "policy": null, "health": health})
+        }));
+    }
     Ok(Json(json!({"tools": tools, "mcp_servers": servers})).into_response())
 }

@@ -13,6 +13,7 @@ mod support;
 
 mod degrades;
 mod instance;
+mod kills;
 mod nginx;
 mod outage;
 mod stalled;

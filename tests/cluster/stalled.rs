@@ -107,8 +107,9 @@ async fn stalled_subscription() {
     eventually("the instance has subscribed", || async { !proxy.subscribed.lock().unwrap().is_empty() }).await;
     proxy.stall_subscriptions();
 
-    // Redis still counts the stalled subscriber, so each DELETE is "forwarded": the session must
-    // end once the instance has subscribed again (its check fails within ~3 s here).
+    // Redis still counts the stalled subscriber, so each DELETE is heard by nobody and goes
+    // unconfirmed (503) until the instance has subscribed again (its check fails within ~3 s here);
+    // then the kill is confirmed (204) and the session ends.
     let http = reqwest::Client::new();
     let ended = tokio::time::timeout(WAIT, async {
         loop {
@@ -121,8 +122,10 @@ async fn stalled_subscription() {
                 .status();
             // 404: the registry entry lapsed while the instance's Redis links recovered; retried.
             assert!(status.is_success() || matches!(status.as_u16(), 404 | 503), "{status}");
-            if let Ok(closing) = tokio::time::timeout(Duration::from_millis(700), victim.until("voxgate.session.closing")).await {
-                return closing;
+            let wait = if status.is_success() { WAIT } else { Duration::from_millis(700) };
+            match tokio::time::timeout(wait, victim.until("voxgate.session.closing")).await {
+                Ok(closing) => return closing,
+                Err(_) => assert!(!status.is_success(), "a confirmed kill ({status}) did not end the session"),
             }
         }
     })
