@@ -49,13 +49,15 @@ async fn jwt_in_every_transport_and_every_rejection() {
 
     let wrong_key = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims("x", &[]), &EncodingKey::from_secret(b"another-secret-another-secret-32b")).unwrap();
     let expired = hs256(json!({"sub": "x", "exp": now() - 600}));
+    // Within jsonwebtoken's 5 s leeway: still refused before the upgrade, not opened and closed.
+    let just_expired = hs256(json!({"sub": "x", "exp": now() - 2}));
     let not_yet = hs256(json!({"sub": "x", "exp": now() + 600, "nbf": now() + 300}));
     let wrong_alg = jsonwebtoken::encode(&Header::new(Algorithm::HS384), &claims("x", &[]), &EncodingKey::from_secret(SECRET.as_bytes())).unwrap();
     let b64 = |v: &Value| base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, v.to_string());
     let none_alg = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT"})), b64(&claims("x", &[])));
     let mut tampered = good.clone();
     tampered.pop();
-    for (name, token) in [("wrong key", wrong_key), ("expired", expired), ("nbf", not_yet), ("HS384", wrong_alg), ("none", none_alg), ("tampered", tampered), ("garbage", "abc".into())] {
+    for (name, token) in [("wrong key", wrong_key), ("expired", expired), ("just expired", just_expired), ("nbf", not_yet), ("HS384", wrong_alg), ("none", none_alg), ("tampered", tampered), ("garbage", "abc".into())] {
         assert_eq!(status_of(&url, &[], &[("authorization", &format!("Bearer {token}"))]).await, 401, "{name}");
     }
     assert_eq!(status_of(&url, &["realtime"], &[]).await, 401, "missing token");
@@ -105,6 +107,18 @@ async fn tickets_are_single_use_and_admin_only() {
     let protocol = format!("voxgate-token.{ticket}");
     assert_eq!(status_of(&proxy.url(""), &["realtime", &protocol], &[]).await, 101);
     assert_eq!(status_of(&proxy.url(""), &["realtime", &protocol], &[]).await, 401, "reused ticket");
+}
+
+/// Outside `ticket` mode no ticket could ever be redeemed: the endpoint is off (404), as without
+/// an admin token, instead of minting a ticket that then gets 401.
+#[tokio::test]
+async fn no_tickets_are_minted_outside_ticket_mode() {
+    for mode in ["jwt", "none"] {
+        let toml = format!("[auth]\nmode = \"{mode}\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\n");
+        let proxy = TestProxy::start(&toml).await;
+        assert_eq!(mint(proxy.addr, json!({"sub": "dr.t"}), Some(ADMIN)).await.status(), 404, "{mode}");
+        assert_eq!(mint(proxy.addr, json!({"sub": "dr.t"}), None).await.status(), 401, "{mode}: admin token first");
+    }
 }
 
 #[tokio::test]

@@ -4,7 +4,9 @@
 //! `nbf`, optional `iss`/`aud`) or, in `ticket` mode, a single-use ticket.
 //!
 //! A JWT may not live longer than `auth.max_token_lifetime_s`, counted both from its `iat` and from
-//! now: a leaked year-long token must not open sessions for a year.
+//! now: a leaked year-long token must not open sessions for a year. The 5 s leeway for clocks
+//! that differ applies to `nbf` only: a token whose `exp` has passed is refused (401), since it
+//! would open a session that ends at once.
 
 use http::HeaderMap;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -123,6 +125,11 @@ impl JwtVerifier {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or_default();
+                // jsonwebtoken applies its leeway to `exp` too; the session would end at `exp`,
+                // so such a token would get a socket that opens and closes (security.md: never).
+                if claims.exp <= now {
+                    return Err(AuthError::Expired);
+                }
                 let lifetime = claims.exp.saturating_sub(claims.iat.unwrap_or(now).min(now));
                 if lifetime > self.max_lifetime_s {
                     return Err(AuthError::TooLong);
@@ -180,6 +187,23 @@ mod tests {
         assert_eq!(verifier.verify(&long_from_now).unwrap_err(), AuthError::TooLong);
         let long_from_iat = token(serde_json::json!({"sub": "u", "iat": now - 7000, "exp": now + 300}));
         assert_eq!(verifier.verify(&long_from_iat).unwrap_err(), AuthError::TooLong);
+    }
+
+    /// The leeway is for `nbf` only: a token whose `exp` has passed would open a session that
+    /// closes at once (security.md: a refused client gets an HTTP error, never such a socket).
+    #[test]
+    fn a_token_past_its_exp_is_refused_despite_the_leeway() {
+        let config = AuthConfig { jwt_secret: Some(crate::config::Secret::new("k")), ..AuthConfig::default() };
+        let verifier = JwtVerifier::from_config(&config).unwrap().unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let key = jsonwebtoken::EncodingKey::from_secret(b"k");
+        let token = |claims: serde_json::Value| jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap();
+        for exp in [now - 2, now] {
+            assert_eq!(verifier.verify(&token(serde_json::json!({"sub": "u", "exp": exp}))).unwrap_err(), AuthError::Expired, "exp = now - {}", now - exp);
+        }
+        assert!(verifier.verify(&token(serde_json::json!({"sub": "u", "exp": now + 5}))).is_ok());
+        // An issuer's clock a little ahead of ours: `nbf` 2 s from now is accepted.
+        assert!(verifier.verify(&token(serde_json::json!({"sub": "u", "exp": now + 600, "nbf": now + 2}))).is_ok());
     }
 
     #[test]

@@ -1,7 +1,12 @@
 //! Rate limits per user × tool per minute. [`LocalLimiter`] is an in-process sliding window; a
 //! Redis implementation shares the window across instances behind the same [`RateLimiter`] trait.
+//!
+//! Windows that have emptied are freed at most once a minute, by whichever call comes first: a
+//! key seen once (any `sub` through the admin API) does not stay for the life of the process, and
+//! each sweep visits only the keys used in the last two minutes.
 
 use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -27,6 +32,8 @@ pub trait RateLimiter: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct LocalLimiter {
     windows: DashMap<(String, String), VecDeque<Instant>>,
+    /// When emptied windows were last freed; `None` before the first call.
+    last_sweep: Mutex<Option<Instant>>,
 }
 
 impl LocalLimiter {
@@ -35,6 +42,8 @@ impl LocalLimiter {
     }
 
     pub fn check_at(&self, user: &str, tool: &str, limit: u32, now: Instant) -> Result<(), Limited> {
+        // Before taking the entry: `retain` waits for every shard, this one's too.
+        self.free_empty_windows(now);
         let mut window = self.windows.entry((user.to_string(), tool.to_string())).or_default();
         while window.front().is_some_and(|t| now.duration_since(*t) >= WINDOW) {
             window.pop_front();
@@ -46,6 +55,21 @@ impl LocalLimiter {
         }
         window.push_back(now);
         Ok(())
+    }
+
+    /// Drop the windows whose last call is a minute old, once a minute. One caller sweeps; the
+    /// others go on without waiting (a held lock means a sweep is under way).
+    fn free_empty_windows(&self, now: Instant) {
+        let Ok(mut last_sweep) = self.last_sweep.try_lock() else { return };
+        if last_sweep.is_some_and(|last| now.duration_since(last) < WINDOW) {
+            return;
+        }
+        *last_sweep = Some(now);
+        let before = self.windows.len();
+        self.windows.retain(|_, window| window.back().is_some_and(|t| now.duration_since(*t) < WINDOW));
+        if self.windows.len() < before {
+            self.windows.shrink_to_fit();
+        }
     }
 }
 
@@ -72,5 +96,24 @@ mod tests {
         assert!(limiter.check_at("other", "t", 3, t0).is_ok(), "per user");
         assert!(limiter.check_at("u", "t2", 3, t0).is_ok(), "per tool");
         assert!(limiter.check_at("u", "t", 3, t0 + WINDOW).is_ok(), "window passed");
+    }
+
+    #[test]
+    fn windows_of_users_gone_quiet_are_freed() {
+        let limiter = LocalLimiter::new();
+        let t0 = Instant::now();
+        for user in 0..10_000 {
+            assert!(limiter.check_at(&format!("u{user}"), "t", 3, t0).is_ok());
+        }
+        for _ in 0..3 {
+            assert!(limiter.check_at("busy", "t", 3, t0 + Duration::from_secs(30)).is_ok());
+        }
+        assert_eq!(limiter.windows.len(), 10_001);
+        // A minute on, the windows that have emptied are gone; one still in use is kept, and holds.
+        let later = t0 + WINDOW + Duration::from_secs(1);
+        assert_eq!(limiter.check_at("busy", "t", 3, later).unwrap_err().retry_after_s, 29);
+        assert_eq!(limiter.windows.len(), 1);
+        assert!(limiter.check_at("u1", "t", 3, later).is_ok());
+        assert_eq!(limiter.windows.len(), 2);
     }
 }

@@ -11,16 +11,18 @@
 //! writing anything:
 //!
 //! 1. **Identifier patterns**: record numbers, SSNs, phone numbers, e-mail addresses, full dates
-//!    and birth-date phrases, street addresses, names after a title ("Mr.", "Dr") or after
-//!    "patient". Each pattern is written against clinical queries too: "type 2 diabetes",
-//!    "covid-19 2020-2022 trials", "HbA1c 6.5-7.0", "mRNA-1273", "ACE inhibitors 10 mg" pass.
+//!    and birth-date phrases, street addresses, names after a title ("Mr.", "Dr"; `titled_name`)
+//!    or after "patient". Each pattern is written against clinical queries too: "type 2 diabetes",
+//!    "covid-19 2020-2022 trials", "HbA1c 6.5-7.0", "mRNA-1273", "ACE inhibitors 10 mg", "MR
+//!    imaging of the knee" pass.
 //! 2. **The session's [`TaintSet`]**: the words of every string, number and key a PHI tool has
 //!    returned in this session. A query is blocked when it shares a run of two consecutive words with one of those
 //!    strings (case-insensitive; pairs made only of function words such as "of the" do not count),
 //!    or a single word that is neither common English nor common medical vocabulary — so
 //!    "Zebulon heart failure" is blocked after a calendar event "Follow-up Zebulon Quixote", while
 //!    "beta blockers in heart failure" is not. Numbers of five or more digits count as rare words
-//!    (a record number seen in a PHI result may not leave either).
+//!    (a record number seen in a PHI result may not leave either). The set is capped
+//!    (`MAX_TAINT_ENTRIES`); past the cap every text matches, so the session fails closed.
 //!
 //! Vocabulary: `common_words.txt` (the 20,000 most frequent English words, from wordfreq) and
 //! `medical_words.txt` (drug classes, drugs, diseases, anatomy, tests, research terms).
@@ -58,6 +60,12 @@ const DAY: &str = r"(?:0?[1-9]|[12][0-9]|3[01])";
 const MONTH: &str = r"(?:0?[1-9]|1[0-2])";
 const YEAR: &str = r"(?:[0-9]{4}|[0-9]{2})";
 const MONTH_NAME: &str = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?";
+/// A month's name exactly, in full or abbreviated, English or German: the dates records write
+/// without spaces ("03-Mar-1961", "12MAR1961"), where a looser name would read into words.
+const MONTH_WORD: &str = r"(?:jan(?:uary|uar)?|feb(?:ruary|ruar)?|mar(?:ch)?|märz|apr(?:il)?|may|mai|jun[ei]?|jul[yi]?|aug(?:ust)?|sep(?:t(?:ember)?)?|o[ck]t(?:ober)?|nov(?:ember)?|de[cz](?:ember)?)";
+/// Months written in full, for a two-digit year after spaces ("3 March 61"). Not "may"/"mai",
+/// a verb too, nor abbreviations ("OCT", "MAR" are also a scan and a drug chart).
+const MONTH_FULL: &str = r"(?:january|januar|february|februar|march|märz|april|june|juni|july|juli|august|september|october|oktober|november|december|dezember)";
 
 /// Identifier patterns. Broad where a false block only costs the user a rephrase, narrow where a
 /// common clinical query would otherwise be blocked (numeric ranges, drug doses, trial years).
@@ -86,19 +94,29 @@ fn identifier_sources() -> Vec<String> {
         // The value must hold digits, so "medical record review" is not one; `mrn\b` keeps
         // "mRNA-1273" out.
         r"(?i)\b(?:mrn\b|mr\s?no\b\.?|(?:medical\s+)?record\s+(?:number\b|no\b\.?|\#)|patient\s+(?:id\b|number\b|no\b\.?|\#)|(?:chart|case)\s+(?:number\b|no\b\.?|\#)|fallnummer\b|patientennummer\b)[\s:\#.-]{0,3}[a-z]{0,3}-?[0-9]{3,}".into(),
-        // US social security numbers, with or without the word.
+        // US social security numbers, with or without the word. Written with spaces only when
+        // the area is one the SSA issues (not 000, 666 or 9xx) and the group is not 00, so fewer
+        // runs of doses read as one.
         r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b|(?i)\bssn\b".into(),
+        r"\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) [0-9]{4}\b".into(),
         // Phone numbers: North American 3-3-4, international "+49 30 1234567", national trunk
         // prefix "0171 1234567", and any bare run of 9+ digits (PMIDs have at most 8).
         r"(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)|\b[0-9]{3})[\s.-]?[0-9]{3}[\s.-][0-9]{4}\b".into(),
         r"\+[0-9]{1,3}[\s.-]?\(?[0-9]{1,4}\)?(?:[\s.-]?[0-9]{2,4}){2,4}\b".into(),
         r"\b0[0-9]{2,4}[\s/-]?[0-9]{5,8}\b".into(),
+        // The same in groups, as UK and German numbers are written: "020 7946 0958", "030 1234 5678".
+        r"\b0[0-9]{2,4}[\s-][0-9]{3,4}[\s-][0-9]{3,4}\b".into(),
         r"\b[0-9]{9,}\b".into(),
         // E-mail addresses.
         r"(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b".into(),
         // Dates with a month name: "12 March 1961", "March 12, 1961", "12th of March 1961".
         format!(r"(?i)\b{DAY}(?:st|nd|rd|th)?\s+(?:of\s+)?{MONTH_NAME},?\s+[0-9]{{4}}\b"),
         format!(r"(?i)\b{MONTH_NAME}\s+{DAY}(?:st|nd|rd|th)?,?\s+[0-9]{{4}}\b"),
+        // As records write them: "03-Mar-1961", "12MAR1961", "3/Mar/61", "12. März 1961", and
+        // with a two-digit year when the month is written in full: "3 March 61", "12th of March '61".
+        format!(r"(?i)\b{DAY}[./-]?{MONTH_WORD}\.?[./-]?(?:[0-9]{{4}}|[0-9]{{2}})\b"),
+        format!(r"(?i)\b{DAY}(?:st|nd|rd|th|\.)?\s+(?:of\s+)?{MONTH_WORD}\.?,?\s+[0-9]{{4}}\b"),
+        format!(r"(?i)\b{DAY}(?:st|nd|rd|th|\.)?\s+(?:of\s+)?{MONTH_FULL},?\s+'?[0-9]{{2}}\b"),
         // Birth-date phrases ("infants born to mothers with diabetes" is fine: a day must follow).
         format!(r"(?i)\b(?:dob|d\.o\.b|date\s+of\s+birth|birth\s?date|geburtsdatum|geb\.)|\bborn\s+(?:on\s+)?(?:[0-9]{{1,2}}\b|{MONTH_NAME}\s+[0-9])"),
         // Street addresses: a house number, a street name and a street word. Unambiguous street
@@ -107,8 +125,6 @@ fn identifier_sources() -> Vec<String> {
         r"(?i)\b[0-9]{1,5}[a-z]?\s+(?:[a-z]+\s+){1,3}(?:street|avenue|boulevard|road|lane)\b".into(),
         r"\b[0-9]{1,5}[A-Za-z]?\s+(?:[A-Z][a-z]+\s+){1,3}(?:St|Ave|Rd|Ln|Dr|Drive|Blvd|Way|Court|Ct|Place|Pl|Terrace|Close|Crescent)\b".into(),
         r"(?i)\b[a-zäöüß]+(?:straße|strasse|str\.|weg|gasse|allee|platz)\s+[0-9]{1,4}[a-z]?\b".into(),
-        // Names after a title: "Mr. Smith", "Dr Quixote", "Frau Müller".
-        r"\b(?:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Herr|Frau)\.?\s+\p{Lu}\p{Ll}+".into(),
     ];
     patterns.extend(numeric_dates);
     patterns
@@ -119,6 +135,16 @@ fn identifier_sources() -> Vec<String> {
 static AFTER_PATIENT: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"\b(?i:patient|pt)\b[:,.]?\s+(\p{Lu}[\p{Ll}'-]+)").ok());
 
+/// A title ("Mr", "dr.", "MRS"), its period or space, any initials, and the word after them: a
+/// name or not is decided by [`titled_name`].
+static AFTER_TITLE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"\b((?i:mrs|mr|ms|mx|miss|dr|prof|herr|frau))(\.\s*|\s+)((?:\p{Lu}(?:\.\s*|\s+))*)(\p{L}[\p{L}'’-]*\p{L})\b").ok()
+});
+
+/// The most words and pairs one session's taint holds (some 15 MB; a 32 KiB file result adds
+/// about 5,000). Past it the session fails closed: see [`TaintSet::matches`].
+pub(crate) const MAX_TAINT_ENTRIES: usize = 200_000;
+
 /// Every word a PHI tool returned in this session, and the consecutive pairs among them.
 #[derive(Debug, Default, Clone)]
 pub struct TaintSet {
@@ -126,6 +152,8 @@ pub struct TaintSet {
     rare_words: HashSet<String>,
     /// Consecutive word pairs, `"a b"`, from each PHI string.
     pairs: HashSet<String>,
+    /// More than [`MAX_TAINT_ENTRIES`] were added: every text matches from then on.
+    full: bool,
 }
 
 impl TaintSet {
@@ -148,28 +176,55 @@ impl TaintSet {
     }
 
     fn add_words(&mut self, text: &str, with_pairs: bool) {
+        if self.full {
+            return;
+        }
         let words = words(text);
         for word in &words {
             if is_rare(word) {
                 self.rare_words.insert(word.clone());
             }
         }
-        if !with_pairs {
-            return;
-        }
-        for pair in words.windows(2) {
-            if counts_as_pair(&pair[0], &pair[1]) {
-                self.pairs.insert(format!("{} {}", pair[0], pair[1]));
+        if with_pairs {
+            for pair in words.windows(2) {
+                if counts_as_pair(&pair[0], &pair[1]) {
+                    self.pairs.insert(format!("{} {}", pair[0], pair[1]));
+                }
             }
         }
+        if self.len() > MAX_TAINT_ENTRIES {
+            self.fill();
+        }
+    }
+
+    /// Past the cap nothing is forgotten: the session fails closed instead (every text matches,
+    /// so no third-party call leaves), and the words themselves are no longer needed.
+    fn fill(&mut self) {
+        // The cap only: the words are patient data.
+        tracing::warn!(
+            max_entries = MAX_TAINT_ENTRIES,
+            "session taint is full: third-party tools are refused (phi_blocked) for the rest of this session"
+        );
+        self.full = true;
+        self.rare_words = HashSet::new();
+        self.pairs = HashSet::new();
+    }
+
+    /// How many words and pairs are held.
+    pub(crate) fn len(&self) -> usize {
+        self.rare_words.len() + self.pairs.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rare_words.is_empty() && self.pairs.is_empty()
+        !self.full && self.rare_words.is_empty() && self.pairs.is_empty()
     }
 
-    /// Does `text` share a rare word or a run of two words with anything tainted?
+    /// Does `text` share a rare word or a run of two words with anything tainted? Always, once the
+    /// taint is full.
     pub fn matches(&self, text: &str) -> bool {
+        if self.full {
+            return true;
+        }
         if self.is_empty() {
             return false;
         }
@@ -181,7 +236,48 @@ impl TaintSet {
 
 /// Does `text` carry an identifier pattern?
 pub fn has_identifier(text: &str) -> bool {
-    IDENTIFIER_PATTERNS.iter().any(|pattern| pattern.is_match(text)) || named_patient(text)
+    IDENTIFIER_PATTERNS.iter().any(|pattern| pattern.is_match(text)) || named_patient(text) || titled_name(text)
+}
+
+/// A name after a title. "MR", "MS", "DR", "MRS" and "Mx" are also MR imaging, mitral
+/// regurgitation, multiple sclerosis, diabetic retinopathy, MR spectroscopy and "management", so
+/// how sure the title is decides what may follow it:
+/// - written as a title ("Mr", "Dr", "Frau"): any capitalised word is a name ("Mr. Smith",
+///   "Dr. O'Brien"); an upper-case word is one unless it is medical ("Mr. SMITH", not "Mx COPD");
+///   a lower-case one only if it is not common vocabulary ("Mr quixote", not "Miss rate");
+/// - any case with a period or initials ("MR. SMITH", "mr. smith", "dr J. Quixote"): any word but
+///   medical vocabulary ("DR. Screening" passes);
+/// - a lower-case title before a capitalised word ("mr Smith"), unless the word is medical.
+///
+/// "MR SMITH", "mr smith" and "MS Relapse" are not read as names: nothing tells them from "MR
+/// IMAGING", "mr imaging" or "MR Angiography". Milliseconds ("500 ms") are no title.
+fn titled_name(text: &str) -> bool {
+    let Some(pattern) = AFTER_TITLE.as_ref() else { return true };
+    pattern.captures_iter(text).any(|caps| {
+        let (Some(whole), Some(title), Some(name)) = (caps.get(0), caps.get(1), caps.get(4)) else { return false };
+        let title = title.as_str();
+        let after_number = text[..whole.start()].trim_end().ends_with(|c: char| c.is_ascii_digit());
+        let lower_title = title.chars().all(char::is_lowercase);
+        if (after_number && title.eq_ignore_ascii_case("ms")) || (lower_title && title == "miss") {
+            return false;
+        }
+        let usual = title.chars().next().is_some_and(char::is_uppercase) && title.chars().skip(1).all(char::is_lowercase);
+        let marked = caps.get(2).is_some_and(|m| m.as_str().contains('.')) || caps.get(3).is_some_and(|m| !m.is_empty());
+        let name = name.as_str();
+        let capital = name.chars().next().is_some_and(char::is_uppercase);
+        let capitalised = capital && name.chars().any(char::is_lowercase);
+        let word = normalise(name);
+        let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
+        if usual && capitalised {
+            true
+        } else if usual && !capital && !marked {
+            !(medical || known(&COMMON_WORDS, &word))
+        } else if usual || marked {
+            !medical
+        } else {
+            lower_title && capitalised && !medical
+        }
+    })
 }
 
 /// "patient Quixote", "pt: Smith": a capitalised non-medical word right after "patient".

@@ -251,7 +251,8 @@ fn default_ttl() -> u64 {
     60
 }
 
-/// `POST /v1/sessions`: a short-lived single-use ticket for a browser.
+/// `POST /v1/sessions`: a short-lived single-use ticket for a browser. Off (404) without an admin
+/// token and outside `ticket` mode, where no ticket could be redeemed (`state.tickets` is `None`).
 pub async fn mint_ticket(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -107,7 +107,10 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let (audit, audit_writer) = audit::open(&config.audit, audit_options).await?;
     let hasher = user_hasher(&config);
     let jwt = JwtVerifier::from_config(&config.auth).map_err(StartError::Auth)?.map(Arc::new);
-    let tickets = config.auth.admin_token.as_ref().map(|token| {
+    // Only `ticket` mode redeems tickets: in any other, `POST /v1/sessions` is off (404) rather
+    // than minting tickets every session would refuse.
+    let ticket_mode = config.auth.mode == AuthMode::Ticket;
+    let tickets = config.auth.admin_token.as_ref().filter(|_| ticket_mode).map(|token| {
         let max_ttl = Duration::from_secs(config.auth.max_ticket_ttl_s);
         Arc::new(Tickets::new(&tickets::signing_key(token.expose()), max_ttl, redis.clone()))
     });

@@ -16,6 +16,7 @@ fn every_pattern_compiles() {
     }
     assert_eq!(IDENTIFIER_PATTERNS.len(), identifier_sources().len());
     assert!(AFTER_PATIENT.is_some());
+    assert!(AFTER_TITLE.is_some());
 }
 
 #[test]
@@ -138,6 +139,29 @@ fn identifiers_are_blocked() {
         "patient John Smith",
         "patient Zebulon heart failure",
         "pt: Quixote pneumonia",
+        // Titled names as records and transcripts write them: initials, apostrophes, upper-case
+        // surnames, titles in any case when a period, an initial or a capital marks them.
+        "Mr. J. Smith chest pain",
+        "Mrs J Doe asthma",
+        "Dr. O'Brien sepsis",
+        "Mr. SMITH pneumonia",
+        "Frau MÜLLER sepsis",
+        "MR. SMITH pneumonia",
+        "mr. smith asthma",
+        "mr Smith asthma",
+        "dr J. Quixote",
+        // Dates with a month name written as records write them, and two-digit years.
+        "03-Mar-1961 asthma",
+        "12MAR1961",
+        "03-MAR-61 sepsis",
+        "3/Mar/61",
+        "3 March 61 asthma",
+        "12th of March '61",
+        "12. März 1961 Sepsis",
+        // An SSN with spaces; national numbers in groups (UK and German style).
+        "123 45 6789",
+        "call 020 7946 0958",
+        "030 1234 5678 asthma",
     ] {
         assert!(has_identifier(leak), "{leak}");
         assert_eq!(screen_text(leak, &TaintSet::default()), Err(ToolError::PhiBlocked), "{leak}");
@@ -175,6 +199,41 @@ fn clinical_queries_pass() {
         "troponin 14 ng/L cut-off",
         "follow up after myocardial infarction",
         "Wells score for DVT",
+        // Clinical abbreviations that are also titles: MR imaging, mitral regurgitation, MS,
+        // diabetic retinopathy, MR spectroscopy, Mx (management), milliseconds.
+        "MR imaging of the knee",
+        "mr imaging of the knee",
+        "MR Angiography of the Circle of Willis",
+        "MR elastography liver fibrosis",
+        "severe MR after TAVI",
+        "MRS glutamate in schizophrenia",
+        "MS relapse treatment",
+        "MS Relapse Rates",
+        "ms patients fatigue",
+        "DR screening with AI",
+        "DR. Screening programmes",
+        "Mx of COPD exacerbation",
+        "Mx COPD exacerbation",
+        "Miss rate of adenoma in colonoscopy",
+        "QTc over 500 ms in women",
+        "QRS 120 ms. Prolonged QRS and CRT",
+        "MS A systematic review",
+        "dose 3 mg twice daily",
+        "ACE inhibitors in CKD",
+        "HbA1c 7.5 target",
+        "NYHA III heart failure",
+        "SEPT9 methylation colorectal screening",
+        "MARCH1 ubiquitin ligase",
+        "retinal thickness on OCT at week 12",
+        "12 OCT 24 weeks",
+        "BP 120 80 target",
+        "IL-6 10-20 pg/mL",
+        "MR-guided focused ultrasound",
+        "MR enterography Crohn disease",
+        "mr. imaging of the liver",
+        "MS, DR and MR in diabetes",
+        "gene SEPT9 and MARCH6",
+        "10 octreotide 20",
     ] {
         assert!(!has_identifier(clean), "{clean}");
         assert_eq!(screen_text(clean, &TaintSet::default()), Ok(()), "{clean}");
@@ -255,4 +314,20 @@ fn screen_text_combines_patterns_and_taint() {
     assert_eq!(screen_text("knee pain management", &taint), Err(ToolError::PhiBlocked));
     assert_eq!(screen_text("knee osteoarthritis management", &taint), Ok(()));
     assert_eq!(screen_text("osteoarthritis 01/02/2003", &taint), Err(ToolError::PhiBlocked));
+}
+
+#[test]
+fn the_taint_is_capped_and_fails_closed_past_the_cap() {
+    let mut taint = TaintSet::default();
+    // 10,000 file results of 30 distinct names each: 590,000 words and pairs, past the cap.
+    for i in 0..10_000 {
+        let text: Vec<String> = (0..30).map(|j| format!("zebulon{i}q{j}")).collect();
+        taint.add_result(&json!({"text": text.join(" ")}));
+    }
+    assert!(taint.len() <= MAX_TAINT_ENTRIES, "{} entries", taint.len());
+    // Nothing is forgotten silently: past the cap every text matches, so no third-party call leaves.
+    assert!(!taint.is_empty());
+    assert!(taint.matches("beta blockers in heart failure"));
+    assert_eq!(screen_text("beta blockers in heart failure", &taint), Err(ToolError::PhiBlocked));
+    assert_eq!(screen_call(&plain(), &json!({"query": "asthma"}), &taint), Err(ToolError::PhiBlocked));
 }
