@@ -1,5 +1,5 @@
 //! Outgoing HTTP for tools that call a backend (PubMed, web search, evidence, the differential
-//! LLM): one way to build the client, send with trace context, read a bounded body, and retry.
+//! LLM, CalDAV): one way to build the client, send with trace context, read a bounded body, and retry.
 //!
 //! TOOLS.md's retry rule lives here once ([`retry_delay`]): connect errors, timeouts and 5xx are
 //! retried up to 3 times (so [`MAX_ATTEMPTS`] is 4) with exponential back-off and jitter, a 429
@@ -150,18 +150,19 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, max_bytes: usiz
     Ok(body.freeze())
 }
 
-/// Run `attempt_once` until it succeeds, fails for good, or [`MAX_ATTEMPTS`] are spent. Inside a
+/// Run `attempt_once` until it succeeds (with a body, or CalDAV's answer of any status), fails for
+/// good, or [`MAX_ATTEMPTS`] are spent. Inside a
 /// call ([`within_deadline`]) each attempt is cut off (as [`Failure::Timeout`]) when only
 /// [`DEADLINE_MARGIN`] of the call is left (the first attempt excepted: it gets at least the
 /// margin's worth, or all that is left when less is), and none is started after that.
 /// `backend` names the service in logs ("PubMed", "web search").
-pub async fn with_retries<F, Fut>(
+pub async fn with_retries<T, F, Fut>(
     backend: &'static str,
     mut attempt_once: F,
-) -> Result<Bytes, Failure>
+) -> Result<T, Failure>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Bytes, AttemptError>>,
+    Fut: Future<Output = Result<T, AttemptError>>,
 {
     let mut attempt = 1;
     // What to report if the call's time runs out before an attempt can start.
@@ -286,7 +287,7 @@ mod tests {
     async fn attempts_until_given_up(failure: Failure, retry_after: Option<Duration>) -> u32 {
         let calls = Arc::new(AtomicU32::new(0));
         let counter = calls.clone();
-        let result = with_retries("test", || {
+        let result: Result<Bytes, Failure> = with_retries("test", || {
             counter.fetch_add(1, Ordering::SeqCst);
             let failure = failure.clone();
             async move { Err((failure, retry_after)) }
@@ -304,7 +305,7 @@ mod tests {
         let calls = Arc::new(AtomicU32::new(0));
         let counter = calls.clone();
         let deadline = Instant::now() + Duration::from_secs(30);
-        let slow_failures = with_retries("test", || {
+        let slow_failures = with_retries::<Bytes, _, _>("test", || {
             counter.fetch_add(1, Ordering::SeqCst);
             async {
                 tokio::time::sleep(Duration::from_secs(10)).await;
@@ -324,7 +325,7 @@ mod tests {
         let calls = Arc::new(AtomicU32::new(0));
         let counter = calls.clone();
         let deadline = Instant::now() + Duration::from_secs(30);
-        let hangs_last = with_retries("test", || {
+        let hangs_last = with_retries::<Bytes, _, _>("test", || {
             let n = counter.fetch_add(1, Ordering::SeqCst);
             async move {
                 if n < 3 {

@@ -40,6 +40,18 @@ pub enum CalendarError {
     /// The CalDAV server could not be reached, or kept failing after the retries.
     #[error("the calendar server could not be reached: {0}")]
     Unreachable(Failure),
+    /// The CalDAV server answered, but with more than voxgate reads (8 MiB): the server is up, so
+    /// this is not [`CalendarError::Unreachable`] and does not mark it so for `/readyz`.
+    #[error("the calendar server's answer is larger than allowed")]
+    AnswerTooLarge,
+    /// Too little of the call's timeout was left to send the event: a `PUT` cut off in flight may
+    /// still be stored while the call reports a failure, so it is not started. Nothing was stored.
+    #[error("too little of the call's time was left to send the event")]
+    OutOfTime,
+    /// A `PUT` got no answer (cut off at the call's time, connection lost, 5xx) and the server
+    /// could not say afterwards whether it stored the event.
+    #[error("the calendar server did not confirm whether the event was stored")]
+    Unconfirmed,
     /// The CalDAV server answered with a status voxgate cannot act on.
     #[error("the calendar server answered HTTP {0}")]
     Status(u16),
@@ -81,6 +93,16 @@ impl From<CalendarError> for ToolError {
                 "the calendar server refused the credentials voxgate is configured with; ask an administrator".into(),
             ),
             CalendarError::BadAnswer => ToolError::Backend("the calendar server's answer could not be read".into()),
+            CalendarError::AnswerTooLarge => ToolError::Backend(
+                "the calendar server's answer was too large to read; ask for fewer days or one calendar".into(),
+            ),
+            CalendarError::Unconfirmed => ToolError::Backend(
+                "the calendar server did not confirm the event; it may have been created; list that day before booking again"
+                    .into(),
+            ),
+            CalendarError::OutOfTime => ToolError::Backend(
+                "the calendar server answered too slowly; the event was not created; try again".into(),
+            ),
             CalendarError::NoCalendar => ToolError::Backend("no calendar was found on the calendar server".into()),
             CalendarError::UnknownCalendar => {
                 ToolError::InvalidArguments("`/calendar_name`: no calendar with this name exists".into())
@@ -102,6 +124,17 @@ impl From<CalendarError> for ToolError {
                 ToolError::Backend("the calendar is not configured correctly".into())
             }
             CalendarError::Worker => ToolError::Internal,
+        }
+    }
+}
+
+/// A failed CalDAV request: an answer over the cap still came from the server
+/// ([`CalendarError::AnswerTooLarge`]); anything else means it could not be used.
+impl From<Failure> for CalendarError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::TooLarge => CalendarError::AnswerTooLarge,
+            failure => CalendarError::Unreachable(failure),
         }
     }
 }

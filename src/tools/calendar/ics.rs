@@ -4,7 +4,7 @@
 //! DURATION instead of DTEND); writing produces one VEVENT that is spliced into the existing text, so
 //! components voxgate does not understand (VTIMEZONE, VTODO, X- properties) survive byte for byte.
 
-use chrono::{DateTime, Days, NaiveDate, Utc};
+use chrono::{DateTime, Days, NaiveDate, SubsecRound, Utc};
 use chrono_tz::Tz;
 use icalendar::{CalendarComponent, CalendarDateTime, Component, DatePerhapsTime, Event, EventLike, Property};
 
@@ -265,6 +265,19 @@ pub fn event_to_ics(event: &CalendarEvent, now: DateTime<Utc>) -> Result<String,
         Property::new(CALENDAR_PROPERTY, clean_text(&event.calendar)).add_parameter("VALUE", "TEXT").done(),
     );
     vevent.done().try_into_string().map_err(|_| CalendarError::Malformed)
+}
+
+/// Whether the stored `existing` event is what `event` would write: the same title and times. A
+/// store keeps whole seconds (the file as the CalDAV server), so a fraction of a second in the call's
+/// times is not a difference. Both backends decide with it whether a replay met its own event.
+pub fn same_details(existing: &CalendarEvent, event: &CalendarEvent) -> bool {
+    let seconds = |timing: &EventTiming| match timing {
+        EventTiming::Timed { start, end } => {
+            EventTiming::Timed { start: start.trunc_subsecs(0), end: end.trunc_subsecs(0) }
+        }
+        all_day => all_day.clone(),
+    };
+    existing.title == clean_text(&event.title) && seconds(&existing.timing) == seconds(&event.timing)
 }
 
 /// Put a serialised VEVENT before the last `END:VCALENDAR` line of `text` (blank text becomes a new

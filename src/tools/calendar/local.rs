@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use chrono::{SubsecRound, Utc};
+use chrono::Utc;
 use chrono_tz::Tz;
 
-use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery, EventTiming};
+use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery};
 use super::{CalendarError, ics};
 
 /// Larger files are refused rather than loaded: a clinic calendar is far smaller.
@@ -104,7 +104,7 @@ impl CalendarBackend for LocalCalendar {
             let parsed = ics::parse(&text, tz)?;
             if let Some(existing) = parsed.find(&event.id) {
                 // An earlier attempt of this call, unless it has other details (as for CalDAV).
-                return if same_details(&existing, &event) {
+                return if ics::same_details(&existing, &event) {
                     Ok(CreateOutcome { event: existing, created: false })
                 } else {
                     Err(CalendarError::Conflict)
@@ -125,18 +125,6 @@ impl CalendarBackend for LocalCalendar {
         })
         .await
     }
-}
-
-/// Whether the stored `existing` event is what `event` would write: the same title and times. The
-/// file keeps whole seconds, so a fraction of a second in the call's times is not a difference.
-fn same_details(existing: &CalendarEvent, event: &CalendarEvent) -> bool {
-    let seconds = |timing: &EventTiming| match timing {
-        EventTiming::Timed { start, end } => {
-            EventTiming::Timed { start: start.trunc_subsecs(0), end: end.trunc_subsecs(0) }
-        }
-        all_day => all_day.clone(),
-    };
-    existing.title == ics::clean_text(&event.title) && seconds(&existing.timing) == seconds(&event.timing)
 }
 
 /// Take ownership of the calendar at `path` for this process: the first `open` takes an exclusive

@@ -5,7 +5,8 @@
 //! A series repeats in the zone its DTSTART was written in, so "every Monday 09:00 Europe/Berlin"
 //! stays at 09:00 local time across daylight-saving changes; all-day series repeat on dates. An
 //! occurrence moved or cancelled by a RECURRENCE-ID override is left out of the series: the override
-//! is an event of its own (a cancelled one is dropped by the reader).
+//! is an event of its own (a cancelled one is dropped by the reader). DTSTART is an occurrence of a
+//! series made of RDATEs alone, and a date made twice (by the rule and an RDATE) is listed once.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -215,11 +216,17 @@ fn occurrences(
     for at in &series.rdates {
         set = set.rdate(at.with_timezone(&zone));
     }
+    // RFC 5545 §3.8.5.2: DTSTART is the first instance. The crate lists only what the rules and
+    // RDATEs make, so a series of RDATEs alone would lose it (with a rule, a DTSTART the rule does
+    // not match is left out, as the crate leaves it).
+    if series.rules.is_empty() {
+        set = set.rdate(dt_start);
+    }
     // Wide enough for all-day dates (keyed in UTC) and for the calendar zone's days; `offer` is exact.
     let (first_day, last_day) = (page.query.first_day, page.query.last_day);
     let from = midnight_utc(first_day).min(local_midnight(page.tz, first_day)) - length - Duration::days(1);
     let to = midnight_utc(next_day(last_day)).max(local_midnight(page.tz, next_day(last_day))) + Duration::days(1);
-    let mut placed = 0;
+    let (mut placed, mut previous) = (0, None);
     for (walked, at) in (&set).into_iter().enumerate() {
         if budget.steps == 0 || walked == MAX_SERIES_STEPS {
             return Some(false);
@@ -229,7 +236,9 @@ fn occurrences(
         if at > to {
             break;
         }
-        if at < from {
+        // The crate yields dates in order but keeps a date made twice (an RDATE on a date of the
+        // rule, the same RDATE listed twice); RFC 5545 counts it once.
+        if at < from || previous.replace(at) == Some(at) {
             continue;
         }
         if budget.occurrences == 0 || placed == MAX_SERIES_OCCURRENCES {

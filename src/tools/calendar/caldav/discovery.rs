@@ -105,7 +105,7 @@ async fn well_known_home(dav: &Dav, start: &Url) -> Result<Option<Url>, Calendar
     let answer = dav
         .send("PROPFIND", &well_known, &[("Depth", "0")], Some((XML, xml::PROPFIND_DISCOVERY.to_string())))
         .await
-        .map_err(CalendarError::Unreachable)?;
+        .map_err(CalendarError::from)?;
     let context = match answer.status.as_u16() {
         301 | 302 | 303 | 307 | 308 => match &answer.location {
             Some(location) => resolve(dav, &well_known, location)?,
@@ -124,7 +124,7 @@ async fn list_home(dav: &Dav, home: &Url) -> Result<Vec<Collection>, CalendarErr
     let answer = dav
         .send("PROPFIND", home, &[("Depth", "1")], Some((XML, xml::PROPFIND_DISCOVERY.to_string())))
         .await
-        .map_err(CalendarError::Unreachable)?;
+        .map_err(CalendarError::from)?;
     expect_multistatus(answer.status.as_u16())?;
     let listed = xml::multistatus(&answer.body).map_err(|_| CalendarError::BadAnswer)?;
     let mut calendars = Vec::new();
@@ -145,7 +145,7 @@ async fn propfind(dav: &Dav, url: &Url, depth: &str) -> Result<Option<Resource>,
     let answer = dav
         .send("PROPFIND", url, &[("Depth", depth)], Some((XML, xml::PROPFIND_DISCOVERY.to_string())))
         .await
-        .map_err(CalendarError::Unreachable)?;
+        .map_err(CalendarError::from)?;
     match answer.status.as_u16() {
         207 => {
             let mut found = xml::multistatus(&answer.body).map_err(|_| CalendarError::BadAnswer)?;

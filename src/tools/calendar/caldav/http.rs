@@ -1,7 +1,9 @@
 //! The HTTP side of CalDAV: one reqwest client with Basic auth, bounded retries of transient
-//! failures (the shared policy and helpers of `tools::http`: connect errors, timeouts, 5xx, 429 with `Retry-After`, with exponential
-//! back-off and jitter), W3C trace context on every request, and a fence around the configured
-//! server: voxgate only ever talks to the scheme, host and port of `backends.calendar.url`.
+//! failures (the shared loop of `tools::http`, `with_retries`: connect errors, timeouts, 5xx, 429
+//! with `Retry-After`, with exponential back-off and jitter; inside a tool call each attempt is cut
+//! off at what is left of the call's timeout, less a margin, rather than the client's 10 s), W3C
+//! trace context on every request, and a fence around the configured server: voxgate only ever
+//! talks to the scheme, host and port of `backends.calendar.url`.
 //!
 //! A reqwest error's `Display` includes the URL (a calendar path names a person); only the kind of
 //! failure is kept ([`Failure`]), and no response body is ever logged.
@@ -13,7 +15,7 @@ use reqwest::{Method, StatusCode};
 use url::Url;
 
 use crate::config::Secret;
-use crate::tools::http::{Failure, classify, read_capped, retry_after, retry_delay};
+use crate::tools::http::{Failure, classify, read_capped, retry_after, with_retries};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,7 +63,8 @@ impl Dav {
         url.origin() == self.origin
     }
 
-    /// Send one request, retrying transient failures; any other status is returned as the answer.
+    /// Send one request, retrying transient failures, each attempt within what is left of the call;
+    /// any other status is returned as the answer.
     pub async fn send(
         &self,
         method: &str,
@@ -73,24 +76,8 @@ impl Dav {
             return Err(Failure::Transport);
         }
         let method = Method::from_bytes(method.as_bytes()).map_err(|_| Failure::Transport)?;
-        let mut attempt = 1;
-        loop {
-            let started = tokio::time::Instant::now();
-            match self.attempt(&method, url, headers, body.as_ref()).await {
-                Ok(answer) => return Ok(answer),
-                Err((failure, retry_after))
-                    if let Some(delay) = retry_delay(failure.retryable(retry_after), retry_after, attempt, started.elapsed()) =>
-                {
-                    tracing::debug!(%method, attempt, error = %failure, "CalDAV request failed; retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err((failure, _)) => {
-                    tracing::warn!(%method, attempt, error = %failure, "CalDAV request failed");
-                    return Err(failure);
-                }
-            }
-            attempt += 1;
-        }
+        let body = body.as_ref();
+        with_retries("CalDAV", || self.attempt(&method, url, headers, body)).await
     }
 
     async fn attempt(

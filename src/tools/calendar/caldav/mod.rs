@@ -13,9 +13,14 @@
 //!   so occurrences after a daylight-saving change come out an hour off — while the series itself
 //!   (RRULE, TZID, EXDATE, overrides) is exact everywhere;
 //! - creating is a `PUT` of one VEVENT to `<uid>.ics` with `If-None-Match: *`: the UID comes from
-//!   the session and call id, so a replay meets `412` and finds its own event instead of a second.
+//!   the session and call id, so a replay meets `412` and finds its own event instead of a second
+//!   (the same title and times, to the second: [`ics::same_details`], as in the local backend). A
+//!   `PUT` is not started with less than [`MIN_TIME_FOR_PUT`] of the call left, and keeps
+//!   [`CHECK_RESERVE`] of it back: a `PUT` cut off or answered 5xx may be stored all the same, so
+//!   a `GET` then looks for the event before the call answers.
 //!
-//! The readiness of the server (reached at the last attempt or not) is kept for `/readyz`.
+//! The readiness of the server (reached at the last attempt or not; an answer over the size cap
+//! came from it, so it counts as reached) is kept for `/readyz`.
 
 mod discovery;
 mod http;
@@ -41,6 +46,7 @@ use super::backend::{local_midnight, next_day};
 use super::ics::{self, ParsedEvents};
 use super::recur::StoredEvent;
 use crate::config::CalendarBackendConfig;
+use crate::tools::http::{Failure, time_left, within_deadline};
 
 /// Calendars queried at once by a listing of every calendar.
 const PARALLEL_QUERIES: usize = 4;
@@ -48,6 +54,12 @@ const PARALLEL_QUERIES: usize = 4;
 /// most this long after the last discovery: a model repeating a wrong name must not make every call
 /// walk the server while holding the lock every calendar call waits on.
 const UNKNOWN_NAME_REDISCOVERY: Elapsed = Elapsed::from_secs(60);
+
+/// Least of the call's timeout that must be left to send a `PUT` (see [`CaldavCalendar::put`]):
+/// [`CHECK_RESERVE`] and a second for the `PUT` (a clinic's server stores an event in well under one).
+const MIN_TIME_FOR_PUT: Elapsed = Elapsed::from_millis(2_500);
+/// What a `PUT` leaves of the call for the `GET` that looks for its event when it got no answer.
+const CHECK_RESERVE: Elapsed = Elapsed::from_millis(1_500);
 
 /// What the last contact with the server showed.
 const UNKNOWN: u8 = 0;
@@ -178,7 +190,7 @@ impl CaldavCalendar {
     /// A Depth 1 REPORT; the 207 body.
     async fn report(&self, url: &Url, body: String) -> Result<String, CalendarError> {
         let answer = self.dav.send("REPORT", url, &[("Depth", "1")], Some((XML, body))).await;
-        let answer = self.watch(answer.map_err(CalendarError::Unreachable))?;
+        let answer = self.watch(answer.map_err(CalendarError::from))?;
         expect_multistatus(answer.status.as_u16())?;
         Ok(answer.body)
     }
@@ -199,14 +211,30 @@ impl CaldavCalendar {
         };
         let url = calendar.url.join(&resource_name(&event.id)).map_err(|_| CalendarError::BadAnswer)?;
         let body = ics::insert_event("", &ics::event_to_ics(&event, Utc::now())?)?;
-        let answer =
-            self.dav.send("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body))).await;
-        let answer = self.watch(answer.map_err(CalendarError::Unreachable))?;
+        // A PUT cut off in flight may still be stored while the call reports a failure, and the
+        // model, told so, books again under a new id: with less left than a PUT and a look for its
+        // event need (after a slow discovery), nothing is sent and the failure is certain.
+        if time_left().is_some_and(|left| left < MIN_TIME_FOR_PUT) {
+            return Err(CalendarError::OutOfTime);
+        }
+        let put = self.dav.send("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body)));
+        // Part of the call is kept back to look for the event if the PUT gets no answer.
+        let sent = match time_left() {
+            Some(left) => within_deadline(Instant::now() + left.saturating_sub(CHECK_RESERVE), put).await,
+            None => put.await,
+        };
+        let answer = match sent {
+            // Cut off, connection lost, 5xx: the server may have stored the event all the same.
+            Err(failure) if failure.is_transient() && failure != Failure::Connect => {
+                return self.look_for(&url, calendar, event, failure).await.map(Ok);
+            }
+            sent => self.watch(sent.map_err(CalendarError::from))?,
+        };
         match answer.status.as_u16() {
             200..=299 => Ok(Ok(CreateOutcome { event, created: true })),
             // Something is stored under this call's name already: an earlier attempt of this call.
             412 => match self.fetch(&url, calendar, &event.id).await? {
-                Some(existing) if existing.title == event.title && existing.timing == event.timing => {
+                Some(existing) if ics::same_details(&existing, &event) => {
                     Ok(Ok(CreateOutcome { event: existing, created: false }))
                 }
                 _ => Err(CalendarError::Conflict),
@@ -214,6 +242,25 @@ impl CaldavCalendar {
             status @ (403 | 404 | 409 | 410) => Ok(Err(status)),
             401 => Err(CalendarError::Refused),
             status => Err(CalendarError::Status(status)),
+        }
+    }
+
+    /// After a `PUT` whose answer does not say what happened (see [`CaldavCalendar::put`]): found
+    /// as written, the event is this call's; certainly absent, the PUT's failure stands; when the
+    /// server cannot say either, nobody knows ([`CalendarError::Unconfirmed`]).
+    async fn look_for(
+        &self,
+        url: &Url,
+        calendar: &Collection,
+        event: CalendarEvent,
+        failure: Failure,
+    ) -> Result<CreateOutcome, CalendarError> {
+        tracing::info!(error = %failure, "a calendar PUT got no answer; looking whether the event was stored");
+        match self.fetch(url, calendar, &event.id).await {
+            Ok(Some(existing)) if ics::same_details(&existing, &event) => Ok(CreateOutcome { event, created: true }),
+            Ok(Some(_)) => Err(CalendarError::Conflict),
+            Ok(None) => Err(CalendarError::Unreachable(failure)),
+            Err(_) => Err(CalendarError::Unconfirmed),
         }
     }
 
@@ -228,9 +275,9 @@ impl CaldavCalendar {
         Ok(None)
     }
 
-    /// The event stored at `url` (after a `412`), if it is there.
+    /// The event stored at `url` (after a `412`, or a `PUT` without an answer), if it is there.
     async fn fetch(&self, url: &Url, calendar: &Collection, uid: &str) -> Result<Option<CalendarEvent>, CalendarError> {
-        let answer = self.watch(self.dav.send("GET", url, &[], None).await.map_err(CalendarError::Unreachable))?;
+        let answer = self.watch(self.dav.send("GET", url, &[], None).await.map_err(CalendarError::from))?;
         match answer.status.as_u16() {
             200 => Ok(named(ics::parse(&answer.body, self.tz)?, calendar).find(uid)),
             404 | 410 => Ok(None),

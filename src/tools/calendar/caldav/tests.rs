@@ -3,10 +3,14 @@
 //! `Retry-After` are retried (honouring it) up to three times; other 4xx are not; 403 is refused credentials; every
 //! request carries the tool span's `traceparent`; `/readyz`'s flag follows the last contact. Also
 //! Nextcloud's home-set layout (answers in sabre/dav's shape, written by hand: no Nextcloud runs
-//! here), where the default calendar must skip the read-only birthday calendar.
+//! here), where the default calendar must skip the read-only birthday calendar. A replay meeting
+//! `412` finds its own event despite a fraction of a second; an answer over the cap is not an
+//! unreachable server; each request ends within the call's time left, and no `PUT` starts without
+//! time for it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -15,7 +19,8 @@ use chrono::NaiveDate;
 
 use super::CaldavCalendar;
 use crate::config::{CalendarBackendConfig, CalendarKind, Secret};
-use crate::tools::calendar::{CalendarBackend, CalendarError, EventQuery};
+use crate::tools::calendar::{CalendarBackend, CalendarError, DEFAULT_CALENDAR, EventQuery, EventTiming};
+use crate::tools::http::{Failure, within_deadline};
 
 /// Radicale's answer to a Depth 0 PROPFIND on a calendar collection.
 const COLLECTION: &str = r#"<?xml version='1.0' encoding='utf-8'?>
@@ -31,15 +36,22 @@ struct Script {
     answers: Mutex<VecDeque<(u16, &'static str)>>,
     by_path: Mutex<HashMap<&'static str, VecDeque<(u16, String)>>>,
     seen: Mutex<Vec<(Method, String, Option<String>)>>,
+    /// How long requests of a method wait before their answer (recorded as seen at once).
+    delays: Mutex<HashMap<&'static str, Duration>>,
 }
 
 async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(String::from);
+    let delay = script.delays.lock().unwrap().get(method.as_str()).copied();
     script.seen.lock().unwrap().push((method, uri.path().to_string(), traceparent));
     let for_path = script.by_path.lock().unwrap().get_mut(uri.path()).and_then(VecDeque::pop_front);
     let (status, body) = for_path
         .or_else(|| script.answers.lock().unwrap().pop_front().map(|(s, b)| (s, b.to_string())))
         .unwrap_or((500, String::new()));
+    // After taking the answer: the requests that come meanwhile get the next ones.
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     let status = StatusCode::from_u16(status).unwrap();
     let mut response = (status, body).into_response();
     if matches!(status.as_u16(), 429 | 503) {
@@ -267,4 +279,96 @@ async fn answers_are_parsed_off_the_runtime_thread() {
     let threads = PARSED_ON.lock().unwrap().clone();
     assert!(!threads.is_empty());
     assert!(!threads.contains(&std::thread::current().id()), "parsed on the runtime thread");
+}
+
+/// What the stored event looks like when the server answers a `GET` after `412`: whole seconds.
+const STORED: &str = "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nBEGIN:VEVENT\r\nUID:abc@voxgate\r\n\
+DTSTAMP:20240301T000000Z\r\nDTSTART:20240401T100000Z\r\nDTEND:20240401T110000Z\r\nSUMMARY:Ward round\r\n\
+END:VEVENT\r\nEND:VCALENDAR\r\n";
+
+/// The PUT is stored but a proxy answers 500; the retry meets `412`, and the stored event (whole
+/// seconds) is this call's own although it asked for 10:00:00.250: not a conflict, as in the local
+/// backend.
+#[tokio::test]
+async fn a_replay_meeting_its_event_ignores_a_fraction_of_a_second() {
+    let (script, backend) = serve(&[(207, COLLECTION), (500, ""), (412, ""), (200, STORED)]).await;
+    let mut event = booking(DEFAULT_CALENDAR);
+    let quarter = chrono::Duration::milliseconds(250);
+    if let EventTiming::Timed { start, end } = event.timing {
+        event.timing = EventTiming::Timed { start: start + quarter, end: end + quarter };
+    }
+    let outcome = backend.create_event(event).await.unwrap();
+    assert!(!outcome.created);
+    assert_eq!(outcome.event.title, "Ward round");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "GET"]);
+}
+
+/// An answer over the 8 MiB cap comes from a server that answered: its own error, with advice the
+/// model can act on, and `/readyz` still sees the server reached.
+#[tokio::test]
+async fn an_answer_over_the_cap_is_not_an_unreachable_server() {
+    let (script, backend) = serve(&[]).await;
+    let oversized = format!("{EVENTS}{}", " ".repeat(8 * 1024 * 1024));
+    script.by_path.lock().unwrap().insert("/alice/clinic/", VecDeque::from([(207, COLLECTION.to_string()), (207, oversized)]));
+    let err = backend.list_events(&april_first()).await.unwrap_err();
+    assert!(matches!(err, CalendarError::AnswerTooLarge), "{err:?}");
+    assert_eq!(backend.reachable(), Some(true));
+    let public = crate::tools::ToolError::from(err);
+    assert_eq!(public.code().as_str(), "backend_error");
+    assert!(public.public_message().contains("fewer days"), "{}", public.public_message());
+}
+
+/// The call under its deadline, cut off there, as `session::runner` runs it; `None` when cut off.
+async fn within<F: Future>(timeout: Duration, call: F) -> Option<F::Output> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    tokio::time::timeout_at(deadline, within_deadline(deadline, call)).await.ok()
+}
+
+/// Each request gets at most what is left of the call (less a margin), not the client's 10 s: a PUT
+/// the server does not answer is cut off before the call's deadline, with time kept to look for the
+/// event. Stored after all, it was this call's; certainly not there, the failure stands; when the
+/// server does not say, the model hears that it may have been created.
+#[tokio::test]
+async fn a_hanging_put_is_cut_off_in_time_and_then_looked_for() {
+    let call = Duration::from_secs(4);
+    let (script, backend) = serve(&[(207, COLLECTION), (201, ""), (200, STORED)]).await;
+    script.delays.lock().unwrap().insert("PUT", Duration::from_secs(30));
+    let result = within(call, backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let outcome = result.expect("cut off by the call's deadline").unwrap();
+    assert!(outcome.created);
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "GET"]);
+
+    let (script, backend) = serve(&[(207, COLLECTION), (201, ""), (404, "")]).await;
+    script.delays.lock().unwrap().insert("PUT", Duration::from_secs(30));
+    let result = within(call, backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("cut off by the call's deadline").unwrap_err();
+    assert!(matches!(err, CalendarError::Unreachable(Failure::Timeout)), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "GET"]);
+}
+
+#[tokio::test]
+async fn a_put_nobody_can_confirm_says_the_event_may_exist() {
+    // Every request after discovery answers 500 (the script's default).
+    let (script, backend) = serve(&[(207, COLLECTION), (201, "")]).await;
+    script.delays.lock().unwrap().insert("PUT", Duration::from_secs(30));
+    let result = within(Duration::from_secs(4), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("cut off by the call's deadline").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    assert_eq!(methods(&script)[..3], ["PROPFIND", "PUT", "GET"]);
+    let public = crate::tools::ToolError::from(err).public_message();
+    assert!(public.contains("may have been created"), "{public}");
+}
+
+/// A PUT cut off in flight may still be stored while the model hears it failed (and books again
+/// under a new id): when a slow discovery leaves too little of the call, the PUT is not sent.
+#[tokio::test]
+async fn no_put_starts_without_time_for_it() {
+    let (script, backend) = serve(&[(207, COLLECTION), (201, "")]).await;
+    script.delays.lock().unwrap().insert("PROPFIND", Duration::from_secs(3));
+    let result = within(Duration::from_secs(5), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("cut off by the call's deadline").unwrap_err();
+    assert!(matches!(err, CalendarError::OutOfTime), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND"]);
+    let public = crate::tools::ToolError::from(err).public_message();
+    assert!(public.contains("not created"), "{public}");
 }

@@ -1,7 +1,8 @@
 //! Repeating events in the local backend: weekly series across a daylight-saving change stay at
 //! their wall-clock time, EXDATE and RECURRENCE-ID overrides (moved and cancelled) replace their
-//! occurrence, all-day series repeat on dates, COUNT/UNTIL end a series, and an unusable rule shows
-//! the first occurrence instead of failing the listing.
+//! occurrence, all-day series repeat on dates, COUNT/UNTIL end a series, an RDATE-only series keeps
+//! its DTSTART, a date made twice is one occurrence, and an unusable rule shows the first occurrence
+//! instead of failing the listing.
 
 use serde_json::{Value, json};
 
@@ -213,4 +214,55 @@ DTEND:20240102T100000Z\r\nRRULE:FREQ=WEEKLY\r\nEND:VEVENT\r\n";
     assert_eq!(result["truncated"], true);
     assert!(starts(&result).contains(&("weekly", "2024-01-16T09:00:00+00:00")), "{result}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
+}
+
+/// RFC 5545 §3.8.5.2: DTSTART is the first instance of a series, also when only RDATEs add the
+/// others (the `rrule` crate lists only RRULE dates and RDATEs); EXDATE still removes it.
+#[tokio::test]
+async fn an_rdate_only_series_keeps_its_dtstart() {
+    let events = "BEGIN:VEVENT\r\nUID:rdates\r\nSUMMARY:Follow-up\r\nDTSTART:20240401T100000Z\r\n\
+DTEND:20240401T103000Z\r\nRDATE:20240408T100000Z,20240415T100000Z\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:moved\r\nSUMMARY:Review\r\nDTSTART:20240402T100000Z\r\nRDATE:20240409T100000Z\r\n\
+EXDATE:20240402T100000Z\r\nEND:VEVENT\r\n";
+    let f = Fixture::with_file(tz("UTC"), Some(&calendar(events)));
+    let first = f.get(json!({"start_date": "2024-04-01"})).await;
+    assert_eq!(starts(&first), [("rdates", "2024-04-01T10:00:00+00:00")], "{first}");
+    assert_eq!(first["events"][0]["end"], "2024-04-01T10:30:00+00:00");
+    let result = f.get(json!({"start_date": "2024-04-01", "end_date": "2024-04-30"})).await;
+    assert_eq!(
+        starts(&result),
+        [
+            ("rdates", "2024-04-01T10:00:00+00:00"),
+            ("rdates", "2024-04-08T10:00:00+00:00"),
+            ("moved", "2024-04-09T10:00:00+00:00"),
+            ("rdates", "2024-04-15T10:00:00+00:00"),
+        ]
+    );
+    assert_eq!(result["total_count"], 4);
+}
+
+/// An RDATE on a date the RRULE makes already (or given twice) is one instance: listed and counted
+/// once.
+#[tokio::test]
+async fn a_date_made_twice_is_one_occurrence() {
+    let events = "BEGIN:VEVENT\r\nUID:weekly\r\nSUMMARY:Clinic\r\nDTSTART:20240401T090000Z\r\nDTEND:20240401T100000Z\r\n\
+RRULE:FREQ=WEEKLY;COUNT=3\r\nRDATE:20240408T090000Z\r\n\
+RDATE:20240408T090000Z,20240410T090000Z\r\nEND:VEVENT\r\n\
+BEGIN:VEVENT\r\nUID:days\r\nSUMMARY:Rounds\r\nDTSTART;VALUE=DATE:20240401\r\nRRULE:FREQ=DAILY;COUNT=2\r\n\
+RDATE;VALUE=DATE:20240402\r\nEND:VEVENT\r\n";
+    let f = Fixture::with_file(tz("UTC"), Some(&calendar(events)));
+    let result = f.get(json!({"start_date": "2024-04-01", "end_date": "2024-04-30"})).await;
+    assert_eq!(
+        starts(&result),
+        [
+            ("days", "2024-04-01"),
+            ("weekly", "2024-04-01T09:00:00+00:00"),
+            ("days", "2024-04-02"),
+            ("weekly", "2024-04-08T09:00:00+00:00"),
+            ("weekly", "2024-04-10T09:00:00+00:00"),
+            ("weekly", "2024-04-15T09:00:00+00:00"),
+        ],
+        "{result}"
+    );
+    assert_eq!(result["total_count"], 6);
 }
