@@ -405,47 +405,6 @@ impl CallTable {
         actions
     }
 
-    /// The session is closing: every parked call is declined; running calls may still finish.
-    /// A call still in its rate-limit check is declined too, but only one that was going to be
-    /// put to the user is recorded as closed before a decision: the others never needed one
-    /// (their `confirmation` stays `not_required`, and no confirmation decision is counted).
-    pub fn close_parked(&mut self) -> Vec<Action> {
-        let skip_confirmation = self.skip_confirmation;
-        let parked: Vec<(String, bool)> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| matches!(c.state, State::AwaitingConfirmation | State::CheckingLimit))
-            .map(|(id, c)| {
-                let undecided = c.state == State::AwaitingConfirmation
-                    || (!skip_confirmation && c.tool.as_ref().is_some_and(|t| t.policy.requires_confirmation));
-                (id.clone(), undecided)
-            })
-            .collect();
-        let mut actions = Vec::new();
-        for (call_id, undecided) in parked {
-            if undecided {
-                self.set_confirmation(&call_id, Confirmation::SessionClosed);
-            }
-            actions.extend(self.finish(&call_id, Outcome::Declined(DeclineReason::SessionClosed)));
-        }
-        actions
-    }
-
-    /// The drain deadline passed: calls still running fail as timed out.
-    pub fn abandon_running(&mut self) -> Vec<Action> {
-        let running: Vec<String> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| matches!(c.state, State::Running | State::Approving))
-            .map(|(id, _)| id.clone())
-            .collect();
-        let mut actions = Vec::new();
-        for call_id in running {
-            actions.extend(self.finish(&call_id, Outcome::Failed(ToolError::Timeout)));
-        }
-        actions
-    }
-
     fn run(&mut self, call_id: &str, tool: Arc<RegisteredTool>, args: Value) -> Vec<Action> {
         if let Some(call) = self.calls.get_mut(call_id) {
             call.state = State::Running;
@@ -501,6 +460,7 @@ pub fn unix_ms() -> u64 {
 }
 
 mod audit_record;
+mod closing;
 mod decline;
 pub mod observe;
 pub mod recover;
