@@ -234,8 +234,9 @@ impl Bridge {
                 if bridge.calls.running() > 0 { c.deadline } else { c.deadline + CLOSE_GRACE }
             });
             deadlines.gate = bridge.gate.wake_at();
-            // Armed only until it passes: after that the quiet moment is checked on each turn.
-            deadlines.age = bridge.resume.age_deadline().filter(|at| *at > now);
+            // Armed only until it passes (the age, or the end of a grace that keeps the moment from
+            // being quiet): after that the quiet moment is checked on each turn.
+            deadlines.age = bridge.recycle_wake_at().filter(|at| *at > now);
             // Armed at the deadline the last activity gave when it was armed; activity since then
             // only moves the deadline, which is looked at when this one passes (not every frame).
             if let (Some(idle), None) = (idle_timeout, deadlines.idle) {

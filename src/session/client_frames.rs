@@ -1,8 +1,10 @@
 //! Frames from the client. Most are forwarded upstream as the same bytes; voxgate reads only
 //! `session.update` and `response.create` (to keep the server tools, refuse hosted MCP tools and
 //! server-call items), `conversation.item.create` (nobody but voxgate answers a server call) and
-//! its own `voxgate.*` events. Bad frames get an `error` event and the session goes on; frames past
-//! the per-session rate ceiling are dropped; text that is not UTF-8 closes the socket with 1007.
+//! its own `voxgate.*` events; of the audio buffer's events it notes only the type (push-to-talk
+//! audio not yet committed holds off a recycle, resume/). Bad frames get an `error` event and the
+//! session goes on; frames past the per-session rate ceiling are dropped; text that is not UTF-8
+//! closes the socket with 1007.
 
 use std::collections::HashSet;
 
@@ -131,7 +133,7 @@ impl Bridge {
         let (event, event_id) = match peek_client(text.as_str()) {
             Ok((kind, event_id)) => {
                 let event = ClientEvent::of(&kind);
-                (event, if event == ClientEvent::Other { None } else { event_id.map(|e| e.into_owned()) })
+                (event, if event.forwarded_as_is() { None } else { event_id.map(|e| e.into_owned()) })
             }
             Err(err) => {
                 self.client_error(err.code(), &err.to_string(), None).await;
@@ -148,6 +150,11 @@ impl Bridge {
                 // The type is not echoed: an error never repeats what the client sent.
                 let message = "Unknown voxgate event type; the only one a client sends is voxgate.tool_call.confirm.";
                 self.client_error(codes::UNKNOWN_EVENT, message, event_id).await;
+            }
+            ClientEvent::AudioAppend | ClientEvent::AudioDone => {
+                // Push-to-talk audio not yet committed holds off a recycle (resume/).
+                self.resume.note_client_audio(event == ClientEvent::AudioAppend);
+                self.send_upstream(Message::Text(text)).await;
             }
             ClientEvent::Other => {
                 self.send_upstream(Message::Text(text)).await;
@@ -182,7 +189,7 @@ impl Bridge {
         let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard());
         match guarded {
             Ok(None) => {
-                self.resume.note_client_request(text.as_str());
+                self.resume.note_client_request(text.as_str(), event_id);
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
@@ -191,7 +198,7 @@ impl Bridge {
                     self.client_error(codes::INVALID_EVENT, &err.to_string(), event_id).await;
                     return;
                 }
-                self.resume.note_client_request(&merged.frame);
+                self.resume.note_client_request(&merged.frame, event_id);
                 self.forward_merged(merged, event_id).await;
             }
             Err(refusal) => self.refuse(refusal, "response.create", event_id).await,
@@ -285,6 +292,10 @@ enum ClientEvent {
     Confirm,
     /// A `voxgate.*` type a client may not send.
     UnknownVoxgate,
+    /// `input_audio_buffer.append`.
+    AudioAppend,
+    /// `input_audio_buffer.commit` or `.clear`.
+    AudioDone,
     Other,
 }
 
@@ -295,9 +306,16 @@ impl ClientEvent {
             "response.create" => Self::ResponseCreate,
             "conversation.item.create" => Self::ItemCreate,
             "voxgate.tool_call.confirm" => Self::Confirm,
+            "input_audio_buffer.append" => Self::AudioAppend,
+            "input_audio_buffer.commit" | "input_audio_buffer.clear" => Self::AudioDone,
             other if other.starts_with("voxgate.") => Self::UnknownVoxgate,
             _ => Self::Other,
         }
+    }
+
+    /// Forwarded as it came, with no answer of voxgate's (which would need its `event_id`).
+    fn forwarded_as_is(self) -> bool {
+        matches!(self, Self::AudioAppend | Self::AudioDone | Self::Other)
     }
 }
 

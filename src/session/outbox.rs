@@ -153,10 +153,10 @@ impl Outbox {
         Ok(())
     }
 
+    /// The queue is kept: the peer never took those frames, and a resume carries them to the
+    /// next upstream ([`Outbox::take_unsent`]).
     fn fail(&mut self) -> Poll<Result<(), Closed>> {
         self.closed = true;
-        self.queue = VecDeque::new();
-        self.queued_bytes = 0;
         Poll::Ready(Err(Closed))
     }
 
@@ -224,8 +224,13 @@ impl Outbox {
     /// Queue a frame, writing meanwhile, and waiting while the queue is full. Callers bound the
     /// wait.
     pub async fn send(&mut self, message: Message) -> Result<(), Closed> {
-        let cost = Self::cost(&message);
-        let mut message = Some(message);
+        self.send_from(&mut Some(message)).await
+    }
+
+    /// [`Outbox::send`] that takes the frame out of `message` only once it is queued: a caller
+    /// whose wait was cut short (a timeout) still has it.
+    pub async fn send_from(&mut self, message: &mut Option<Message>) -> Result<(), Closed> {
+        let cost = message.as_ref().map_or(0, Self::cost);
         std::future::poll_fn(|cx| {
             if self.closed {
                 return Poll::Ready(Err(Closed));
@@ -244,6 +249,19 @@ impl Outbox {
             Poll::Ready(Ok(()))
         })
         .await
+    }
+
+    /// Put a frame the peer would not take in time at the end of the queue, past the byte budget:
+    /// nothing more is sent to this peer ([`Outbox::take_unsent`] hands it on, in order).
+    pub fn keep_unsent(&mut self, message: Message) {
+        self.queued_bytes = self.queued_bytes.saturating_add(Self::cost(&message));
+        self.queue.push_back(message);
+    }
+
+    /// The frames the peer never took, oldest first; the queue is empty after.
+    pub fn take_unsent(&mut self) -> VecDeque<Message> {
+        self.queued_bytes = 0;
+        std::mem::take(&mut self.queue)
     }
 
     /// Queue a frame without waiting; `Ok(false)` when the queue is full.

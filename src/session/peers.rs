@@ -84,12 +84,16 @@ impl Bridge {
 
     /// Send a frame upstream, waiting while the upstream's queue is full (backpressure), but never
     /// longer than `upstream.send_timeout_ms`: an upstream that stops reading must not freeze the
-    /// session. False when the frame was not queued.
+    /// session. False when the frame was not queued. A frame the upstream did not take (its wait
+    /// timed out, or the upstream had stalled or failed already) is kept behind the queue, which a
+    /// resume carries to the new upstream.
     pub(super) async fn send_upstream(&mut self, message: Message) -> bool {
         if self.resume.in_gap() {
             return self.hold_for_upstream(message);
         }
-        if self.upstream_stalled {
+        if self.upstream_stalled || self.to_upstream.is_closed() {
+            // Never taken: the loop resumes (or closes) at its next turn, and a resume carries it.
+            self.keep_for_resume(message);
             return false;
         }
         // Room in the queue (the common case) needs no timer and no cancellation waiter.
@@ -99,7 +103,8 @@ impl Bridge {
             Err(_) => return false,
         };
         let timeout = self.deps.settings.upstream_send_timeout;
-        let send = tokio::time::timeout(timeout, self.to_upstream.send(message));
+        let mut message = Some(message);
+        let send = tokio::time::timeout(timeout, self.to_upstream.send_from(&mut message));
         let sent = tokio::select! {
             biased;
             sent = send => sent.map(|queued| queued.is_ok()),
@@ -107,11 +112,26 @@ impl Bridge {
             // at once is not waited for.
             () = self.cancel.cancelled() => return false,
         };
-        sent.unwrap_or_else(|_| {
-            // The loop closes the session at its next turn (as for a stalled client).
-            self.upstream_stalled = true;
-            false
-        })
+        match sent {
+            Ok(queued) => queued,
+            Err(_) => {
+                // The loop resumes or closes the session at its next turn (as for a stalled
+                // client). The frame was never taken: it waits with the queue for a new upstream.
+                if let Some(message) = message {
+                    self.keep_for_resume(message);
+                }
+                self.upstream_stalled = true;
+                false
+            }
+        }
+    }
+
+    /// Keep a frame the upstream did not take behind its queue, for a resume to carry to the new
+    /// upstream; without resuming the session closes and the frame has nowhere to go.
+    fn keep_for_resume(&mut self, message: Message) {
+        if self.resume.enabled() {
+            self.to_upstream.keep_unsent(message);
+        }
     }
 
     /// The standard `error` event to the client.

@@ -152,10 +152,19 @@ impl ResponseGate {
         }
     }
 
-    /// No response running, no user speaking, no request of voxgate's waiting for an answer: a
+    /// No response running, no user speaking nor within the grace after speech (the server may
+    /// still commit that speech and answer it), no request of voxgate's waiting for an answer: a
     /// moment the upstream session can be replaced without cutting anything off.
-    pub fn is_quiet(&self) -> bool {
-        !self.response_active && !self.user_speaking && self.pending_request.is_none()
+    pub fn is_quiet(&self, now: Instant) -> bool {
+        !self.response_active
+            && !self.user_speaking
+            && self.pending_request.is_none()
+            && self.not_before.is_none_or(|t| now >= t)
+    }
+
+    /// The end of the grace after the user's speech, if one was given.
+    pub fn speech_grace_until(&self) -> Option<Instant> {
+        self.not_before
     }
 
     /// The upstream was replaced (a resume): its response and speech state are gone with it. A
@@ -217,15 +226,22 @@ mod tests {
         gate.on_output_sent();
         assert!(gate.try_request(now, id).is_some());
         gate.on_speech_started();
-        assert!(!gate.is_quiet());
+        assert!(!gate.is_quiet(now));
         gate.on_upstream_replaced();
-        assert!(gate.is_quiet());
+        assert!(gate.is_quiet(now));
         assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"), "the unanswered request is due again");
 
         let mut gate = ResponseGate::default();
         gate.on_response_created();
         gate.on_upstream_replaced();
-        assert!(gate.is_quiet());
+        assert!(gate.is_quiet(now));
+
+        // Within the grace after speech the server may still commit it and answer: not quiet.
+        let mut gate = ResponseGate::default();
+        gate.on_speech_started();
+        gate.on_speech_stopped(now);
+        assert!(!gate.is_quiet(now));
+        assert!(gate.is_quiet(now + AFTER_SPEECH_GRACE));
         assert_eq!(gate.try_request(now, id), None, "nothing was owed");
     }
 

@@ -126,6 +126,21 @@ pub(super) async fn start_with(
     reconnect: Option<super::resume::Connect>,
     extra_tools: Vec<Arc<dyn Tool>>,
 ) -> Harness {
+    let mut harness = launch(configure, upstream_buffer, reconnect, extra_tools).await;
+    harness.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
+    harness.model_expects("session.update").await;
+    harness.browser_expects("voxgate.session.ready").await;
+    harness
+}
+
+/// [`start_with`] up to the running session, before the model has said anything (no
+/// `session.created` yet).
+pub(super) async fn launch(
+    configure: impl FnOnce(&mut Config),
+    upstream_buffer: usize,
+    reconnect: Option<super::resume::Connect>,
+    extra_tools: Vec<Arc<dyn Tool>>,
+) -> Harness {
     let clock = run_clock();
     let mut config = Config::default();
     config.server.ping_interval_ms = 0;
@@ -163,7 +178,7 @@ pub(super) async fn start_with(
         cancel.clone(),
         reconnect,
     ));
-    let mut harness = Harness {
+    Harness {
         browser,
         model,
         metrics,
@@ -172,11 +187,7 @@ pub(super) async fn start_with(
         session,
         _audit: (dir, writer),
         _clock: clock,
-    };
-    harness.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
-    harness.model_expects("session.update").await;
-    harness.browser_expects("voxgate.session.ready").await;
-    harness
+    }
 }
 
 fn session_deps(

@@ -5,12 +5,15 @@
 //!
 //! Order on a new upstream: the restore (session configuration, then the logged items), then the
 //! outputs the old upstream never acknowledged and the client's `response.create` it never
-//! started, then everything held during the gap, so nothing
-//! the client sent after the drop reaches the model before the conversation it belongs to.
+//! started, then the client frames the old upstream never took (its queue, a send that timed out)
+//! and everything held during the gap, in order, so nothing the client sent reaches the model
+//! before the conversation it belongs to, and nothing is sent twice. A recycle for age that
+//! cannot connect goes back to the old upstream with what was held ([`Bridge::on_connection`]).
 //! Tool calls are untouched by all this: a parked call stays parked, a call finishing in the gap
 //! has its output held like a client frame and delivered once; the response gate forgets the old
 //! upstream's response and speech state, so a `response.create` that was due goes out after.
 
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -50,10 +53,11 @@ impl Bridge {
             items_restored = tracing::field::Empty,
         );
         let lost_outputs = self.unacknowledged_outputs.values().map(|o| o.frame.clone()).collect();
+        let untaken = self.to_upstream.take_unsent().into_iter().filter(is_client_frame).collect();
         self.upstream_ping_since = None;
         self.upstream_stalled = false;
         self.gate.on_upstream_replaced();
-        if !self.resume.begin_gap(reason, lost_outputs, span) {
+        if !self.resume.begin_gap(reason, lost_outputs, untaken, span) {
             // The upstream went away again soon after a restore that used the last attempt: one
             // more would only repeat the connect-restore-close cycle (`SETTLED_AFTER`).
             tracing::warn!(parent: &self.span, reason = reason.as_str(), "upstream gone again soon after the last resume; no attempts left");
@@ -65,13 +69,29 @@ impl Bridge {
     }
 
     /// Recycle the upstream session once it is past its age and the conversation is quiet: no
-    /// response, no user speech, no running call, no output on its way.
-    pub(crate) async fn recycle_if_due(&mut self, now: tokio::time::Instant) {
+    /// response, no user speech (nor its grace, nor push-to-talk audio not yet committed), no
+    /// client request not yet started, no running call, no output on its way.
+    pub(crate) async fn recycle_if_due(&mut self, now: Instant) {
         let due = self.resume.age_deadline().is_some_and(|at| now >= at);
-        let quiet = self.gate.is_quiet() && self.calls.running() == 0 && self.unacknowledged_outputs.is_empty();
-        if due && quiet && self.closing.is_none() {
+        // A stalled or failed upstream is lost, not recycled: the loop's next turn resumes it.
+        if !due || self.closing.is_some() || self.upstream_stalled || self.to_upstream.is_closed() {
+            return;
+        }
+        let quiet = self.gate.is_quiet(now)
+            && !self.resume.client_turn_open(now)
+            && self.calls.running() == 0
+            && self.unacknowledged_outputs.is_empty();
+        if quiet {
             self.start_gap(Reason::MaxAge).await;
         }
+    }
+
+    /// When time alone may let the recycle happen: the upstream's age, or, when later, the end of
+    /// the speech grace or of the wait for the client's request to start. Anything else that holds
+    /// it off ends with an event, which gives the loop a turn.
+    pub(crate) fn recycle_wake_at(&self) -> Option<Instant> {
+        let at = self.resume.age_deadline()?;
+        Some([self.gate.speech_grace_until(), self.resume.client_request_expires()].into_iter().flatten().fold(at, Instant::max))
     }
 
     /// A connection attempt ended. True on success: the new upstream is the session's, for the
@@ -85,12 +105,31 @@ impl Bridge {
             Err(err) => {
                 self.deps.metrics.upstream_connect_failed(err.reason());
                 tracing::warn!(parent: &self.span, reason = err.reason(), "resume: connection attempt failed");
-                if !self.resume.retry() {
+                if self.resume.gap_reason() == Some(Reason::MaxAge) {
+                    self.recycle_later().await;
+                } else if !self.resume.retry() {
                     self.give_up_resume().await;
                 }
                 false
             }
         }
+    }
+
+    /// A recycle for age could not connect. It was planned, and the old upstream still works: the
+    /// session goes on there, with what was held for it in the meantime, in order, and the
+    /// recycle is tried again later (closing a healthy session would be worse than an old one).
+    /// The old upstream's connection is whole: its outbox was kept, and it is read again.
+    async fn recycle_later(&mut self) {
+        let Some(gap) = self.resume.postpone_recycle() else { return };
+        gap.span.record("outcome", "postponed");
+        let (held, audio_dropped_ms) = gap.held.release(Instant::now());
+        for message in held {
+            self.resume.note_released(&message);
+            self.send_upstream(message).await;
+        }
+        tracing::info!(parent: &self.span, audio_dropped_ms, "recycle postponed: no new upstream; the session goes on on its old one");
+        // The client was told of a resume: the session goes on, with nothing restored.
+        self.send_client_event(events::session_resumed(gap.reason.as_str(), 0, audio_dropped_ms)).await;
     }
 
     async fn restore_on(&mut self, conn: UpstreamConn) {
@@ -107,10 +146,13 @@ impl Bridge {
         for output in gap.lost_outputs {
             self.send_upstream(Message::text(output)).await;
         }
-        if let Some(request) = self.resume.take_client_request() {
+        // A recycle began with no request pending: one still kept was refused unnamed (or never
+        // answered) by a healthy upstream, and will not start.
+        let request = self.resume.take_client_request().filter(|_| gap.reason != Reason::MaxAge);
+        if let Some(request) = request {
             self.send_upstream(Message::text(request)).await;
         }
-        let (held, audio_dropped_ms) = gap.held.release(tokio::time::Instant::now());
+        let (held, audio_dropped_ms) = gap.held.release(Instant::now());
         for message in held {
             self.send_upstream(message).await;
         }
@@ -138,5 +180,17 @@ impl Bridge {
     pub(crate) fn hold_for_upstream(&mut self, message: Message) -> bool {
         self.resume.hold(message);
         true
+    }
+}
+
+/// Is a frame the old upstream never took the client's, to be carried to the new upstream? Not
+/// voxgate's own (its `event_id` prefix): the restore sends the configuration again, unacknowledged
+/// outputs go with it, and the gate asks for its response again. Not a `session.update` either:
+/// the restore's configuration holds it. Pings are voxgate's; binary frames never go upstream.
+fn is_client_frame(message: &Message) -> bool {
+    let Message::Text(text) = message else { return false };
+    match crate::protocol::peek_client(text.as_str()) {
+        Ok((kind, event_id)) => kind != "session.update" && !event_id.is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX)),
+        Err(_) => false,
     }
 }

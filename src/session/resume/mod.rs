@@ -7,6 +7,7 @@
 //! - [`log`]: the conversation so far, as text, bounded; built from what the upstream reports.
 //! - [`plan`]: the pure restore plan, (effective session configuration, log) → frames.
 //! - [`hold`]: what would have gone upstream during the gap, released in order after the restore.
+//! - [`client_turn`]: what the client has under way (a request not started, push-to-talk audio).
 //! - [`driver`]: the session loop's side: starting a gap, the connection attempts (a future the
 //!   loop polls in its `select!`, so confirmations, tool completions and pings go on meanwhile),
 //!   restoring, giving up.
@@ -15,6 +16,11 @@
 //! sooner continues that resume's attempts and back-off, so an upstream that accepts and closes at
 //! once ends the session after `upstream.resume_attempts` connections instead of looping.
 //!
+//! A recycle for age is planned, and its old upstream still works: it makes one connection
+//! attempt, and if that fails the session goes back to the old upstream and tries again
+//! [`RECYCLE_RETRY`] later. The age itself is jittered ([`recycle_age`]), so sessions that began
+//! together do not all recycle together.
+//!
 //! This file holds the state the session task owns ([`Resume`]): settings, log, the effective
 //! session configuration, the current gap if any, and which upstream echoes of a restore must not
 //! reach the client (on a pure OpenAI stream a resume shows nothing but a pause).
@@ -22,6 +28,7 @@
 //! What cannot be carried: the model's audio of past turns (only transcripts are), server-side
 //! VAD state and a response that was being generated when the upstream went away.
 
+mod client_turn;
 pub(super) mod driver;
 pub(crate) mod hold;
 pub(crate) mod log;
@@ -131,6 +138,20 @@ struct Restored {
     attempts: u32,
 }
 
+/// A recycle for age that could not connect is tried again this long after (plus up to 50 %
+/// jitter), on the old upstream meanwhile: with the default age that leaves several tries before
+/// the provider's 60-minute cap.
+const RECYCLE_RETRY: Duration = Duration::from_secs(30);
+
+/// The age at which an upstream is recycled: `max_age` less up to a tenth of it, at random. Sessions
+/// that began together (reconnected together after a drain) would otherwise all recycle at the
+/// same moment, and a provider refusing connections for a while would fail every one of them.
+fn recycle_age(max_age: Duration) -> Duration {
+    use rand::Rng;
+    let spread = max_age.as_millis() as u64 / 10;
+    max_age.saturating_sub(Duration::from_millis(rand::rng().random_range(0..=spread)))
+}
+
 /// The number of a new gap's first connection attempt: 1 (after a short jitter) unless the upstream it lost
 /// was restored less than [`SETTLED_AFTER`] ago, in which case that resume goes on where it
 /// stopped. A recycle for age is never a continuation: its upstream was healthy and still is.
@@ -196,14 +217,18 @@ pub(super) struct Resume {
     log: log::ConversationLog,
     /// The effective session configuration (see [`plan::EffectiveSession`]).
     session: plan::EffectiveSession,
-    upstream_since: Instant,
+    /// When the live upstream is due to be recycled for age (`None`: never).
+    recycle_at: Option<Instant>,
     gap: Option<Gap>,
     /// The last restore, so that a loss soon after it continues its back-off ([`SETTLED_AFTER`]).
     restored: Option<Restored>,
     echoes: Echoes,
-    /// The client's last `response.create` that no `response.created` has followed yet: if the
-    /// upstream went away without starting it, it is sent again after the restore.
-    client_request: Option<String>,
+    /// A `session.created` reached the client: a new upstream's is an echo from then on (before,
+    /// it is the client's first, and the server tools are injected on it).
+    created_forwarded: bool,
+    /// The client's last `response.create` not started yet (if the upstream went away without
+    /// starting it, it is sent again after the restore) and its push-to-talk audio.
+    client: client_turn::ClientTurn,
     /// `session.update`s sent to the live upstream that no `session.updated` has answered yet. If
     /// the upstream went away owing one, the new upstream's answer to the restore is the client's
     /// answer and is forwarded, not kept back as an echo: a client waiting for its update to be
@@ -215,16 +240,18 @@ impl Resume {
     pub(super) fn new(settings: Option<ResumeSettings>, connect: Option<Connect>) -> Self {
         let settings = settings.filter(|_| connect.is_some());
         let (items, bytes) = settings.as_ref().map_or((0, 0), |s| (s.max_items, s.max_bytes));
+        let recycle_at = settings.as_ref().and_then(|s| s.max_age).map(|age| Instant::now() + recycle_age(age));
         Self {
             log: log::ConversationLog::new(items, bytes),
             settings,
             connect,
             session: plan::EffectiveSession::default(),
-            upstream_since: Instant::now(),
+            recycle_at,
             gap: None,
             restored: None,
             echoes: Echoes::default(),
-            client_request: None,
+            created_forwarded: false,
+            client: client_turn::ClientTurn::default(),
             unanswered_updates: 0,
         }
     }
@@ -255,7 +282,13 @@ impl Resume {
     /// Log the event, or recognise it as an echo of the restore.
     pub(super) fn on_upstream_event(&mut self, kind: &str, bytes: &[u8]) -> Seen {
         match kind {
-            "session.created" => return swallow_once(&mut self.echoes.session_created),
+            "session.created" => {
+                if swallow_once(&mut self.echoes.session_created) == Seen::Swallow {
+                    return Seen::Swallow;
+                }
+                self.created_forwarded = true;
+                return Seen::Forward;
+            }
             "session.updated" => {
                 if swallow_once(&mut self.echoes.session_updated) == Seen::Swallow {
                     return Seen::Swallow;
@@ -264,14 +297,17 @@ impl Resume {
                 return Seen::Forward;
             }
             "response.created" => {
-                self.client_request = None;
+                self.client.started();
                 return Seen::Forward;
             }
             "error" => {
-                let about_restore = serde_json::from_slice::<Value>(bytes).is_ok_and(|e| {
-                    e["error"]["event_id"].as_str().is_some_and(|id| id.starts_with(plan::RESTORE_EVENT_PREFIX))
-                });
-                return if about_restore { Seen::Swallow } else { Seen::Forward };
+                let error = serde_json::from_slice::<Value>(bytes).ok();
+                let Some(event_id) = error.as_ref().and_then(|e| e["error"]["event_id"].as_str()) else { return Seen::Forward };
+                if event_id.starts_with(plan::RESTORE_EVENT_PREFIX) {
+                    return Seen::Swallow;
+                }
+                self.client.refused(event_id);
+                return Seen::Forward;
             }
             _ => {}
         }
@@ -289,6 +325,7 @@ impl Resume {
     pub(super) fn note_session_update(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
         if self.enabled() {
             plan::merge_session_update(&mut self.session, frame, is_server_tool);
+            self.client.session_update(frame);
             // One held in a gap goes to the new upstream after the restore and is answered there.
             if !self.in_gap() {
                 self.unanswered_updates = self.unanswered_updates.saturating_add(1);
@@ -297,38 +334,89 @@ impl Resume {
     }
 
     /// The client's `response.create` went to the live upstream (held ones are sent anyway).
-    pub(super) fn note_client_request(&mut self, frame: &str) {
+    pub(super) fn note_client_request(&mut self, frame: &str, event_id: Option<&str>) {
         if self.enabled() && !self.in_gap() {
-            self.client_request = Some(frame.to_string());
+            self.client.requested(frame, event_id);
         }
     }
 
     /// The client's request the old upstream never started, if any.
     fn take_client_request(&mut self) -> Option<String> {
-        self.client_request.take()
+        self.client.take_request()
+    }
+
+    /// The client appended audio (`appended`), or committed or cleared its buffer.
+    pub(super) fn note_client_audio(&mut self, appended: bool) {
+        self.client.audio(appended);
+    }
+
+    /// The client may be in the middle of a turn a recycle would cut (see [`client_turn`]).
+    pub(super) fn client_turn_open(&self, now: Instant) -> bool {
+        self.client.open(now)
+    }
+
+    /// When the client's pending request stops holding a recycle off.
+    pub(super) fn client_request_expires(&self) -> Option<Instant> {
+        self.client.request_expires()
     }
 
     /// When the upstream session should be recycled: armed only while connected.
     pub(super) fn age_deadline(&self) -> Option<Instant> {
-        let max_age = self.settings.as_ref()?.max_age?;
-        (!self.in_gap()).then(|| self.upstream_since + max_age)
+        self.recycle_at.filter(|_| !self.in_gap())
     }
 
-    /// Open a gap and schedule its first connection attempt. False when there is none to make:
-    /// the upstream went away soon after a restore that had used up the attempts, and the caller
-    /// gives up (the gap is open so that giving up is reported like any failed resume).
-    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, span: tracing::Span) -> bool {
+    /// Why the current gap began.
+    fn gap_reason(&self) -> Option<Reason> {
+        self.gap.as_ref().map(|g| g.reason)
+    }
+
+    /// Open a gap and schedule its first connection attempt. `untaken`: client frames the old
+    /// upstream never took, held first, in order (as sent at the gap's start). False when there is
+    /// no attempt to make: the upstream went away soon after a restore that had used up the
+    /// attempts, and the caller gives up (the gap is open so that giving up is reported like any
+    /// failed resume).
+    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, untaken: Vec<Message>, span: tracing::Span) -> bool {
         let Some(settings) = &self.settings else { return false };
-        let held = hold::Held::new(settings.audio_window);
-        let attempt = first_attempt(self.restored, reason, Instant::now());
+        let mut held = hold::Held::new(settings.audio_window);
+        let now = Instant::now();
+        let mut overflowed = false;
+        for message in untaken {
+            // The client's request is among them: it goes in its place, after what came before it.
+            if matches!(&message, Message::Text(t) if self.client.is_request(t.as_str())) {
+                self.client.take_request();
+            }
+            overflowed |= held.push(message, now).is_err();
+        }
+        let attempt = first_attempt(self.restored, reason, now);
         let (attempt, connecting) = if attempt > settings.attempts {
             (attempt - 1, None)
         } else {
             (attempt, self.attempt(delay_before(attempt, settings.attempts)))
         };
         let started = connecting.is_some();
-        self.gap = Some(Gap { reason, attempt, connecting, held, lost_outputs, overflowed: false, span });
+        self.gap = Some(Gap { reason, attempt, connecting, held, lost_outputs, overflowed, span });
         started
+    }
+
+    /// A recycle for age could not connect: its gap ends with the old upstream still the
+    /// session's, and the recycle is due again after [`RECYCLE_RETRY`].
+    fn postpone_recycle(&mut self) -> Option<Gap> {
+        let gap = self.gap.take()?;
+        self.recycle_at = Some(Instant::now() + http::jittered(RECYCLE_RETRY));
+        Some(gap)
+    }
+
+    /// A frame held in a postponed recycle's gap went to the old upstream after all: it counts as
+    /// sent to the live upstream.
+    fn note_released(&mut self, message: &Message) {
+        let Message::Text(text) = message else { return };
+        let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str()) else { return };
+        let voxgate = event_id.as_deref().is_some_and(|id| id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX));
+        match kind.as_ref() {
+            "session.update" => self.unanswered_updates = self.unanswered_updates.saturating_add(1),
+            "response.create" if !voxgate => self.client.requested(text.as_str(), event_id.as_deref()),
+            _ => {}
+        }
     }
 
     /// Hold a frame meant for the upstream until the restore.
@@ -391,9 +479,11 @@ impl Resume {
         let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
         // The restore's `session.updated` answers an update the old upstream never answered.
         let owed = std::mem::take(&mut self.unanswered_updates) > 0;
-        self.echoes = Echoes { session_created: true, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
-        self.upstream_since = Instant::now();
-        self.restored = Some(Restored { at: self.upstream_since, attempts });
+        let session_created = self.created_forwarded;
+        self.echoes = Echoes { session_created, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
+        let now = Instant::now();
+        self.recycle_at = self.settings.as_ref().and_then(|s| s.max_age).map(|age| now + recycle_age(age));
+        self.restored = Some(Restored { at: now, attempts });
         restore
     }
 }

@@ -21,7 +21,9 @@ use crate::session::harness::{Harness, TOOL, close_code, expect, pair, start_wit
 use crate::tools::{CallContext, Category, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 use crate::upstream::{UpstreamConn, UpstreamError};
 
+mod echoes;
 mod outputs;
+mod recycle;
 
 type Offer = mpsc::UnboundedSender<Result<UpstreamConn, UpstreamError>>;
 

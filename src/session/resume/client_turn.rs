@@ -1,0 +1,105 @@
+//! What the client has under way that the upstream has not taken up yet: its last
+//! `response.create` with no `response.created` after it, and push-to-talk audio not yet
+//! committed. A recycle for age waits for both (it would cut the user's turn); a resume sends the
+//! request again.
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::session::turns::REQUEST_ANSWER_TIMEOUT;
+
+/// The client's last `response.create` that no `response.created` has followed yet.
+struct Request {
+    frame: String,
+    /// Its `event_id`: an upstream `error` naming it refused it, and it will never start.
+    event_id: Option<String>,
+    /// When it went upstream.
+    at: Instant,
+}
+
+#[derive(Default)]
+pub(super) struct ClientTurn {
+    request: Option<Request>,
+    /// The client switched turn detection off (`turn_detection: null`): it commits its turns itself.
+    push_to_talk: bool,
+    /// Client audio appended since its last `input_audio_buffer.commit` or `.clear`.
+    audio_uncommitted: bool,
+}
+
+impl ClientTurn {
+    /// The client's `response.create` went to the live upstream.
+    pub(super) fn requested(&mut self, frame: &str, event_id: Option<&str>) {
+        self.request = Some(Request { frame: frame.to_string(), event_id: event_id.map(str::to_string), at: Instant::now() });
+    }
+
+    /// A response started (`response.created`).
+    pub(super) fn started(&mut self) {
+        self.request = None;
+    }
+
+    /// The upstream answered the frame `event_id` with an `error`: if that was the request, it
+    /// will never start, and is not sent again.
+    pub(super) fn refused(&mut self, event_id: &str) {
+        if self.request.as_ref().is_some_and(|r| r.event_id.as_deref() == Some(event_id)) {
+            self.request = None;
+        }
+    }
+
+    /// Is this frame the pending request?
+    pub(super) fn is_request(&self, frame: &str) -> bool {
+        self.request.as_ref().is_some_and(|r| r.frame == frame)
+    }
+
+    /// The pending request, no longer pending.
+    pub(super) fn take_request(&mut self) -> Option<String> {
+        self.request.take().map(|r| r.frame)
+    }
+
+    /// The client appended audio (`appended`), or committed or cleared its buffer.
+    pub(super) fn audio(&mut self, appended: bool) {
+        self.audio_uncommitted = appended;
+    }
+
+    /// voxgate sent this `session.update` upstream.
+    pub(super) fn session_update(&mut self, frame: &[u8]) {
+        if let Some(detecting) = turn_detection(frame) {
+            self.push_to_talk = !detecting;
+        }
+    }
+
+    /// The client may be in the middle of a turn the upstream has not taken up, which a recycle
+    /// would cut: push-to-talk audio appended since its last commit or clear, or a request not
+    /// started yet (for [`REQUEST_ANSWER_TIMEOUT`] at most: one refused without an `event_id` to
+    /// name it must not hold the recycle off for good).
+    pub(super) fn open(&self, now: Instant) -> bool {
+        (self.push_to_talk && self.audio_uncommitted) || self.request_expires().is_some_and(|at| now < at)
+    }
+
+    /// When the pending request stops holding the recycle off.
+    pub(super) fn request_expires(&self) -> Option<Instant> {
+        self.request.as_ref().map(|r| r.at + REQUEST_ANSWER_TIMEOUT)
+    }
+}
+
+/// What a `session.update` says of turn detection: `Some(false)` when it switches it off
+/// (`turn_detection: null`, under `audio.input` on GA or at the top on the beta), `Some(true)`
+/// when it sets one, `None` when it says nothing of it.
+fn turn_detection(frame: &[u8]) -> Option<bool> {
+    let update: Value = serde_json::from_slice(frame).ok()?;
+    let session = update.get("session")?;
+    let detection = session.get("turn_detection").or_else(|| session.get("audio")?.get("input")?.get("turn_detection"))?;
+    Some(!detection.is_null())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_detection;
+
+    #[test]
+    fn turn_detection_is_read_where_each_protocol_puts_it() {
+        assert_eq!(turn_detection(br#"{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":null}}}}"#), Some(false));
+        assert_eq!(turn_detection(br#"{"type":"session.update","session":{"turn_detection":{"type":"server_vad"}}}"#), Some(true));
+        assert_eq!(turn_detection(br#"{"type":"session.update","session":{"turn_detection":null}}"#), Some(false));
+        assert_eq!(turn_detection(br#"{"type":"session.update","session":{"audio":{"output":{"voice":"marin"}}}}"#), None);
+    }
+}

@@ -1,0 +1,54 @@
+//! What the client sees of a new upstream's echoes: only the restore's own are kept from it.
+
+use serde_json::json;
+
+use super::{connector, drop_model, message, next_json, resumable};
+use crate::session::harness::{TOOL, launch, upstream_conn};
+
+/// The first upstream goes away before its `session.created`: the client has seen none, so the
+/// new upstream's is no echo. It is forwarded, and the server tools are injected then (the
+/// restore had no configuration to send), so the session ends up configured as without the loss.
+#[tokio::test(start_paused = true)]
+async fn an_upstream_lost_before_its_session_created_leaves_the_new_one_configured() {
+    let (connect, offer, _) = connector();
+    let mut h = launch(|c| c.upstream.resume = true, 1 << 20, Some(connect), Vec::new()).await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.browser_expects("voxgate.session.resumed").await;
+    h.model_sends(json!({"type": "session.created", "event_id": "n0", "session": {"id": "sess_2", "tools": []}})).await;
+    assert_eq!(next_json(&mut h.browser).await["type"], "session.created");
+    let update = h.model_expects("session.update").await;
+    assert!(update["session"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == TOOL), "{update}");
+    h.browser_expects("voxgate.session.ready").await;
+    // A later resume keeps that upstream's successor's `session.created` from the client again.
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    assert_eq!(h.model_expects("session.update").await["session"]["tools"].as_array().map(Vec::len), Some(1));
+    h.browser_expects("voxgate.session.resumed").await;
+    h.model_sends(json!({"type": "session.created", "event_id": "n1", "session": {"id": "sess_3", "tools": []}})).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "n2", "response": {"id": "r3"}})).await;
+    assert_eq!(next_json(&mut h.browser).await["type"], "response.created");
+}
+
+/// Only the restore's echoes of a restored item (`conversation.item.created/added/done`) are kept
+/// from the client: the answer to its own `conversation.item.retrieve` of that item is its own.
+#[tokio::test(start_paused = true)]
+async fn a_restored_item_the_client_retrieves_reaches_the_client() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(message("u1", "user", "input_text", "What is the dose?")).await;
+    h.browser_expects("conversation.item.done").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    assert_eq!(h.model_expects("conversation.item.create").await["item"]["id"], "u1");
+    h.browser_expects("voxgate.session.resumed").await;
+    let item = json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the dose?"}]});
+    h.model_sends(json!({"type": "conversation.item.added", "event_id": "n1", "previous_item_id": null, "item": item})).await;
+    h.browser_sends(json!({"type": "conversation.item.retrieve", "event_id": "get_u1", "item_id": "u1"})).await;
+    assert_eq!(h.model_expects("conversation.item.retrieve").await["event_id"], "get_u1");
+    h.model_sends(json!({"type": "conversation.item.retrieved", "event_id": "n2", "item": item})).await;
+    let retrieved = next_json(&mut h.browser).await;
+    assert_eq!((retrieved["type"].as_str(), retrieved["item"]["id"].as_str()), (Some("conversation.item.retrieved"), Some("u1")), "{retrieved}");
+}

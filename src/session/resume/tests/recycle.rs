@@ -1,0 +1,128 @@
+//! The recycle for `upstream.max_session_age_s`: only at a moment nothing is cut off (the user's
+//! turn included), and one that cannot connect leaves the session on its old upstream.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{browser_sync, resumable};
+use tokio::io::DuplexStream;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::session::harness::{Harness, close_code, expect, pair, upstream_conn};
+use crate::upstream::UpstreamError;
+
+/// Not recycled within `within` (the browser has been told of no resume).
+async fn no_recycle_within(h: &mut crate::session::harness::Harness, within: Duration) {
+    let early = tokio::time::timeout(within, expect(&mut h.browser, "voxgate.session.resuming")).await;
+    assert!(early.is_err(), "recycled: {early:?}");
+}
+
+/// The recycle happens now, onto `model` (the new upstream's end, already offered).
+async fn recycled_onto(h: &mut Harness, model: WebSocketStream<DuplexStream>) -> serde_json::Value {
+    assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
+    h.model = model;
+    h.browser_expects("voxgate.session.resumed").await
+}
+
+/// Push-to-talk (`turn_detection: null`): no speech events say the user is talking, the audio
+/// appended since the last commit does. A recycle then would leave the start of the utterance in
+/// the old upstream's buffer and commit only its tail on the new one.
+#[tokio::test(start_paused = true)]
+async fn a_push_to_talk_utterance_is_not_cut_in_two_by_the_recycle() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    let start = Instant::now();
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null}}}}))
+        .await;
+    h.model_expects("session.update").await;
+    // The user holds the button from 7 s (before the age, whatever its jitter) to 12 s.
+    tokio::time::sleep_until(start + Duration::from_secs(7)).await;
+    while start.elapsed() < Duration::from_secs(12) {
+        h.browser_sends(json!({"type": "input_audio_buffer.append", "audio": "AAAA"})).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    no_recycle_within(&mut h, Duration::from_millis(50)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.browser_sends(json!({"type": "input_audio_buffer.commit", "event_id": "ptt_commit"})).await;
+    assert_eq!(h.model_expects("input_audio_buffer.commit").await["event_id"], "ptt_commit", "the whole utterance on the old upstream");
+    recycled_onto(&mut h, model).await;
+}
+
+/// Server VAD: when speech stops the server commits the audio and starts its response a moment
+/// later; the recycle waits out the same grace voxgate gives the server before asking for a
+/// response, and then needs no other event to happen.
+#[tokio::test(start_paused = true)]
+async fn the_recycle_waits_out_the_speech_grace() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    h.model_sends(json!({"type": "input_audio_buffer.speech_started", "event_id": "e", "audio_start_ms": 0, "item_id": "u1"})).await;
+    h.browser_expects("input_audio_buffer.speech_started").await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    no_recycle_within(&mut h, Duration::from_millis(50)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model_sends(json!({"type": "input_audio_buffer.speech_stopped", "event_id": "e", "audio_end_ms": 9000, "item_id": "u1"})).await;
+    h.browser_expects("input_audio_buffer.speech_stopped").await;
+    no_recycle_within(&mut h, Duration::from_millis(500)).await;
+    recycled_onto(&mut h, model).await;
+}
+
+/// A client `response.create` the upstream has not started yet holds the recycle too, until its
+/// response is created.
+#[tokio::test(start_paused = true)]
+async fn a_client_request_not_yet_started_holds_the_recycle() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    h.model_sends(json!({"type": "input_audio_buffer.speech_started", "event_id": "e", "audio_start_ms": 0, "item_id": "u1"})).await;
+    h.browser_expects("input_audio_buffer.speech_started").await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    h.model_sends(json!({"type": "input_audio_buffer.speech_stopped", "event_id": "e", "audio_end_ms": 9000, "item_id": "u1"})).await;
+    h.browser_sends(json!({"type": "response.create", "event_id": "client_rc"})).await;
+    assert_eq!(h.model_expects("response.create").await["event_id"], "client_rc");
+    no_recycle_within(&mut h, Duration::from_secs(2)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model_sends(json!({"type": "response.created", "event_id": "e_rc", "response": {"id": "r1"}})).await;
+    h.model_sends(json!({"type": "response.done", "event_id": "e_rd", "response": {"id": "r1", "output": []}})).await;
+    h.browser_expects("response.done").await;
+    recycled_onto(&mut h, model).await;
+}
+
+/// A recycle is planned: the old upstream still works. One that cannot connect (the provider
+/// answers 429) goes back to the old upstream, with what the client sent meanwhile, and is tried
+/// again later; the session is not closed.
+#[tokio::test(start_paused = true)]
+async fn a_recycle_that_cannot_connect_goes_back_to_the_old_upstream_and_tries_again_later() {
+    let (mut h, offer, attempts) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
+    h.browser_sends(json!({"type": "input_audio_buffer.append", "event_id": "in_gap", "audio": "AAAA"})).await;
+    browser_sync(&mut h).await;
+    offer.send(Err(UpstreamError::Refused { status: 429 })).unwrap();
+    let resumed = h.browser_expects("voxgate.session.resumed").await;
+    assert_eq!((resumed["reason"].as_str(), resumed["items_restored"].as_u64()), (Some("max_age"), Some(0)));
+    assert_eq!(h.model_expects("input_audio_buffer.append").await["event_id"], "in_gap");
+    // The old upstream is the session's again: read and written.
+    h.model_sends(json!({"type": "response.output_text.delta", "event_id": "probe", "delta": "x"})).await;
+    h.browser_expects("response.output_text.delta").await;
+    h.browser_sends(json!({"type": "input_audio_buffer.append", "event_id": "after", "audio": "AAAA"})).await;
+    assert_eq!(h.model_expects("input_audio_buffer.append").await["event_id"], "after");
+    // Tried again later, and then it works.
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
+    assert_eq!(close_code(&mut h.model).await, Some(1000), "the old upstream is closed normally");
+    h.model = model;
+    h.browser_expects("voxgate.session.resumed").await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+}
+
+/// Sessions that began together (reconnected together after a drain) do not all recycle at the
+/// same moment: each upstream's age is the setting less up to a tenth of it, at random.
+#[test]
+fn the_recycle_age_is_jittered_within_the_last_tenth_of_the_setting() {
+    let max_age = Duration::from_secs(3300);
+    let ages: Vec<Duration> = (0..50).map(|_| super::super::recycle_age(max_age)).collect();
+    assert!(ages.iter().all(|age| *age <= max_age && *age >= max_age - max_age / 10), "{ages:?}");
+    assert!(ages.iter().any(|age| *age != ages[0]), "no jitter: {ages:?}");
+}
