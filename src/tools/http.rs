@@ -6,10 +6,10 @@
 //! only when it says when (`Retry-After`, honoured); any other answer fails at once. All of it
 //! "inside the tool's timeout": the call runs [`within_deadline`] of its timeout, a retry that
 //! would not end before it (waiting, then taking as long as the attempt before it) is not started,
-//! and each attempt gets at most what is left of it (less [`DEADLINE_MARGIN`]; the first at least the
-//! margin's worth) rather than the
-//! client's fixed timeout, so a backend that hangs is reported as failing (`backend_error`, with its
-//! advice to the model) rather than cut off as a `timeout`.
+//! and each attempt gets at most what is left of it (less [`DEADLINE_MARGIN`]; the call's first
+//! request at least the margin's worth) rather than the client's fixed timeout, so a backend that
+//! hangs is reported as failing (`backend_error`, with its advice to the model) rather than cut
+//! off as a `timeout`.
 //!
 //! A reqwest error's `Display` includes the URL, and some APIs carry their key in the query string,
 //! so errors are reduced to a [`Failure`] (kind and status only) before anything logs them.
@@ -48,20 +48,32 @@ pub enum Failure {
     Transport,
 }
 
+/// The running tool call's deadline, and whether it has asked a backend yet.
+struct CallDeadline {
+    at: Instant,
+    asked: std::cell::Cell<bool>,
+}
+
 tokio::task_local! {
     /// When the running tool call's timeout ends ([`within_deadline`]).
-    static DEADLINE: Instant;
+    static DEADLINE: CallDeadline;
 }
 
 /// Run a tool call whose timeout ends at `deadline`: the retry loops inside it start no retry that
 /// could not end before then.
 pub async fn within_deadline<F: Future>(deadline: Instant, call: F) -> F::Output {
-    DEADLINE.scope(deadline, call).await
+    DEADLINE.scope(CallDeadline { at: deadline, asked: std::cell::Cell::new(false) }, call).await
 }
 
 /// What is left of the running tool call's timeout; `None` outside a call.
 pub(crate) fn time_left() -> Option<Duration> {
-    DEADLINE.try_with(|deadline| deadline.saturating_duration_since(Instant::now())).ok()
+    DEADLINE.try_with(|deadline| deadline.at.saturating_duration_since(Instant::now())).ok()
+}
+
+/// Whether this is the call's first backend request (and from now on it is not); `false` outside a
+/// call.
+fn first_request_of_call() -> bool {
+    DEADLINE.try_with(|deadline| !deadline.asked.replace(true)).unwrap_or(false)
 }
 
 impl Failure {
@@ -153,8 +165,9 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, max_bytes: usiz
 /// Run `attempt_once` until it succeeds (with a body, or CalDAV's answer of any status), fails for
 /// good, or [`MAX_ATTEMPTS`] are spent. Inside a
 /// call ([`within_deadline`]) each attempt is cut off (as [`Failure::Timeout`]) when only
-/// [`DEADLINE_MARGIN`] of the call is left (the first attempt excepted: it gets at least the
-/// margin's worth, or all that is left when less is), and none is started after that.
+/// [`DEADLINE_MARGIN`] of the call is left (the call's first request excepted: its first attempt
+/// gets at least the margin's worth, or all that is left when less is), and none is started after
+/// that.
 /// `backend` names the service in logs ("PubMed", "web search").
 pub async fn with_retries<T, F, Fut>(
     backend: &'static str,
@@ -167,13 +180,15 @@ where
     let mut attempt = 1;
     // What to report if the call's time runs out before an attempt can start.
     let mut last = Failure::Timeout;
+    // The call's first request gets at least the margin's worth (all that is left when less is):
+    // a tool with a timeout near the margin still asks its backend, and ends as `timeout` if that
+    // is too slow. A later request of the same call does not: it would run into the call's own
+    // deadline, and the tool would end as `timeout` instead of with its backend's answer.
+    let floor = first_request_of_call();
     loop {
         // The client's own timeout (10 s, 15 s) may be longer than what is left of the call.
-        // The first attempt gets at least the margin's worth (all that is left when less is): a
-        // tool with a timeout near the margin still asks its backend, and ends as `timeout` if
-        // that is too slow.
         let budget = time_left().map(|left| match left.saturating_sub(DEADLINE_MARGIN) {
-            margin_left if attempt == 1 => margin_left.max(left.min(DEADLINE_MARGIN)),
+            margin_left if attempt == 1 && floor => margin_left.max(left.min(DEADLINE_MARGIN)),
             margin_left => margin_left,
         });
         if budget.is_some_and(|budget| budget.is_zero()) {
@@ -376,6 +391,32 @@ mod tests {
         });
         assert_eq!(within_deadline(Instant::now(), none_left).await, Err(Failure::Timeout));
         assert_eq!(started.load(Ordering::SeqCst), 0);
+    }
+
+    /// The first-attempt floor is the call's, not each request's: a later request of the same call
+    /// (a CalDAV PUT after its discovery, a WebDAV walk after its OPTIONS) with less than the margin
+    /// left starts nothing, so it cannot run into the call's own deadline and end as `timeout`.
+    #[tokio::test(start_paused = true)]
+    async fn only_a_calls_first_request_gets_the_floor() {
+        let deadline = Instant::now() + Duration::from_millis(400);
+        let started = Arc::new(AtomicU32::new(0));
+        let counter = started.clone();
+        let call = async move {
+            let first = with_retries("test", || async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(Bytes::from_static(b"discovered"))
+            })
+            .await;
+            assert_eq!(first, Ok(Bytes::from_static(b"discovered")));
+            // 200 ms left, under the margin.
+            with_retries("test", || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Ok(Bytes::from_static(b"x")) }
+            })
+            .await
+        };
+        assert_eq!(within_deadline(deadline, call).await, Err(Failure::Timeout));
+        assert_eq!(started.load(Ordering::SeqCst), 0, "no second request started");
     }
 
     /// `Retry-After` as seconds or as an HTTP date (RFC 9110 §10.2.3), capped; a value that is
