@@ -6,7 +6,7 @@
 //! Also: a name read from a file blocks a later PubMed query in the same session.
 //!
 //! This file holds the fixture tree, the servers and the helpers; the tests are in
-//! [`scenarios`] (both backends alike), [`failures`] (wrong password, unreachable server),
+//! [`scenarios`] (both backends alike), [`failures`] (wrong password, unreachable or stalling server),
 //! [`phi`] (a name read from a file taints the session) and [`nextcloud`] (server-side search).
 
 #[path = "../support/mod.rs"]

@@ -1,6 +1,9 @@
-//! The HTTP side of the WebDAV backend: one reqwest client with basic auth, bounded retries with
-//! back-off and jitter for transient failures (connect errors, timeouts, 5xx, 429 with `Retry-After`), W3C trace
-//! context on every request, bodies read under a byte cap, and the server's health as last seen.
+//! The HTTP side of the WebDAV backend: one reqwest client with basic auth, bounded retries of
+//! transient failures (the shared loop of `tools::http`, `with_retries`: connect errors, timeouts,
+//! 5xx, 429 with `Retry-After`, with back-off and jitter; inside a tool call each attempt, its body
+//! included, is cut off at what is left of the call's timeout, less a margin, rather than the
+//! client's 20 s), W3C trace context on every request, bodies read under a byte cap, and the
+//! server's health as last seen.
 //!
 //! Errors keep only the kind of failure and the status: a reqwest error's `Display` holds the URL,
 //! which names the user's folder and file.
@@ -8,11 +11,12 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use reqwest::{Method, Response, StatusCode};
+use reqwest::Method;
+use reqwest::header::HeaderMap;
 use url::Url;
 
 use crate::config::Secret;
-use crate::tools::http::{retry_after, retry_delay};
+use crate::tools::http::{AttemptError, Failure, classify, read_capped, retry_after, with_retries};
 use crate::tools::files::FilesError;
 use crate::tools::files::backend::Health;
 
@@ -65,56 +69,47 @@ impl DavClient {
         }
     }
 
-    /// Send `method` to `url` and return a successful (2xx) response. Transient failures are
-    /// retried; 401 becomes [`FilesError::CredentialsRefused`], 403 [`FilesError::Forbidden`], 404
-    /// [`FilesError::NotFound`].
+    /// Send `method` to `url` and return a successful (2xx) answer, its body read whole (at most
+    /// `max_bytes`). Transient failures are retried, each attempt within what is left of the call
+    /// ([`with_retries`]); 401 becomes [`FilesError::CredentialsRefused`], 403
+    /// [`FilesError::Forbidden`], 404 [`FilesError::NotFound`].
     pub async fn send(
         &self,
         method: Method,
         url: &Url,
         depth: Option<&'static str>,
         body: Option<&str>,
-    ) -> Result<Response, FilesError> {
-        let mut attempt = 1;
-        loop {
-            let started = tokio::time::Instant::now();
-            let outcome = self.attempt(method.clone(), url.clone(), depth, body).await;
-            let retry = match &outcome {
-                Err((failure, after)) => retry_delay(failure.transient, *after, attempt, started.elapsed()),
-                Ok(_) => None,
-            };
-            match (outcome, retry) {
-                (Ok(response), _) => {
-                    self.set_health(HEALTH_UP);
-                    return Ok(response);
-                }
-                (Err((failure, _)), Some(delay)) => {
-                    tracing::debug!(attempt, error = %failure.error, "WebDAV request failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                (Err((failure, _)), None) => {
-                    self.set_health(match failure.error {
-                        FilesError::Unreachable(_) => HEALTH_UNREACHABLE,
-                        FilesError::CredentialsRefused => HEALTH_REFUSED,
-                        _ => HEALTH_UP,
-                    });
-                    return Err(failure.error);
-                }
+        max_bytes: u64,
+    ) -> Result<Answer, FilesError> {
+        // Read within the attempt: a body that stalls is cut off at the call's time left too.
+        let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let outcome = with_retries("WebDAV", || self.attempt(&method, url, depth, body, cap)).await;
+        let error = match outcome {
+            Ok(answer) => {
+                self.set_health(HEALTH_UP);
+                return Ok(answer);
             }
-        }
+            Err(failure) => files_error(failure, max_bytes),
+        };
+        self.set_health(match error {
+            FilesError::Unreachable(_) => HEALTH_UNREACHABLE,
+            FilesError::CredentialsRefused => HEALTH_REFUSED,
+            _ => HEALTH_UP,
+        });
+        Err(error)
     }
 
     async fn attempt(
         &self,
-        method: Method,
-        url: Url,
+        method: &Method,
+        url: &Url,
         depth: Option<&'static str>,
         body: Option<&str>,
-    ) -> Result<Response, (Failure, Option<Duration>)> {
+        max_bytes: usize,
+    ) -> Result<Answer, AttemptError> {
         let mut request = self
             .http
-            .request(method, url)
+            .request(method.clone(), url.clone())
             .headers(crate::telemetry::trace_headers(&tracing::Span::current()));
         if let Some(user) = &self.username {
             request = request.basic_auth(user, self.password.as_ref().map(Secret::expose));
@@ -127,27 +122,15 @@ impl DavClient {
                 .header(reqwest::header::CONTENT_TYPE, "text/xml; charset=utf-8")
                 .body(body.to_string());
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| (Failure::from_reqwest(&e), None))?;
+        let response = request.send().await.map_err(|e| (classify(&e), None))?;
         let status = response.status();
-        if status.is_success() {
-            return Ok(response);
+        if !status.is_success() {
+            // A 429 is retried only when the server says when (TOOLS.md: "429 with `Retry-After`").
+            return Err((Failure::Status(status.as_u16()), retry_after(response.headers())));
         }
-        let retry_after = retry_after(response.headers());
-        let failure = match status {
-            StatusCode::UNAUTHORIZED => Failure::fatal(FilesError::CredentialsRefused),
-            StatusCode::FORBIDDEN => Failure::fatal(FilesError::Forbidden),
-            StatusCode::NOT_FOUND | StatusCode::GONE => Failure::fatal(FilesError::NotFound),
-            // Retried only when the server says when (TOOLS.md: "429 with `Retry-After`").
-            StatusCode::TOO_MANY_REQUESTS if retry_after.is_some() => Failure::transient(FilesError::Status(429)),
-            s if s.is_server_error() => {
-                Failure::transient(FilesError::Unreachable("the server kept failing"))
-            }
-            s => Failure::fatal(FilesError::Status(s.as_u16())),
-        };
-        Err((failure, retry_after))
+        let headers = response.headers().clone();
+        let body = read_capped(response, max_bytes).await.map_err(|failure| (failure, None))?;
+        Ok(Answer { headers, body: body.into() })
     }
 
     fn set_health(&self, value: u8) {
@@ -160,50 +143,24 @@ const HEALTH_UP: u8 = 1;
 const HEALTH_UNREACHABLE: u8 = 2;
 const HEALTH_REFUSED: u8 = 3;
 
-/// A failed attempt and whether another one may help.
-struct Failure {
-    error: FilesError,
-    transient: bool,
+/// A successful answer: its headers and its whole body.
+pub struct Answer {
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
 }
 
-impl Failure {
-    fn fatal(error: FilesError) -> Self {
-        Self {
-            error,
-            transient: false,
-        }
-    }
-
-    fn transient(error: FilesError) -> Self {
-        Self {
-            error,
-            transient: true,
-        }
-    }
-
-    /// What went wrong, without the URL.
-    fn from_reqwest(err: &reqwest::Error) -> Self {
-        if err.is_timeout() {
-            Self::transient(FilesError::Unreachable("timed out"))
-        } else if err.is_connect() {
-            Self::transient(FilesError::Unreachable("could not connect"))
-        } else {
-            Self::transient(FilesError::Unreachable("transport error"))
-        }
+/// The files tools' terms for a request that failed for good (`max_bytes`: the cap it was read
+/// under). No URL survives: a reqwest error's text names the user's folder and file.
+fn files_error(failure: Failure, max_bytes: u64) -> FilesError {
+    match failure {
+        Failure::Status(401) => FilesError::CredentialsRefused,
+        Failure::Status(403) => FilesError::Forbidden,
+        Failure::Status(404 | 410) => FilesError::NotFound,
+        Failure::Status(code) if (500..600).contains(&code) => FilesError::Unreachable("the server kept failing"),
+        Failure::Status(code) => FilesError::Status(code),
+        Failure::TooLarge => FilesError::TooLarge { limit: max_bytes },
+        Failure::Timeout => FilesError::Unreachable("timed out"),
+        Failure::Connect => FilesError::Unreachable("could not connect"),
+        Failure::Transport => FilesError::Unreachable("transport error"),
     }
 }
-
-/// Read a response body, at most `max_bytes` ([`crate::tools::http::read_capped`]), with the
-/// failure in the files tools' terms.
-pub async fn read_capped(response: Response, max_bytes: u64) -> Result<Vec<u8>, FilesError> {
-    use crate::tools::http::Failure as Http;
-    let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-    match crate::tools::http::read_capped(response, cap).await {
-        Ok(body) => Ok(body.into()),
-        Err(Http::TooLarge) => Err(FilesError::TooLarge { limit: max_bytes }),
-        Err(Http::Timeout) => Err(FilesError::Unreachable("timed out")),
-        Err(Http::Connect) => Err(FilesError::Unreachable("could not connect")),
-        Err(Http::Status(_) | Http::Transport) => Err(FilesError::Unreachable("transport error")),
-    }
-}
-

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use reqwest::Method;
 use url::Url;
 
-use self::client::{DavClient, read_capped};
+use self::client::DavClient;
 use self::dasl::Dasl;
 use self::multistatus::DavResource;
 use super::FilesError;
@@ -29,6 +29,8 @@ use crate::config::FilesBackendConfig;
 const MAX_WALK_FOLDERS: usize = 300;
 /// Largest multistatus answer read (a folder of a few thousand entries is well below this).
 const MAX_MULTISTATUS_BYTES: u64 = 8 * 1024 * 1024;
+/// Largest body of an answer to `OPTIONS` read (only its headers are used; it is usually empty).
+const MAX_OPTIONS_BYTES: u64 = 64 * 1024;
 
 const PROPFIND_BODY: &str = r#"<?xml version="1.0" encoding="utf-8"?>
 <d:propfind xmlns:d="DAV:"><d:prop><d:resourcetype/><d:getcontentlength/><d:getlastmodified/><d:getcontenttype/></d:prop></d:propfind>"#;
@@ -82,7 +84,7 @@ impl WebdavFiles {
     pub async fn probe(&self) {
         match self
             .client
-            .send(Method::OPTIONS, &self.root, None, None)
+            .send(Method::OPTIONS, &self.root, None, None, MAX_OPTIONS_BYTES)
             .await
         {
             Ok(_) => tracing::info!("the WebDAV file server is reachable"),
@@ -147,15 +149,16 @@ impl WebdavFiles {
         body: &str,
     ) -> Result<Vec<DavResource>, FilesError> {
         let method = Method::from_bytes(method).map_err(|_| FilesError::Malformed)?;
-        let response = self.client.send(method, url, depth, Some(body)).await?;
         // A listing larger than the cap is not a file that is too large: the answer is unusable.
-        let answer = read_capped(response, MAX_MULTISTATUS_BYTES)
+        let answer = self
+            .client
+            .send(method, url, depth, Some(body), MAX_MULTISTATUS_BYTES)
             .await
             .map_err(|e| match e {
                 FilesError::TooLarge { .. } => FilesError::Malformed,
                 other => other,
             })?;
-        multistatus::parse(&answer)
+        multistatus::parse(&answer.body)
     }
 
     async fn propfind(&self, url: &Url) -> Result<Vec<DavResource>, FilesError> {
@@ -182,11 +185,11 @@ impl WebdavFiles {
     /// remembered, so a server that was down is asked again next time.
     async fn search_offered(&self) -> bool {
         let ask = || async {
-            let response = self
+            let answer = self
                 .client
-                .send(Method::OPTIONS, &self.dasl.arbiter, None, None)
+                .send(Method::OPTIONS, &self.dasl.arbiter, None, None, MAX_OPTIONS_BYTES)
                 .await?;
-            Ok::<bool, FilesError>(Dasl::advertised(response.headers()))
+            Ok::<bool, FilesError>(Dasl::advertised(&answer.headers))
         };
         self.dasl_offered
             .get_or_try_init(ask)
@@ -330,8 +333,7 @@ impl FilesBackend for WebdavFiles {
         if own.length.is_some_and(|len| len > max_bytes) {
             return Err(FilesError::TooLarge { limit: max_bytes });
         }
-        let response = self.client.send(Method::GET, &url, None, None).await?;
-        let bytes = read_capped(response, max_bytes).await?;
+        let bytes = self.client.send(Method::GET, &url, None, None, max_bytes).await?.body;
         let mut entry = self.entry(path.clone(), &own)?;
         entry.size = bytes.len() as u64;
         Ok((entry, bytes))
