@@ -307,18 +307,37 @@ impl Registry {
         nonce: &str,
         wait: Duration,
     ) -> Result<Option<KillAck>, ClusterError> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut conn = self.conn.clone();
-        loop {
-            let value: Option<String> = bounded(conn.get(ack_key(nonce))).await?;
-            if let Some(ack) = value.as_deref().and_then(KillAck::parse) {
-                return Ok(Some(ack));
+        let key = ack_key(nonce);
+        poll_ack(wait, || {
+            let (mut conn, key) = (self.conn.clone(), key.clone());
+            async move {
+                let value: Option<String> = bounded(conn.get(key)).await?;
+                Ok(value.as_deref().and_then(KillAck::parse))
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-            tokio::time::sleep(ACK_POLL).await;
+        })
+        .await
+    }
+}
+
+/// Poll for a kill's acknowledgement every [`ACK_POLL`] until `wait` has passed. A poll that fails
+/// (one slow answer) is tried again: only a wait whose last poll failed too is an error, which the
+/// caller takes as Redis being down (a single late GET used to mark the cluster down, and with it
+/// the cross-instance caps, until the next refresh).
+async fn poll_ack<F, Fut>(wait: Duration, mut poll: F) -> Result<Option<KillAck>, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<KillAck>, ClusterError>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let polled = poll().await;
+        if let Ok(Some(ack)) = polled {
+            return Ok(Some(ack));
         }
+        if tokio::time::Instant::now() >= deadline {
+            return polled;
+        }
+        tokio::time::sleep(ACK_POLL).await;
     }
 }
 
@@ -346,5 +365,35 @@ mod tests {
         assert_eq!(KillAck::parse(KillAck::Ended.as_str()), Some(KillAck::Ended));
         assert_eq!(KillAck::parse(KillAck::Unknown.as_str()), Some(KillAck::Unknown));
         assert_eq!(KillAck::parse("maybe"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_failed_poll_for_a_kill_ack_is_tried_again() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let polls = AtomicU32::new(0);
+        // The first poll times out; the owner's answer is read by a later one.
+        let acked = poll_ack(Duration::from_secs(2), || {
+            let n = polls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match n {
+                    0 => Err(ClusterError::Timeout),
+                    1 => Ok(None),
+                    _ => Ok(Some(KillAck::Ended)),
+                }
+            }
+        })
+        .await;
+        assert_eq!(acked, Ok(Some(KillAck::Ended)));
+        // A late poll, then nothing by the deadline: no answer, not an outage.
+        let first = AtomicU32::new(0);
+        let unanswered = poll_ack(Duration::from_secs(2), || {
+            let n = first.fetch_add(1, Ordering::SeqCst);
+            async move { if n == 0 { Err(ClusterError::Timeout) } else { Ok(None) } }
+        })
+        .await;
+        assert_eq!(unanswered, Ok(None));
+        // Failing to the end: the caller learns Redis is down.
+        let down = poll_ack(Duration::from_secs(2), || async { Err(ClusterError::Timeout) }).await;
+        assert_eq!(down, Err(ClusterError::Timeout));
     }
 }
