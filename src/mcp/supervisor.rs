@@ -216,9 +216,18 @@ async fn refresh(
         Ok(listed) => listed?,
         Err(_) => return Err(ConnectError::Timeout),
     };
-    let tools: Vec<_> = listed.iter().filter_map(|tool| adapter::register(link, tool)).collect();
+    let tools: Vec<_> = listed.tools.iter().filter_map(|tool| adapter::register(link, tool)).collect();
     for allowed in link.names.keys() {
-        if !listed.iter().any(|t| t.name.as_ref() == allowed.as_str()) {
+        if listed.tools.iter().any(|t| t.name.as_ref() == allowed.as_str()) {
+            continue;
+        }
+        if listed.cut_off {
+            tracing::info!(
+                server = %link.name,
+                tool = %allowed,
+                "allowed MCP tool is not among the tools listed within voxgate's bounds"
+            );
+        } else {
             tracing::info!(server = %link.name, tool = %allowed, "allowed MCP tool is not offered by the server");
         }
     }
@@ -226,17 +235,32 @@ async fn refresh(
     Ok(())
 }
 
-/// The allowed tools the server lists, paging through `tools/list` within [`MAX_LIST_PAGES`] and
-/// [`MAX_LISTED_TOOLS`]; a listing that goes on longer fails. Only allowed tools are kept (the
-/// first of a name), so what is held while listing stays small however much the server lists.
+/// What one listing found.
+struct Listed {
+    /// The allowed tools listed (the first of a name).
+    tools: Vec<rmcp::model::Tool>,
+    /// The listing went on past [`MAX_LIST_PAGES`] or [`MAX_LISTED_TOOLS`] and was cut off there.
+    cut_off: bool,
+}
+
+/// The allowed tools the server lists, paging through `tools/list` until every allowed tool has
+/// been seen or the listing ends, within [`MAX_LIST_PAGES`] and [`MAX_LISTED_TOOLS`]. A listing
+/// that goes on longer is cut off at the bound, with a warning, and what was found within it
+/// stands: restarting the server would list the same again. Only allowed tools are kept, so what
+/// is held while listing stays small however much the server lists.
 async fn list_allowed(
     link: &ServerLink,
     peer: &rmcp::service::Peer<RoleClient>,
-) -> Result<Vec<rmcp::model::Tool>, ConnectError> {
+) -> Result<Listed, ConnectError> {
     let mut allowed: Vec<rmcp::model::Tool> = Vec::new();
     let mut listed = 0;
     let mut cursor = None;
-    for _ in 0..MAX_LIST_PAGES {
+    let mut pages = 0;
+    let bound = loop {
+        if pages == MAX_LIST_PAGES {
+            break "pages";
+        }
+        pages += 1;
         let params = cursor.take().map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
         // Sent as a plain request: `Peer::list_tools` keeps pages a server marks cacheable in
         // rmcp's response cache, outside these bounds.
@@ -245,31 +269,37 @@ async fn list_allowed(
             Ok(ServerResult::ListToolsResult(page)) => page,
             _ => return Err(ConnectError::ListTools),
         };
-        listed += page.tools.len();
-        if listed > MAX_LISTED_TOOLS {
-            tracing::warn!(
-                server = %link.name,
-                limit = MAX_LISTED_TOOLS,
-                "MCP server lists more tools than voxgate accepts"
-            );
-            return Err(ConnectError::ListTools);
-        }
-        for tool in page.tools {
+        let room = MAX_LISTED_TOOLS - listed;
+        let over = page.tools.len() > room;
+        listed += page.tools.len().min(room);
+        for tool in page.tools.into_iter().take(room) {
             if link.names.contains_key(tool.name.as_ref()) && !allowed.iter().any(|t| t.name == tool.name) {
                 allowed.push(tool);
             }
         }
+        // `allowed` holds each allowed name once: once all are there, later pages cannot matter.
+        if allowed.len() == link.names.len() {
+            return Ok(Listed { tools: allowed, cut_off: false });
+        }
+        if over {
+            break "tools";
+        }
         match page.next_cursor {
             Some(next) => cursor = Some(next),
-            None => return Ok(allowed),
+            None => return Ok(Listed { tools: allowed, cut_off: false }),
         }
-    }
+    };
+    // Once per listing, and counts only: nothing the server sent is logged.
     tracing::warn!(
         server = %link.name,
-        limit = MAX_LIST_PAGES,
-        "MCP server's tool list has more pages than voxgate accepts"
+        bound,
+        max_pages = MAX_LIST_PAGES,
+        max_tools = MAX_LISTED_TOOLS,
+        allowed_found = allowed.len(),
+        allowed = link.names.len(),
+        "MCP server's tool list is longer than voxgate reads; only the allowed tools found within the bound are offered"
     );
-    Err(ConnectError::ListTools)
+    Ok(Listed { tools: allowed, cut_off: true })
 }
 
 fn publish(link: &ServerLink, hub: &Weak<McpHub>, tools: Vec<Arc<crate::tools::registry::RegisteredTool>>) {

@@ -1,7 +1,8 @@
 """An MCP server, written with the official Python SDK, whose `tools/list` never ends: every page
-holds a batch of tools and a `nextCursor` to the next one. voxgate must stop paging after a bounded
-number of pages and treat the listing as failed, not follow the cursor for as long as the server
-likes while keeping every tool.
+holds a batch of tools (`tool_0` to `tool_49`, on page 1 already) and a `nextCursor` to the next
+one. voxgate must stop paging once it has seen every allowed tool, or after a bounded number of
+pages, not follow the cursor for as long as the server likes while keeping every tool. With
+$EXTRA_TOOL_PAGE set to N, page N (counted from 1) also lists a tool `extra`, on no other page.
 
 Each `tools/list` request is recorded in $LAB_DIR/pages.jsonl (its cursor), so the tests can count
 the pages voxgate asked for. Runs over stdio.
@@ -19,6 +20,7 @@ LAB_DIR = os.environ["LAB_DIR"]
 # Tools per page; the names repeat on every page, so the server itself stays small.
 PER_PAGE = 50
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
+EXTRA_TOOL_PAGE = int(os.environ.get("EXTRA_TOOL_PAGE", "0"))
 
 server = Server("endless")
 
@@ -32,6 +34,8 @@ async def list_tools(request: types.ListToolsRequest) -> types.ListToolsResult:
     tools = [
         types.Tool(name=f"tool_{i}", description="One of many.", inputSchema=SCHEMA) for i in range(PER_PAGE)
     ]
+    if page + 1 == EXTRA_TOOL_PAGE:
+        tools.append(types.Tool(name="extra", description="Listed once.", inputSchema=SCHEMA))
     return types.ListToolsResult(tools=tools, nextCursor=str(page + 1))
 
 

@@ -1,9 +1,10 @@
-//! A server's tool listing is bounded: voxgate pages through `tools/list` itself, stops after a
-//! bounded number of pages or tools, and treats a listing that goes over as failed (the server is
-//! restarted like one whose listing failed otherwise), rather than following `nextCursor` for as
-//! long as the server likes while keeping every tool it lists.
+//! A server's tool listing is bounded: voxgate pages through `tools/list` itself, stops as soon as
+//! it has seen every allowed tool, and otherwise after a bounded number of pages or tools; a
+//! listing cut off at the bound offers the allowed tools found within it (the server is not
+//! restarted for it), rather than following `nextCursor` for as long as the server likes while
+//! keeping every tool it lists.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -12,45 +13,103 @@ use super::support::{TestProxy, read_jsonl, test_python};
 
 /// voxgate's page bound (`mcp/supervisor.rs`, `MAX_LIST_PAGES`).
 const MAX_LIST_PAGES: usize = 64;
+const ADMIN_TOKEN: &str = "admin-secret-token-0123";
 
 fn endless_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/endless_list_server.py")
 }
 
-#[tokio::test]
-async fn a_tool_list_that_never_ends_fails_after_a_bounded_number_of_pages() {
-    let dir = tempfile::tempdir().unwrap();
+/// voxgate with the endless server allowing `allow`; `extra_page`: the page listing `extra`.
+async fn start(dir: &Path, allow: &[&str], extra_page: usize) -> TestProxy {
     let toml = format!(
-        "[auth]\nadmin_token = \"admin-secret-token-0123\"\n[mcp]\nconnect_timeout_ms = 5000\n[mcp.servers.endless]\n\
-         command = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?} }}\nallow = [\"tool_1\"]\n",
+        "[auth]\nadmin_token = \"{ADMIN_TOKEN}\"\n[mcp]\nconnect_timeout_ms = 5000\n[mcp.servers.endless]\n\
+         command = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?}, EXTRA_TOOL_PAGE = \"{extra_page}\" }}\n\
+         allow = {allow:?}\n",
         python = test_python().display().to_string(),
         script = endless_script().display().to_string(),
-        dir = dir.path().display().to_string(),
+        dir = dir.display().to_string(),
     );
-    let proxy = TestProxy::start(&toml).await;
-    let admin = reqwest::Client::new();
-    let tools_url = format!("http://{}/admin/tools", proxy.addr);
-    // Before the fix the first listing followed the cursor until the 30 s listing timeout.
+    TestProxy::start(&toml).await
+}
+
+/// `GET /admin/tools`: the server's health and the names of its tools offered (health `up`), sorted.
+async fn admin_tools(proxy: &TestProxy) -> (Value, Vec<String>) {
+    let url = format!("http://{}/admin/tools", proxy.addr);
+    let body: Value =
+        reqwest::Client::new().get(&url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let health = body["mcp_servers"].as_array().unwrap().iter().find(|s| s["server"] == "endless").unwrap().clone();
+    let mut offered: Vec<String> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["origin"] == "endless" && t["health"] == "up")
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    offered.sort();
+    (health, offered)
+}
+
+/// Polls until `offered` tools are offered, within 15 s (the listing timeout is 30 s).
+async fn until_offered(proxy: &TestProxy, offered: &[&str]) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let body = loop {
-        let body: Value =
-            admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
-        let health = body["mcp_servers"].as_array().unwrap().iter().find(|s| s["server"] == "endless").unwrap().clone();
-        if health["restarts"].as_u64() >= Some(2) {
-            break body;
+    loop {
+        let (health, now) = admin_tools(proxy).await;
+        if now == offered {
+            return health;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the listing was not given up: {health}");
+        assert!(tokio::time::Instant::now() < deadline, "offered {now:?}, server {health}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let tools = body["tools"].as_array().unwrap();
-    // Listed (every allowed tool is), but not offered.
-    assert!(
-        tools.iter().all(|t| t["origin"] != "endless" || t["health"] != "up"),
-        "no tool of a failed listing joins: {tools:?}"
-    );
+    }
+}
+
+#[tokio::test]
+async fn the_listing_ends_once_every_allowed_tool_was_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start(dir.path(), &["tool_1", "extra"], 3).await;
+    // Before the fix no tool of this server was ever offered: the listing failed at the bound.
+    let health = until_offered(&proxy, &["endless__extra", "endless__tool_1"]).await;
+    assert_eq!((health["state"].as_str(), health["restarts"].as_u64()), (Some("up"), Some(0)), "{health}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Page 3 lists the last allowed tool still missing; its `nextCursor` is not followed.
     let pages = read_jsonl(&dir.path().join("pages.jsonl"));
-    let listings = pages.iter().filter(|p| p["cursor"].is_null()).count();
-    assert!(listings >= 2, "{listings} listings");
-    // The listing in progress may have a page more than the finished ones counted.
-    assert!(pages.len() <= listings * MAX_LIST_PAGES, "{} pages in {listings} listings", pages.len());
+    assert_eq!(pages.len(), 3, "{pages:?}");
+}
+
+#[tokio::test]
+async fn a_listing_cut_off_at_the_bound_offers_the_allowed_tools_found_within_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // `absent` is never listed, so voxgate pages up to its bound.
+    let proxy = start(dir.path(), &["tool_1", "absent"], 0).await;
+    let health = until_offered(&proxy, &["endless__tool_1"]).await;
+    assert_eq!((health["state"].as_str(), health["tools"].as_u64()), (Some("up"), Some(1)), "{health}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (health, _) = admin_tools(&proxy).await;
+    assert_eq!(health["restarts"].as_u64(), Some(0), "not restarted for it: {health}");
+    let pages = read_jsonl(&dir.path().join("pages.jsonl"));
+    assert_eq!(pages.len(), MAX_LIST_PAGES, "one listing, bounded");
+}
+
+#[tokio::test]
+async fn a_tool_list_that_never_ends_is_read_for_a_bounded_number_of_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start(dir.path(), &["absent"], 0).await;
+    let pages_path = dir.path().join("pages.jsonl");
+    // Before the bound the first listing followed the cursor until the 30 s listing timeout.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while read_jsonl(&pages_path).len() < MAX_LIST_PAGES {
+        assert!(tokio::time::Instant::now() < deadline, "the listing was not bounded in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let pages = read_jsonl(&pages_path);
+    assert_eq!(pages.len(), MAX_LIST_PAGES, "one listing of {MAX_LIST_PAGES} pages: {} pages", pages.len());
+    // Nothing allowed was found within the bound: the server stays up without tools (restarting
+    // it would list the same again), and the allowed tool is listed as not offered.
+    let (health, offered) = admin_tools(&proxy).await;
+    assert!(offered.is_empty(), "{offered:?}");
+    assert_eq!(
+        (health["state"].as_str(), health["tools"].as_u64(), health["restarts"].as_u64()),
+        (Some("up"), Some(0), Some(0)),
+        "{health}"
+    );
 }
