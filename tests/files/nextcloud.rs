@@ -1,6 +1,6 @@
 //! Nextcloud's server-side search (WebDAV `SEARCH`, DASL) is used when the server offers it: by
 //! file name, by folder name (the files below a matching folder), and below a root whose name needs
-//! percent-encoding.
+//! percent-encoding; many matching folders do not push matching files out of the server's limit.
 
 use super::*;
 
@@ -39,10 +39,12 @@ fn between<'b>(body: &'b str, open: &str, close: &str) -> Vec<&'b str> {
         .collect()
 }
 
-/// A basicsearch answered as Nextcloud does: the entries below the scope (depth infinity) whose
-/// name contains one of the `like` literals (case-insensitive), files only when the request says
-/// `not is-collection`; plus one result outside the user's files that voxgate must drop.
-fn basicsearch(body: &str) -> String {
+/// A basicsearch answered as Nextcloud does over `account`: the entries below the scope (depth
+/// infinity) whose name contains one of the `like` literals (case-insensitive), files only when the
+/// request says `not is-collection`, folders only when it says `is-collection` otherwise, at most
+/// `nresults` of them in the account's order; plus one result outside the user's files that
+/// voxgate must drop.
+fn basicsearch(body: &str, account: &[String]) -> String {
     let scope = between(body, "<d:href>", "</d:href>")[0].replace("&amp;", "&");
     let scope = format!("/remote.php/dav{}", decode(&scope));
     let literals: Vec<String> = between(body, "<d:literal>", "</d:literal>")
@@ -50,20 +52,32 @@ fn basicsearch(body: &str) -> String {
         .map(|l| l.trim_matches('%').to_lowercase())
         .collect();
     let files_only = body.contains("<d:not><d:is-collection/></d:not>");
+    let folders_only = !files_only && body.contains("<d:is-collection/>");
+    let limit: usize = between(body, "<d:nresults>", "</d:nresults>")
+        .first()
+        .map_or(usize::MAX, |n| n.parse().unwrap());
+    let mut results = 0;
     let mut answer = String::from(
         r#"<?xml version="1.0"?>
 <d:multistatus xmlns:d="DAV:" xmlns:s="http://sabredav.org/ns" xmlns:oc="http://owncloud.org/ns" xmlns:nc="http://nextcloud.org/ns">"#,
     );
-    for href in ACCOUNT {
+    for href in account {
+        if results == limit {
+            break;
+        }
         let path = decode(href);
         let Some(below) = path.strip_prefix(&scope).filter(|b| !b.is_empty()) else {
             continue;
         };
         let folder = below.ends_with('/');
         let name = below.trim_end_matches('/').rsplit('/').next().unwrap().to_lowercase();
-        if (files_only && folder) || !(literals.is_empty() || literals.iter().any(|l| name.contains(l))) {
+        if (files_only && folder)
+            || (folders_only && !folder)
+            || !(literals.is_empty() || literals.iter().any(|l| name.contains(l)))
+        {
             continue;
         }
+        results += 1;
         answer.push_str(&if folder {
             format!("<d:response><d:href>{href}</d:href><d:propstat><d:prop><d:resourcetype><d:collection/></d:resourcetype></d:prop><d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>")
         } else {
@@ -80,6 +94,12 @@ fn basicsearch(body: &str) -> String {
 /// answers it over [`ACCOUNT`] as Nextcloud does. Any other method fails, so a folder walk shows.
 /// `root` is the files root below `/remote.php/dav/files/alice/`, as written in the configuration.
 async fn fake_nextcloud(root: &str) -> (String, Seen) {
+    fake_nextcloud_with(root, ACCOUNT.iter().map(|href| href.to_string()).collect()).await
+}
+
+/// [`fake_nextcloud`] over `account` (hrefs as in [`ACCOUNT`]).
+async fn fake_nextcloud_with(root: &str, account: Vec<String>) -> (String, Seen) {
+    let account = std::sync::Arc::new(account);
     let seen: Seen = Default::default();
     let record = seen.clone();
     let app = axum::Router::new().fallback(
@@ -88,6 +108,7 @@ async fn fake_nextcloud(root: &str) -> (String, Seen) {
               headers: axum::http::HeaderMap,
               body: String| {
             let record = record.clone();
+            let account = account.clone();
             async move {
                 record
                     .lock()
@@ -116,7 +137,7 @@ async fn fake_nextcloud(root: &str) -> (String, Seen) {
                     ("SEARCH", "/remote.php/dav/") => response(
                         207,
                         Some(("Content-Type", "application/xml; charset=utf-8")),
-                        basicsearch(&body),
+                        basicsearch(&body, &account),
                     ),
                     _ => response(500, None, "no walking here".into()),
                 }
@@ -171,19 +192,24 @@ async fn nextcloud_search_is_used_when_the_server_offers_it() {
     );
     assert_eq!(files[0]["size"], 1844);
     let bodies = searches(&seen);
-    assert_eq!(bodies.len(), 3, "one by name, one per matching folder: {bodies:?}");
-    let body = &bodies[0];
-    assert!(
-        body.contains("<d:href>/files/alice/</d:href>"),
-        "scoped to the user's files: {body}"
+    assert_eq!(
+        bodies.len(),
+        4,
+        "files and folders by name, one per matching folder: {bodies:?}"
     );
-    assert!(
-        body.contains("%diabetes%") && body.contains("%protocol%"),
-        "{body}"
-    );
+    for body in &bodies[..2] {
+        assert!(
+            body.contains("<d:href>/files/alice/</d:href>"),
+            "scoped to the user's files: {body}"
+        );
+        assert!(
+            body.contains("%diabetes%") && body.contains("%protocol%"),
+            "{body}"
+        );
+    }
     for folder in ["/files/alice/Protocols/", "/files/alice/Diabetes/"] {
         assert!(
-            bodies[1..].iter().any(|b| b.contains(&format!("<d:href>{folder}</d:href>"))),
+            bodies[2..].iter().any(|b| b.contains(&format!("<d:href>{folder}</d:href>"))),
             "{folder} searched: {bodies:?}"
         );
     }
@@ -204,7 +230,7 @@ async fn nextcloud_search_finds_files_by_folder_name() {
         ["/Cardiology/Cardiology Echo/echo-checklist.txt", "/Cardiology/Protocol 2024.pdf"]
     );
     // `Cardiology Echo` matches too but lies inside `Cardiology`: no search of its own.
-    assert_eq!(searches(&seen).len(), 2);
+    assert_eq!(searches(&seen).len(), 3);
     proxy.stop().await;
 }
 
@@ -224,5 +250,28 @@ async fn nextcloud_search_below_a_root_named_with_non_ascii_characters() {
         "{}",
         bodies[0]
     );
+    proxy.stop().await;
+}
+
+/// Folders whose name matches do not take the places of matching files in the server's 500
+/// results: "2024" names 500 report folders, listed before the one file named so, and that file is
+/// still found, as are the files below the first matching folders.
+#[tokio::test]
+async fn nextcloud_matching_folders_do_not_push_matching_files_out() {
+    let mut account: Vec<String> = (0..500)
+        .map(|i| format!("/remote.php/dav/files/alice/Reports%202024-{i:03}/"))
+        .collect();
+    account.push("/remote.php/dav/files/alice/Reports%202024-000/q1.pdf".into());
+    account.push("/remote.php/dav/files/alice/Budget/".into());
+    account.push("/remote.php/dav/files/alice/Budget/Budget%202024.pdf".into());
+    let (url, seen) = fake_nextcloud_with("", account).await;
+    let proxy = nextcloud_proxy(&url).await;
+    let files = search(&proxy, json!({"query": "2024"})).await;
+    let mut found = paths(&files);
+    found.sort();
+    // Before the fix the one name SEARCH answered 500 folders and no file: only q1.pdf was found.
+    assert_eq!(found, ["/Budget/Budget 2024.pdf", "/Reports 2024-000/q1.pdf"]);
+    // Files and folders by name, then the first 10 matching folders.
+    assert_eq!(searches(&seen).len(), 2 + 10);
     proxy.stop().await;
 }

@@ -8,7 +8,9 @@
 //!
 //! A name search matches folders as well as files: a file is found by the words of its whole path,
 //! so the files below a folder whose name matches are asked for too, one SEARCH per folder
-//! (Nextcloud takes one scope per request), as [`Dasl::files_below`] builds it.
+//! (Nextcloud takes one scope per request), as [`Dasl::files_below`] builds it. Files and folders
+//! are asked for by name in two SEARCHes, each with its own limit, so that many matching folders
+//! cannot take the places of matching files in one answer's [`MAX_SEARCH_RESULTS`].
 
 use std::collections::HashSet;
 
@@ -77,26 +79,37 @@ impl Dasl {
             .any(|v| v.to_ascii_lowercase().contains("dav:basicsearch"))
     }
 
-    /// A basicsearch for files and folders below the root whose display name contains any of
-    /// `words`. `words` are letters and digits only (see `search::query_words`), so they need no
-    /// escaping and hold no `LIKE` wildcards.
-    pub fn body(&self, words: &[String]) -> String {
-        let likes: String = words
-            .iter()
-            .filter(|w| w.chars().all(char::is_alphanumeric))
-            .map(|w| {
-                format!(
-                    "<d:like><d:prop><d:displayname/></d:prop><d:literal>%{w}%</d:literal></d:like>"
-                )
-            })
-            .collect();
-        request(&self.scope, &format!("<d:or>{likes}</d:or>"))
+    /// A basicsearch for files (not folders) below the root whose display name contains any of
+    /// `words`.
+    pub fn files_named(&self, words: &[String]) -> String {
+        let condition = format!("<d:and><d:not><d:is-collection/></d:not>{}</d:and>", named(words));
+        request(&self.scope, &condition)
+    }
+
+    /// A basicsearch for folders below the root whose display name contains any of `words`.
+    pub fn folders_named(&self, words: &[String]) -> String {
+        request(&self.scope, &format!("<d:and><d:is-collection/>{}</d:and>", named(words)))
     }
 
     /// A basicsearch for every file (not folder) below the folder whose scope is `scope`.
     pub fn files_below(&self, scope: &str) -> String {
         request(scope, "<d:not><d:is-collection/></d:not>")
     }
+}
+
+/// A `DAV:where` operator: the display name contains any of `words`. `words` are letters and digits
+/// only (see `search::query_words`), so they need no escaping and hold no `LIKE` wildcards.
+fn named(words: &[String]) -> String {
+    let likes: String = words
+        .iter()
+        .filter(|w| w.chars().all(char::is_alphanumeric))
+        .map(|w| {
+            format!(
+                "<d:like><d:prop><d:displayname/></d:prop><d:literal>%{w}%</d:literal></d:like>"
+            )
+        })
+        .collect();
+    format!("<d:or>{likes}</d:or>")
 }
 
 /// A basicsearch of `scope`, at any depth, for what `condition` (a `DAV:where` operator) allows.
@@ -115,18 +128,27 @@ fn request(scope: &str, condition: &str) -> String {
 
 impl WebdavFiles {
     /// Files below the root whose path contains one of `words`, by the server's SEARCH, as the
-    /// walk would find them: the files and folders whose name matches, then every file below each
-    /// matching folder (one SEARCH per folder, at most [`MAX_MATCHED_FOLDERS`]).
+    /// walk would find them: the files whose name matches and the folders whose name matches (two
+    /// SEARCHes, so neither takes the other's places), then every file below each matching folder
+    /// (one SEARCH per folder, at most [`MAX_MATCHED_FOLDERS`]).
     pub(super) async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
         let mut found = Found::default();
-        let mut folders: Vec<RelPath> = Vec::new();
-        for (path, resource) in self.search_request(&self.dasl.body(words)).await? {
-            if resource.is_collection {
-                folders.push(path);
-            } else {
+        let (files_named, folders_named) = (self.dasl.files_named(words), self.dasl.folders_named(words));
+        let (files, folders) = futures::try_join!(
+            self.search_request(&files_named),
+            self.search_request(&folders_named),
+        )?;
+        for (path, resource) in files {
+            // Trust no server to have applied the condition.
+            if !resource.is_collection {
                 found.add(self.entry(path, &resource)?);
             }
         }
+        let mut folders: Vec<RelPath> = folders
+            .into_iter()
+            .filter(|(_, resource)| resource.is_collection)
+            .map(|(path, _)| path)
+            .collect();
         // Outer folders first; a folder inside one already kept adds nothing, its files come along.
         folders.sort_by_key(|f| f.segments().len());
         let mut kept: Vec<RelPath> = Vec::new();
@@ -238,17 +260,23 @@ mod tests {
     }
 
     #[test]
-    fn the_body_asks_for_name_matches_in_scope() {
+    fn the_bodies_ask_for_name_matches_in_scope() {
         let dasl = Dasl::for_root(&Url::parse("https://h/remote.php/dav/files/alice/").unwrap());
-        let body = dasl.body(&["diabetes".into(), "protocol".into(), "<x>".into()]);
-        assert!(body.contains("<d:href>/files/alice/</d:href>"), "{body}");
-        assert!(
-            body.contains("<d:literal>%diabetes%</d:literal>") && body.contains("%protocol%"),
-            "{body}"
-        );
-        assert!(!body.contains("<x>"), "{body}");
-        // Folders too: a folder's name is part of the path of every file in it.
-        assert!(!body.contains("is-collection"), "{body}");
+        let words = ["diabetes".into(), "protocol".into(), "<x>".into()];
+        let files = dasl.files_named(&words);
+        // Folders too, in a SEARCH of their own: a folder's name is part of the path of every file
+        // in it, and matching folders must not take the places of matching files.
+        let folders = dasl.folders_named(&words);
+        for body in [&files, &folders] {
+            assert!(body.contains("<d:href>/files/alice/</d:href>"), "{body}");
+            assert!(
+                body.contains("<d:literal>%diabetes%</d:literal>") && body.contains("%protocol%"),
+                "{body}"
+            );
+            assert!(!body.contains("<x>"), "{body}");
+        }
+        assert!(files.contains("<d:and><d:not><d:is-collection/></d:not><d:or>"), "{files}");
+        assert!(folders.contains("<d:and><d:is-collection/><d:or>"), "{folders}");
     }
 
     #[test]
