@@ -22,7 +22,8 @@
 //!    "Zebulon heart failure" is blocked after a calendar event "Follow-up Zebulon Quixote", while
 //!    "beta blockers in heart failure" is not. Numbers of five or more digits count as rare words
 //!    (a record number seen in a PHI result may not leave either). The set is capped
-//!    (`MAX_TAINT_ENTRIES`); past the cap every text matches, so the session fails closed.
+//!    (`MAX_TAINT_ENTRIES`); past the cap every text matches, so the session fails closed (refused
+//!    as [`ToolError::TaintFull`], which tells the model to start a new session).
 //!
 //! Vocabulary: `common_words.txt` (the 20,000 most frequent English words, from wordfreq) and
 //! `medical_words.txt` (drug classes, drugs, diseases, anatomy, tests, research terms).
@@ -94,18 +95,26 @@ fn identifier_sources() -> Vec<String> {
         // The value must hold digits, so "medical record review" is not one; `mrn\b` keeps
         // "mRNA-1273" out.
         r"(?i)\b(?:mrn\b|mr\s?no\b\.?|(?:medical\s+)?record\s+(?:number\b|no\b\.?|\#)|patient\s+(?:id\b|number\b|no\b\.?|\#)|(?:chart|case)\s+(?:number\b|no\b\.?|\#)|fallnummer\b|patientennummer\b)[\s:\#.-]{0,3}[a-z]{0,3}-?[0-9]{3,}".into(),
-        // US social security numbers, with or without the word. Written with spaces only when
-        // the area is one the SSA issues (not 000, 666 or 9xx) and the group is not 00, so fewer
-        // runs of doses read as one.
+        // US social security numbers, with or without the word. Written with spaces, three numbers
+        // are also a blood pressure and a guideline's year ("BP 140 90 2017"): any last group
+        // only where the text calls it one ("social security number: 123 45 6789"; "SSN" alone is
+        // blocked anyway), and always only when the area is one the SSA issues (not 000, 666 or
+        // 9xx) and the group is not 00.
         r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b|(?i)\bssn\b".into(),
-        r"\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) [0-9]{4}\b".into(),
+        r"(?i)\b(?:social\s+security|soc\.?\s*sec)\b\D{0,24}\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) [0-9]{4}\b".into(),
+        // Without the word, written with spaces, only when the last group cannot be a year
+        // (19xx, 20xx): "123 45 6789" is one, "BP 140 90 2017" is a blood pressure and a year.
+        r"\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) (?:[03-9][0-9]{3}|1[0-8][0-9]{2}|2[1-9][0-9]{2})\b".into(),
         // Phone numbers: North American 3-3-4, international "+49 30 1234567", national trunk
-        // prefix "0171 1234567", and any bare run of 9+ digits (PMIDs have at most 8).
+        // prefix "0171 1234567" (area code also in brackets, "(030) 12345678"), and any bare run
+        // of 9+ digits (PMIDs have at most 8).
         r"(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)|\b[0-9]{3})[\s.-]?[0-9]{3}[\s.-][0-9]{4}\b".into(),
         r"\+[0-9]{1,3}[\s.-]?\(?[0-9]{1,4}\)?(?:[\s.-]?[0-9]{2,4}){2,4}\b".into(),
-        r"\b0[0-9]{2,4}[\s/-]?[0-9]{5,8}\b".into(),
-        // The same in groups, as UK and German numbers are written: "020 7946 0958", "030 1234 5678".
-        r"\b0[0-9]{2,4}[\s-][0-9]{3,4}[\s-][0-9]{3,4}\b".into(),
+        r"(?:\(0[0-9]{2,4}\)\s?|\b0[0-9]{2,4}[\s/-]?)[0-9]{5,8}\b".into(),
+        // The same in groups, as UK and German numbers are written: "020 7946 0958", "(030) 1234
+        // 5678", "030/1234 5678", and in pairs after a group of three: "0171 123 45 67". The
+        // leading 0 and area code keep doses, lab values and years out ("5 10 mg 2019").
+        r"(?:\(0[0-9]{2,4}\)\s?|\b0[0-9]{2,4}(?:[\s-]|/\s?))(?:[0-9]{3,4}[\s-][0-9]{3,4}|[0-9]{2,4}(?:[\s-][0-9]{2}){2,3})\b".into(),
         r"\b[0-9]{9,}\b".into(),
         // E-mail addresses.
         r"(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b".into(),
@@ -242,42 +251,66 @@ pub fn has_identifier(text: &str) -> bool {
 /// A name after a title. "MR", "MS", "DR", "MRS" and "Mx" are also MR imaging, mitral
 /// regurgitation, multiple sclerosis, diabetic retinopathy, MR spectroscopy and "management", so
 /// how sure the title is decides what may follow it:
-/// - written as a title ("Mr", "Dr", "Frau"): any capitalised word is a name ("Mr. Smith",
-///   "Dr. O'Brien"); an upper-case word is one unless it is medical ("Mr. SMITH", not "Mx COPD");
-///   a lower-case one only if it is not common vocabulary ("Mr quixote", not "Miss rate");
-/// - any case with a period or initials ("MR. SMITH", "mr. smith", "dr J. Quixote"): any word but
-///   medical vocabulary ("DR. Screening" passes);
+/// - written as a title ("Mr", "Dr", "Frau"; not "Mx", as often management: "Mx CAP"): any
+///   capitalised word is a name ("Mr. Smith", "Dr. O'Brien"); an upper-case word is one unless it
+///   is medical ("Mr. SMITH"); a lower-case one only if it is not common vocabulary ("Mr
+///   quixote", not "Miss rate");
+/// - any case with a period or initials ("MR. SMITH", "mr. smith", "dr J. Quixote", "Mx. Smith"):
+///   any word but medical vocabulary ("DR. Screening" passes). After an upper-case title or "Mx"
+///   an initial needs its period ("MS B cell", "MR T staging" are words), and after an upper-case
+///   title a period then a capitalised word ends a sentence ("in MS. Natalizumab risk");
 /// - a lower-case title before a capitalised word ("mr Smith"), unless the word is medical.
 ///
-/// "MR SMITH", "mr smith" and "MS Relapse" are not read as names: nothing tells them from "MR
-/// IMAGING", "mr imaging" or "MR Angiography". Milliseconds ("500 ms") are no title.
+/// "MR SMITH", "mr smith", "MS Relapse" and "Mx Smith" are not read as names: nothing tells them
+/// from "MR IMAGING", "mr imaging", "MR Angiography" or "Mx COPD". Milliseconds ("500 ms") are no
+/// title, "Ms" after a number is ("Bed 3 Ms Lee").
 fn titled_name(text: &str) -> bool {
     let Some(pattern) = AFTER_TITLE.as_ref() else { return true };
-    pattern.captures_iter(text).any(|caps| {
-        let (Some(whole), Some(title), Some(name)) = (caps.get(0), caps.get(1), caps.get(4)) else { return false };
-        let title = title.as_str();
-        let after_number = text[..whole.start()].trim_end().ends_with(|c: char| c.is_ascii_digit());
-        let lower_title = title.chars().all(char::is_lowercase);
-        if (after_number && title.eq_ignore_ascii_case("ms")) || (lower_title && title == "miss") {
-            return false;
+    // A rejected match may have taken the next title as its word ("severe MR Mr. Smith"): look
+    // again from the end of its title, so that title is read too.
+    let mut from = 0;
+    while let Some(caps) = pattern.captures_at(text, from) {
+        let Some(title) = caps.get(1) else { return true };
+        if is_titled_name(text, &caps) {
+            return true;
         }
-        let usual = title.chars().next().is_some_and(char::is_uppercase) && title.chars().skip(1).all(char::is_lowercase);
-        let marked = caps.get(2).is_some_and(|m| m.as_str().contains('.')) || caps.get(3).is_some_and(|m| !m.is_empty());
-        let name = name.as_str();
-        let capital = name.chars().next().is_some_and(char::is_uppercase);
-        let capitalised = capital && name.chars().any(char::is_lowercase);
-        let word = normalise(name);
-        let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
-        if usual && capitalised {
-            true
-        } else if usual && !capital && !marked {
-            !(medical || known(&COMMON_WORDS, &word))
-        } else if usual || marked {
-            !medical
-        } else {
-            lower_title && capitalised && !medical
-        }
-    })
+        from = title.end();
+    }
+    false
+}
+
+/// One match of [`AFTER_TITLE`]: is it a name (the rules at [`titled_name`])?
+fn is_titled_name(text: &str, caps: &regex::Captures<'_>) -> bool {
+    let (Some(whole), Some(title), Some(name)) = (caps.get(0), caps.get(1), caps.get(4)) else { return false };
+    let title = title.as_str();
+    let after_number = text[..whole.start()].trim_end().ends_with(|c: char| c.is_ascii_digit());
+    let lower_title = title.chars().all(char::is_lowercase);
+    if (after_number && title == "ms") || (lower_title && title == "miss") {
+        return false;
+    }
+    let usual = title != "Mx"
+        && title.chars().next().is_some_and(char::is_uppercase)
+        && title.chars().skip(1).all(char::is_lowercase);
+    let period = caps.get(2).is_some_and(|m| m.as_str().contains('.'));
+    let initials = caps.get(3).map_or("", |m| m.as_str());
+    let name = name.as_str();
+    let capital = name.chars().next().is_some_and(char::is_uppercase);
+    let capitalised = capital && name.chars().any(char::is_lowercase);
+    let upper_title = title.chars().all(char::is_uppercase);
+    let initialled = if usual || lower_title { !initials.is_empty() } else { initials.contains('.') };
+    let sentence_end = upper_title && period && initials.is_empty() && capitalised;
+    let marked = (period && !sentence_end) || initialled;
+    let word = normalise(name);
+    let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
+    if usual && capitalised {
+        true
+    } else if usual && !capital && !marked {
+        !(medical || known(&COMMON_WORDS, &word))
+    } else if usual || marked {
+        !medical
+    } else {
+        lower_title && capitalised && !medical
+    }
 }
 
 /// "patient Quixote", "pt: Smith": a capitalised non-medical word right after "patient".
@@ -291,7 +324,8 @@ fn named_patient(text: &str) -> bool {
     })
 }
 
-/// Screen what a third-party call would send. `Err(PhiBlocked)` means the call must not leave.
+/// Screen what a third-party call would send. `Err(PhiBlocked)` or `Err(TaintFull)` means the
+/// call must not leave.
 pub fn screen_call(tool: &dyn Tool, args: &Value, taint: &TaintSet) -> Result<(), ToolError> {
     screen_value(None, args, taint)?;
     tool.outbound_text(args).map_or(Ok(()), |built| screen_text(&built, taint))
@@ -310,7 +344,7 @@ fn screen_value(key: Option<&str>, value: &Value, taint: &TaintSet) -> Result<()
             let digits = n.to_string();
             let fraction = n.is_f64() && n.as_f64().is_some_and(|f| f.fract() != 0.0);
             match (fraction, key) {
-                (true, _) if taint.matches(&digits) => Err(ToolError::PhiBlocked),
+                (true, _) if taint.matches(&digits) => Err(refusal(taint)),
                 (true, _) => Ok(()),
                 (false, Some(key)) => screen_text(&format!("{key} {digits}"), taint),
                 (false, None) => screen_text(&digits, taint),
@@ -326,7 +360,13 @@ fn screen_value(key: Option<&str>, value: &Value, taint: &TaintSet) -> Result<()
 }
 
 pub fn screen_text(text: &str, taint: &TaintSet) -> Result<(), ToolError> {
-    if has_identifier(text) || taint.matches(text) { Err(ToolError::PhiBlocked) } else { Ok(()) }
+    if has_identifier(text) || taint.matches(text) { Err(refusal(taint)) } else { Ok(()) }
+}
+
+/// Why a screened text is refused. Once the taint is full every text is, whatever its words, and
+/// the model is told so ([`ToolError::TaintFull`]) rather than to ask again without names.
+fn refusal(taint: &TaintSet) -> ToolError {
+    if taint.full { ToolError::TaintFull } else { ToolError::PhiBlocked }
 }
 
 /// Every text in a call's arguments, in order: string values, numbers as their decimal text (a

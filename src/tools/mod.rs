@@ -148,6 +148,11 @@ pub enum ToolError {
     RateLimited { retry_after_s: u64 },
     #[error("blocked: the request looked like it contained patient-identifying details")]
     PhiBlocked,
+    /// Code `phi_blocked` too (CONTRACT §4's list is closed), but nothing in the request was at
+    /// fault: the session's taint is full and refuses every third-party call until it ends
+    /// (policy/screening.rs). Rephrasing cannot help, so the message says to start a new session.
+    #[error("blocked: this session has handled too much patient data for outbound screening")]
+    TaintFull,
     #[error("the tool did not finish in time")]
     Timeout,
     /// The message is public: say what failed in general terms ("the calendar is unreachable").
@@ -174,7 +179,7 @@ impl ToolError {
             ToolError::InvalidArguments(_) => ErrorCode::InvalidArguments,
             ToolError::PermissionDenied => ErrorCode::PermissionDenied,
             ToolError::RateLimited { .. } => ErrorCode::RateLimited,
-            ToolError::PhiBlocked => ErrorCode::PhiBlocked,
+            ToolError::PhiBlocked | ToolError::TaintFull => ErrorCode::PhiBlocked,
             ToolError::Timeout => ErrorCode::Timeout,
             ToolError::Backend(_) => ErrorCode::BackendError,
             ToolError::Internal => ErrorCode::InternalError,
@@ -196,6 +201,10 @@ impl ToolError {
             ToolError::PhiBlocked => "The request was blocked because it appears to contain \
                 patient-identifying details; ask again without names, dates of birth or other \
                 identifiers."
+                .into(),
+            ToolError::TaintFull => "This session has handled too much patient data to send \
+                anything to outside services: literature and web searches are refused for the rest \
+                of it, however they are worded. Start a new session for literature or web searches."
                 .into(),
             ToolError::Timeout => "The tool did not finish in time.".into(),
             ToolError::Backend(msg) => msg.clone(),

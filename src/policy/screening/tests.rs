@@ -158,10 +158,31 @@ fn identifiers_are_blocked() {
         "3 March 61 asthma",
         "12th of March '61",
         "12. März 1961 Sepsis",
-        // An SSN with spaces; national numbers in groups (UK and German style).
+        // An SSN with spaces, where it is called one; national numbers in groups (UK and German
+        // style), with the area code in brackets or before a slash, in groups of two too.
+        "social security number 123 45 6789",
         "123 45 6789",
+        "Mr. Teer follow-up",
+        "Mrs Teer echo",
+        "Social Security: 123 45 6789 asthma",
         "call 020 7946 0958",
         "030 1234 5678 asthma",
+        "(020) 7946 0958",
+        "(030) 1234 5678 asthma",
+        "030/1234 5678",
+        "0171 123 45 67 diabetes",
+        // Only a lower-case "ms" after a number is milliseconds.
+        "Bed 3 Ms Lee",
+        "aged 67 Ms Brown",
+        "follow-up at 14:30 Ms Smith",
+        "Bed 3 MS. LEE",
+        // An abbreviation does not hide the title right after it.
+        "severe MR Mr. Smith",
+        "MS Mrs Jones relapse",
+        // Titles the fixes below leave as names.
+        "Mx. Smith asthma",
+        "Mx J. Smith asthma",
+        "MR. J. Smith",
     ] {
         assert!(has_identifier(leak), "{leak}");
         assert_eq!(screen_text(leak, &TaintSet::default()), Err(ToolError::PhiBlocked), "{leak}");
@@ -234,6 +255,42 @@ fn clinical_queries_pass() {
         "MS, DR and MR in diabetes",
         "gene SEPT9 and MARCH6",
         "10 octreotide 20",
+        // Mx (management) is read like an upper-case title: a name only with a period or initials.
+        "Mx croup",
+        "Mx haemoptysis",
+        "Mx neutropenic sepsis",
+        "Mx CAP",
+        "Mx PPH",
+        "Mx GBS",
+        "Mx HHS",
+        "Mx SAH",
+        "Mx AF",
+        "Mx GORD",
+        "Mx ELIQUIS dosing",
+        "Mx HFpEF",
+        // After an upper-case title a bare capital is a word, not an initial, and a period then a
+        // capitalised word is the end of a sentence.
+        "MS B cell depletion ocrelizumab",
+        "MS T cell",
+        "MR T staging rectal cancer",
+        "Pregnancy in MS. Ocrelizumab safety",
+        "in MS. Natalizumab PML risk",
+        "severe MR. TEER outcomes",
+        // Three numbers are an SSN only where it is called one.
+        "BP 140 90 2017 guideline",
+        "BP target 130 80 2017 guideline",
+        "LDL 100 70 2019 ESC",
+        // Clinical numbers beside the grouped phone numbers.
+        "BP 120/80 in the elderly",
+        "target BP 130/80 2017",
+        "amlodipine 5 10 mg 2019",
+        "NYHA III 2021 ESC",
+        "GCS 15 E4 V5 M6",
+        "APGAR 8 9 10 at 1 5 10 min",
+        "CURB-65 score 0 1 2",
+        "ferritin 30 100 300 ng/mL",
+        "0.5 1 2 mg/kg",
+        "INR 2.0 3.0 target",
     ] {
         assert!(!has_identifier(clean), "{clean}");
         assert_eq!(screen_text(clean, &TaintSet::default()), Ok(()), "{clean}");
@@ -328,6 +385,12 @@ fn the_taint_is_capped_and_fails_closed_past_the_cap() {
     // Nothing is forgotten silently: past the cap every text matches, so no third-party call leaves.
     assert!(!taint.is_empty());
     assert!(taint.matches("beta blockers in heart failure"));
-    assert_eq!(screen_text("beta blockers in heart failure", &taint), Err(ToolError::PhiBlocked));
-    assert_eq!(screen_call(&plain(), &json!({"query": "asthma"}), &taint), Err(ToolError::PhiBlocked));
+    // The refusal says so: asking again without names would not help.
+    assert_eq!(screen_text("beta blockers in heart failure", &taint), Err(ToolError::TaintFull));
+    assert_eq!(screen_call(&plain(), &json!({"query": "asthma"}), &taint), Err(ToolError::TaintFull));
+    assert_eq!(screen_call(&plain(), &json!({"ratio": 0.5}), &taint), Err(ToolError::TaintFull));
+    assert_eq!(ToolError::TaintFull.code(), crate::tools::ErrorCode::PhiBlocked);
+    let message = ToolError::TaintFull.model_message();
+    assert!(message.contains("new session"), "{message}");
+    assert!(!message.contains("without names"), "{message}");
 }

@@ -36,7 +36,7 @@ impl CallTable {
     /// for confirmation.
     pub(super) fn settle_audit_arguments(&mut self, call_id: &str, ran: bool) {
         let Some(call) = self.calls.get(call_id) else { return };
-        let blocked = matches!(call.outcome, Some(Outcome::Failed(ToolError::PhiBlocked)));
+        let blocked = matches!(call.outcome, Some(Outcome::Failed(ToolError::PhiBlocked | ToolError::TaintFull)));
         let keep = !blocked
             && (ran
                 || match (&call.tool, &call.audit_arguments) {

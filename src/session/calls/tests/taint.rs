@@ -88,3 +88,25 @@ async fn numbers_and_keys_of_phi_results_taint_and_numbers_are_screened() {
     let screened = crate::policy::screening::screen_call(tool.as_ref(), &json!({"case": 48213377}), t.taint());
     assert_eq!(screened, Err(ToolError::PhiBlocked), "a tainted number sent as a number");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_full_taint_tells_the_model_and_the_client_to_start_a_new_session() {
+    let mut t = table_with(true, vec![lab_lookup()]);
+    // One result of 110,000 distinct rare words: with their pairs, past MAX_TAINT_ENTRIES.
+    let words: Vec<String> = (0..110_000).map(|i| format!("zq{i}x")).collect();
+    taint_with(&mut t, "c1", json!({"text": words.join(" ")}));
+    let actions = accept(&mut t, "c2", "third_party_echo", r#"{"text":"beta blockers in heart failure"}"#);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    let finished = audits(&actions);
+    assert_eq!(finished.last().and_then(|r| r.error_code.map(crate::tools::ErrorCode::as_str)), Some("phi_blocked"));
+    assert_eq!(finished.last().and_then(|r| r.arguments.clone()), None);
+    let actions = t.on_audited("c2");
+    // Not "ask again without names": no wording would pass, so the model and the user would loop.
+    let out = output(&actions);
+    assert_eq!(out["error"]["code"], "phi_blocked");
+    let message = out["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Start a new session"), "{out}");
+    let failed = &client_events(&actions)[0];
+    assert_eq!(failed["error"]["code"], "phi_blocked");
+    assert_eq!(failed["error"]["message"], message);
+}
