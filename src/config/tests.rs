@@ -109,6 +109,12 @@ fn every_validation_error_names_its_key() {
         ("[tools.search_pubmed]\nbogus = 1", &[], "tools.search_pubmed.bogus"),
         ("[tools.create_calendar_event]\nrequires_confirmation = false", &[], "tools.create_calendar_event.requires_confirmation"),
         ("[backends.calendar]\nkind = \"caldav\"", &[], "backends.calendar.url"),
+        // No CalDAV PUT starts with under 2.5 s of the call left: every create would fail.
+        (
+            "[backends.calendar]\nkind = \"caldav\"\nurl = \"https://cal.example/\"\n[tools.create_calendar_event]\ntimeout_ms = 2000",
+            &[],
+            "tools.create_calendar_event.timeout_ms",
+        ),
         ("[backends.calendar]\ntimezone = \"Mars/Olympus\"", &[], "backends.calendar.timezone"),
         ("[backends.pubmed]\nbase_url = \"ftp://x\"", &[], "backends.pubmed.base_url"),
         ("", &[("VOXGATE_SERVER__MAX_SESSIONS", "many")], "server.max_sessions"),
@@ -127,6 +133,20 @@ fn limits_at_their_bounds_are_accepted() {
     .unwrap();
     assert_eq!(config.server.max_sessions, 1_000_000);
     assert_eq!(config.upstream.send_timeout_ms, 1);
+}
+
+/// A CalDAV create needs 2.5 s for its `PUT` and the look for its event, and a little for the
+/// discovery before it: a shorter `timeout_ms` is refused with the minimum; the local backend has
+/// no such floor.
+#[test]
+fn a_caldav_create_timeout_too_short_for_a_put_is_refused() {
+    let caldav = "[backends.calendar]\nkind = \"caldav\"\nurl = \"https://cal.example/\"\n";
+    let err = load_toml(&format!("{caldav}[tools.create_calendar_event]\ntimeout_ms = 2500"), &[]).unwrap_err();
+    assert_eq!(err.key, "tools.create_calendar_event.timeout_ms");
+    assert!(err.to_string().contains("at least 3000"), "{err}");
+    load_toml(&format!("{caldav}[tools.create_calendar_event]\ntimeout_ms = 3000"), &[]).unwrap();
+    load_toml(&format!("{caldav}[tools.get_calendar_events]\ntimeout_ms = 1000"), &[]).unwrap();
+    load_toml("[tools.create_calendar_event]\ntimeout_ms = 1000", &[]).unwrap();
 }
 
 #[test]

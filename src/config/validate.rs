@@ -2,6 +2,7 @@
 
 use super::{AuthMode, CalendarKind, Config, ConfigError, UpstreamKind};
 use crate::tools::KNOWN_TOOLS;
+use crate::tools::calendar::MIN_CREATE_TIMEOUT;
 
 /// More session threads than this is a typo, not a machine (each is an OS thread and a runtime).
 const MAX_SESSION_THREADS: usize = 256;
@@ -201,6 +202,18 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     let calendar = &config.backends.calendar;
     if calendar.kind == CalendarKind::Caldav && calendar.url.is_none() {
         return Err(ConfigError::new("backends.calendar.url", "required for kind = \"caldav\""));
+    }
+    // A CalDAV create sends no PUT with under 2.5 s of the call left: with a shorter timeout every
+    // create would fail and the model would keep retrying.
+    let create_timeout = config.tools.per_tool.get("create_calendar_event").and_then(|over| over.timeout_ms);
+    let least = MIN_CREATE_TIMEOUT.as_millis();
+    if calendar.kind == CalendarKind::Caldav && create_timeout.is_some_and(|ms| u128::from(ms) < least) {
+        return Err(ConfigError::new(
+            "tools.create_calendar_event.timeout_ms",
+            format!(
+                "must be at least {least} with backends.calendar.kind = \"caldav\" (no event is sent with under 2.5 s left)"
+            ),
+        ));
     }
     if calendar.timezone.parse::<chrono_tz::Tz>().is_err() {
         return Err(ConfigError::new("backends.calendar.timezone", "not an IANA time zone name"));

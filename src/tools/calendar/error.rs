@@ -48,8 +48,9 @@ pub enum CalendarError {
     /// still be stored while the call reports a failure, so it is not started. Nothing was stored.
     #[error("too little of the call's time was left to send the event")]
     OutOfTime,
-    /// A `PUT` got no answer (cut off at the call's time, connection lost, 5xx) and the server
-    /// could not say afterwards whether it stored the event.
+    /// A `PUT` some attempt of which may have reached the server got no answer (cut off at the
+    /// call's time, connection lost, a gateway's 502/504), and the server could not show the event
+    /// afterwards (a `404` too: it may still be storing it); or a `412`'s event could not be read.
     #[error("the calendar server did not confirm whether the event was stored")]
     Unconfirmed,
     /// The CalDAV server answered with a status voxgate cannot act on.

@@ -26,6 +26,7 @@ pub use self::backend::{
     CalendarBackend, CalendarEvent, CreateOutcome, DEFAULT_CALENDAR, EventPage, EventQuery, EventTiming,
 };
 pub use self::caldav::CaldavCalendar;
+pub(crate) use self::caldav::MIN_CREATE_TIMEOUT;
 pub use self::error::CalendarError;
 pub use self::local::LocalCalendar;
 pub use self::tools::{CreateCalendarEvent, GetCalendarEvents, event_uid};

@@ -5,9 +5,14 @@
 //! trace context on every request, and a fence around the configured server: voxgate only ever
 //! talks to the scheme, host and port of `backends.calendar.url`.
 //!
+//! A request that stores something ([`Dav::send_write`]) also says, when it fails, whether any of
+//! its attempts may have reached the server: only a refused connection and the server's own "not
+//! now" (`429`, `500`, `501`, `503`, `507`) say that an attempt was not carried out.
+//!
 //! A reqwest error's `Display` includes the URL (a calendar path names a person); only the kind of
 //! failure is kept ([`Failure`]), and no response body is ever logged.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -29,6 +34,15 @@ pub struct Answer {
     pub body: String,
     /// `Location` of a redirect (discovery through `/.well-known/caldav`).
     pub location: Option<String>,
+}
+
+/// A write that got no answer saying what happened: the last attempt's failure, and whether any
+/// attempt may have reached the server (cut off, connection lost, a gateway's `502`/`504`), so that
+/// what it sent may be stored all the same.
+#[derive(Debug)]
+pub struct Unanswered {
+    pub failure: Failure,
+    pub may_have_arrived: bool,
 }
 
 /// The CalDAV server: its origin, credentials and the client.
@@ -72,12 +86,49 @@ impl Dav {
         headers: &[(&'static str, &str)],
         body: Option<(&'static str, String)>,
     ) -> Result<Answer, Failure> {
+        self.send_counted(method, url, headers, body, &AtomicU32::new(0)).await
+    }
+
+    /// [`Dav::send`] for a request that stores something: the failure says whether any attempt,
+    /// not only the last, may have reached the server.
+    pub async fn send_write(
+        &self,
+        method: &str,
+        url: &Url,
+        headers: &[(&'static str, &str)],
+        body: Option<(&'static str, String)>,
+    ) -> Result<Answer, Unanswered> {
+        let unsettled = AtomicU32::new(0);
+        let sent = self.send_counted(method, url, headers, body, &unsettled).await;
+        sent.map_err(|failure| Unanswered { failure, may_have_arrived: unsettled.load(Ordering::Relaxed) > 0 })
+    }
+
+    /// [`Dav::send`], counting in `unsettled` the attempts that may have reached the server. An
+    /// attempt is counted as it starts and uncounted when its outcome says it was answered or not
+    /// carried out ([`not_carried_out`]): one cut off by the call's time (dropped mid-way) stays
+    /// counted.
+    async fn send_counted(
+        &self,
+        method: &str,
+        url: &Url,
+        headers: &[(&'static str, &str)],
+        body: Option<(&'static str, String)>,
+        unsettled: &AtomicU32,
+    ) -> Result<Answer, Failure> {
         if !self.owns(url) {
             return Err(Failure::Transport);
         }
         let method = Method::from_bytes(method.as_bytes()).map_err(|_| Failure::Transport)?;
         let body = body.as_ref();
-        with_retries("CalDAV", || self.attempt(&method, url, headers, body)).await
+        with_retries("CalDAV", || async {
+            unsettled.fetch_add(1, Ordering::Relaxed);
+            let outcome = self.attempt(&method, url, headers, body).await;
+            if outcome.as_ref().map_or_else(|(failure, _)| not_carried_out(failure), |_| true) {
+                unsettled.fetch_sub(1, Ordering::Relaxed);
+            }
+            outcome
+        })
+        .await
     }
 
     async fn attempt(
@@ -111,6 +162,15 @@ impl Dav {
         let bytes = read_capped(response, MAX_BODY_BYTES).await.map_err(|failure| (failure, None))?;
         Ok(Answer { status, body: String::from_utf8_lossy(&bytes).into_owned(), location })
     }
+}
+
+/// Whether a failed attempt says that the server did not carry it out: no connection was made, or
+/// the server itself said "not now" (`429`, `501`, `503`, `507`). A `500` may come after the event
+/// was stored (a server or proxy failing on the way back), and a `502` or `504` from a gateway
+/// whose server may have taken the request; any other failure (cut off, connection lost, an answer
+/// not read) came after the request went out.
+fn not_carried_out(failure: &Failure) -> bool {
+    matches!(failure, Failure::Connect | Failure::Status(429 | 501 | 503 | 507))
 }
 
 fn is_transient(status: StatusCode) -> bool {

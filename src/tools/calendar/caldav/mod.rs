@@ -16,8 +16,10 @@
 //!   the session and call id, so a replay meets `412` and finds its own event instead of a second
 //!   (the same title and times, to the second: [`ics::same_details`], as in the local backend). A
 //!   `PUT` is not started with less than [`MIN_TIME_FOR_PUT`] of the call left, and keeps
-//!   [`CHECK_RESERVE`] of it back: a `PUT` cut off or answered 5xx may be stored all the same, so
-//!   a `GET` then looks for the event before the call answers.
+//!   [`CHECK_RESERVE`] of it back: when any attempt of a failed `PUT` may have reached the server
+//!   (cut off, connection lost, a gateway's 502/504; not a refused connection or the server's own
+//!   500/503), the event may be stored all the same, or be stored later, so a `GET` then looks for
+//!   it before the call answers, and a `404` there does not prove it absent.
 //!
 //! The readiness of the server (reached at the last attempt or not; an answer over the size cap
 //! came from it, so it counts as reached) is kept for `/readyz`.
@@ -39,7 +41,7 @@ use tokio::time::Instant;
 use url::Url;
 
 use self::discovery::{Calendars, Collection, XML, discover, expect_multistatus};
-use self::http::Dav;
+use self::http::{Dav, Unanswered};
 use super::CalendarError;
 use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, DEFAULT_CALENDAR, EventPage, EventQuery};
 use super::backend::{local_midnight, next_day};
@@ -60,6 +62,11 @@ const UNKNOWN_NAME_REDISCOVERY: Elapsed = Elapsed::from_secs(60);
 const MIN_TIME_FOR_PUT: Elapsed = Elapsed::from_millis(2_500);
 /// What a `PUT` leaves of the call for the `GET` that looks for its event when it got no answer.
 const CHECK_RESERVE: Elapsed = Elapsed::from_millis(1_500);
+/// The least `tools.create_calendar_event.timeout_ms` with which this backend can create an event:
+/// [`MIN_TIME_FOR_PUT`] and half a second for what comes before the `PUT` (the calendar's name
+/// checked against the cached discovery). With less every create fails, so the configuration is
+/// refused at start.
+pub(crate) const MIN_CREATE_TIMEOUT: Elapsed = MIN_TIME_FOR_PUT.saturating_add(Elapsed::from_millis(500));
 
 /// What the last contact with the server showed.
 const UNKNOWN: u8 = 0;
@@ -217,27 +224,34 @@ impl CaldavCalendar {
         if time_left().is_some_and(|left| left < MIN_TIME_FOR_PUT) {
             return Err(CalendarError::OutOfTime);
         }
-        let put = self.dav.send("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body)));
+        let put =
+            self.dav.send_write("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body)));
         // Part of the call is kept back to look for the event if the PUT gets no answer.
         let sent = match time_left() {
             Some(left) => within_deadline(Instant::now() + left.saturating_sub(CHECK_RESERVE), put).await,
             None => put.await,
         };
         let answer = match sent {
-            // Cut off, connection lost, 5xx: the server may have stored the event all the same.
-            Err(failure) if failure.is_transient() && failure != Failure::Connect => {
+            // Some attempt, perhaps not the last (a restarting server refuses the retries), was cut
+            // off, lost its connection or met a gateway's 502/504: the event may be stored.
+            Err(Unanswered { failure, may_have_arrived: true }) => {
                 return self.look_for(&url, calendar, event, failure).await.map(Ok);
             }
-            sent => self.watch(sent.map_err(CalendarError::from))?,
+            sent => self.watch(sent.map_err(|unanswered| CalendarError::from(unanswered.failure)))?,
         };
         match answer.status.as_u16() {
             200..=299 => Ok(Ok(CreateOutcome { event, created: true })),
             // Something is stored under this call's name already: an earlier attempt of this call.
-            412 => match self.fetch(&url, calendar, &event.id).await? {
-                Some(existing) if ics::same_details(&existing, &event) => {
+            // It exists, so a look at it that fails leaves the outcome unknown, not "unavailable".
+            412 => match self.fetch(&url, calendar, &event.id).await {
+                Ok(Some(existing)) if ics::same_details(&existing, &event) => {
                     Ok(Ok(CreateOutcome { event: existing, created: false }))
                 }
-                _ => Err(CalendarError::Conflict),
+                Ok(_) => Err(CalendarError::Conflict),
+                Err(err) => {
+                    tracing::info!(error = %err, "the event stored under this call's name could not be read");
+                    Err(CalendarError::Unconfirmed)
+                }
             },
             status @ (403 | 404 | 409 | 410) => Ok(Err(status)),
             401 => Err(CalendarError::Refused),
@@ -245,9 +259,10 @@ impl CaldavCalendar {
         }
     }
 
-    /// After a `PUT` whose answer does not say what happened (see [`CaldavCalendar::put`]): found
-    /// as written, the event is this call's; certainly absent, the PUT's failure stands; when the
-    /// server cannot say either, nobody knows ([`CalendarError::Unconfirmed`]).
+    /// After a `PUT` some attempt of which may have reached the server (see [`CaldavCalendar::put`]):
+    /// found as written, the event is this call's. Otherwise nobody knows
+    /// ([`CalendarError::Unconfirmed`]): a `404` does not prove the event absent, as a `PUT` that
+    /// got no answer (often one waiting on a lock) may still be stored after the `GET`.
     async fn look_for(
         &self,
         url: &Url,
@@ -259,8 +274,7 @@ impl CaldavCalendar {
         match self.fetch(url, calendar, &event.id).await {
             Ok(Some(existing)) if ics::same_details(&existing, &event) => Ok(CreateOutcome { event, created: true }),
             Ok(Some(_)) => Err(CalendarError::Conflict),
-            Ok(None) => Err(CalendarError::Unreachable(failure)),
-            Err(_) => Err(CalendarError::Unconfirmed),
+            Ok(None) | Err(_) => Err(CalendarError::Unconfirmed),
         }
     }
 

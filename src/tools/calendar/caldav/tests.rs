@@ -6,7 +6,9 @@
 //! here), where the default calendar must skip the read-only birthday calendar. A replay meeting
 //! `412` finds its own event despite a fraction of a second; an answer over the cap is not an
 //! unreachable server; each request ends within the call's time left, and no `PUT` starts without
-//! time for it.
+//! time for it. A `PUT` any attempt of which may have reached the server is looked for, even when
+//! the last was refused a connection, and a `404` then leaves it unconfirmed; one the server itself
+//! answered `503` each time was not stored.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -38,12 +40,22 @@ struct Script {
     seen: Mutex<Vec<(Method, String, Option<String>)>>,
     /// How long requests of a method wait before their answer (recorded as seen at once).
     delays: Mutex<HashMap<&'static str, Duration>>,
+    /// After this many requests the server stops listening (a restart): later connections are refused.
+    closes_after: Mutex<Option<usize>>,
+    closed: tokio::sync::Notify,
 }
 
 async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(String::from);
     let delay = script.delays.lock().unwrap().get(method.as_str()).copied();
-    script.seen.lock().unwrap().push((method, uri.path().to_string(), traceparent));
+    let seen = {
+        let mut seen = script.seen.lock().unwrap();
+        seen.push((method, uri.path().to_string(), traceparent));
+        seen.len()
+    };
+    if *script.closes_after.lock().unwrap() == Some(seen) {
+        script.closed.notify_one();
+    }
     let for_path = script.by_path.lock().unwrap().get_mut(uri.path()).and_then(VecDeque::pop_front);
     let (status, body) = for_path
         .or_else(|| script.answers.lock().unwrap().pop_front().map(|(s, b)| (s, b.to_string())))
@@ -66,7 +78,9 @@ async fn serve(answers: &[(u16, &'static str)]) -> (Arc<Script>, CaldavCalendar)
     let app = axum::Router::new().fallback(answer).with_state(Arc::clone(&script));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let closing = Arc::clone(&script);
+    let closed = async move { closing.closed.notified().await };
+    tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(closed).await.unwrap() });
     let config = CalendarBackendConfig {
         kind: CalendarKind::Caldav,
         url: Some(format!("http://{addr}/alice/clinic/")),
@@ -326,8 +340,8 @@ async fn within<F: Future>(timeout: Duration, call: F) -> Option<F::Output> {
 
 /// Each request gets at most what is left of the call (less a margin), not the client's 10 s: a PUT
 /// the server does not answer is cut off before the call's deadline, with time kept to look for the
-/// event. Stored after all, it was this call's; certainly not there, the failure stands; when the
-/// server does not say, the model hears that it may have been created.
+/// event. Stored after all, it was this call's; not there (yet: the server may still be storing
+/// it) or when the server does not say, the model hears that it may have been created.
 #[tokio::test]
 async fn a_hanging_put_is_cut_off_in_time_and_then_looked_for() {
     let call = Duration::from_secs(4);
@@ -342,8 +356,53 @@ async fn a_hanging_put_is_cut_off_in_time_and_then_looked_for() {
     script.delays.lock().unwrap().insert("PUT", Duration::from_secs(30));
     let result = within(call, backend.create_event(booking(DEFAULT_CALENDAR))).await;
     let err = result.expect("cut off by the call's deadline").unwrap_err();
-    assert!(matches!(err, CalendarError::Unreachable(Failure::Timeout)), "{err:?}");
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
     assert_eq!(methods(&script), ["PROPFIND", "PUT", "GET"]);
+}
+
+/// A `PUT` that reached the server (a proxy answered 502) and retries that then find it gone (a
+/// restart: connection refused): the last failure says nothing was sent, but the first attempt may
+/// have stored the event, so it is looked for; the `GET` cannot reach the server either.
+#[tokio::test]
+async fn a_put_that_may_have_arrived_is_looked_for_whatever_the_last_attempt_met() {
+    let (script, backend) = serve(&[(207, COLLECTION), (502, "")]).await;
+    *script.closes_after.lock().unwrap() = Some(2);
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT"]);
+}
+
+/// `503` comes from the server itself, which did not store the event: when every attempt got one,
+/// nothing is looked for and the failure stands. A `500` may follow a stored event (a failure on
+/// the way back), so one among them is looked for.
+#[tokio::test]
+async fn a_put_refused_by_the_server_each_time_is_not_created() {
+    let (script, backend) = serve(&[(207, COLLECTION), (503, ""), (503, ""), (503, ""), (503, "")]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unreachable(Failure::Status(503))), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "PUT", "PUT"]);
+
+    // The script's default afterwards is 500: the GET fails too, so the create is unconfirmed.
+    let (script, backend) = serve(&[(207, COLLECTION), (503, ""), (500, ""), (503, ""), (503, "")]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    let methods = methods(&script);
+    assert_eq!(methods[..5], ["PROPFIND", "PUT", "PUT", "PUT", "PUT"]);
+    assert!(methods.len() > 5 && methods[5..].iter().all(|m| m == "GET"), "looked for: {methods:?}");
+}
+
+/// After `412` an event under this call's name certainly exists: a `GET` that then fails (here `500`
+/// each time) leaves it unconfirmed, not "unavailable; try again".
+#[tokio::test]
+async fn a_412_whose_event_cannot_be_read_is_unconfirmed() {
+    let (script, backend) = serve(&[(207, COLLECTION), (412, "")]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    assert_eq!(methods(&script)[..3], ["PROPFIND", "PUT", "GET"]);
 }
 
 #[tokio::test]
