@@ -53,6 +53,27 @@ pub fn empty_calendar() -> String {
         .to_string()
 }
 
+/// Components nested deeper than this are refused before parsing. Real calendars nest three deep
+/// (VCALENDAR > VEVENT > VALARM, VCALENDAR > VTIMEZONE > STANDARD); the parser recurses once per
+/// level, so a server's answer nesting thousands of levels would overflow the parsing thread's
+/// stack, which aborts the whole process.
+const MAX_NESTING: usize = 16;
+
+/// How deep `BEGIN:` lines nest in unfolded iCalendar text (the deepest point reached).
+fn nesting_depth(unfolded: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for line in unfolded.lines() {
+        let name = |prefix: &str| line.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix));
+        if name("BEGIN:") {
+            depth += 1;
+            deepest = deepest.max(depth);
+        } else if name("END:") {
+            depth = depth.saturating_sub(1);
+        }
+    }
+    deepest
+}
+
 /// Parse a whole store. Blank text is an empty calendar; anything else must be one or more
 /// VCALENDAR objects. Cancelled events are kept, marked, so that a cancelled occurrence can remove
 /// itself from its series ([`super::recur::expand`] drops them).
@@ -62,6 +83,9 @@ pub fn parse(text: &str, tz: Tz) -> Result<ParsedEvents, CalendarError> {
         return Ok(ParsedEvents::default());
     }
     let unfolded = icalendar::parser::unfold(text);
+    if nesting_depth(&unfolded) > MAX_NESTING {
+        return Err(CalendarError::Malformed);
+    }
     // The parser's error text quotes the input (patient data): keep only the fact.
     let roots = icalendar::parser::read_components(&unfolded).map_err(|_| CalendarError::Malformed)?;
     if roots.is_empty() || roots.iter().any(|root| !root.name.as_str().eq_ignore_ascii_case("VCALENDAR")) {

@@ -1,7 +1,8 @@
-//! Tests of the calendar family: the local `.ics` backend (`local`), repeating events (`recur`),
-//! and the two tools end to end through the registry's schema validation (`tools`). The CalDAV
-//! backend is tested against a real Radicale in `tests/caldav.rs`.
+//! Tests of the calendar family: parsing (`ics`), the local `.ics` backend (`local`), repeating
+//! events (`recur`), and the two tools end to end through the registry's schema validation
+//! (`tools`). The CalDAV backend is tested against a real Radicale in `tests/caldav.rs`.
 
+mod ics;
 mod local;
 mod recur;
 mod tools;
