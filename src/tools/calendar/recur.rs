@@ -77,10 +77,12 @@ pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPag
         .into_iter()
         .filter(|e| wanted.is_none_or(|name| e.event.calendar.trim().eq_ignore_ascii_case(name)))
         .collect();
-    let mut overridden: HashMap<&str, Vec<DateTime<Utc>>> = HashMap::new();
+    // By calendar and UID: an invitation copied into two calendars has one UID in both, and an
+    // override in one moves that calendar's occurrence only.
+    let mut overridden: HashMap<(&str, &str), Vec<DateTime<Utc>>> = HashMap::new();
     for entry in &stored {
         if let Some(at) = entry.recurrence_id {
-            overridden.entry(entry.event.id.as_str()).or_default().push(at);
+            overridden.entry((entry.event.calendar.as_str(), entry.event.id.as_str())).or_default().push(at);
         }
     }
     let mut page = Page::new(query, tz);
@@ -100,7 +102,8 @@ pub fn expand(stored: Vec<StoredEvent>, query: &EventQuery, tz: Tz) -> (EventPag
     let until = local_midnight(tz, next_day(query.last_day));
     series.sort_by_cached_key(|(entry, series)| walk_estimate(entry.event.timing.start_instant(tz), series, until));
     for (entry, series) in series {
-        let moved = overridden.get(entry.event.id.as_str()).map(Vec::as_slice).unwrap_or_default();
+        let key = (entry.event.calendar.as_str(), entry.event.id.as_str());
+        let moved = overridden.get(&key).map(Vec::as_slice).unwrap_or_default();
         match occurrences(&entry.event, series, moved, &mut page, &mut budget) {
             Some(true) => {}
             Some(false) => page.complete = false,
