@@ -385,8 +385,8 @@ impl Bridge {
 
     /// Handle the frame that woke the turn and then the frames already received behind it (at
     /// most [`READY_BATCH`]), so that what they queue goes out together at the turn's end. Stops
-    /// once the session is closing, a peer stalled or the upstream is being replaced: the loop's
-    /// next turn handles each. False when that peer's side has ended.
+    /// once the session is closing, a peer stalled, the upstream failed or is being replaced: the
+    /// loop's next turn handles each. False when that peer's side has ended.
     async fn handle_burst(&mut self, from: Peer, first: Option<FrameResult>) -> bool {
         let mut frame = first;
         let mut left = READY_BATCH;
@@ -398,7 +398,12 @@ impl Bridge {
                 Peer::Client => self.handle_client_frame(frame).await,
                 Peer::Upstream => self.handle_upstream_frame(frame).await,
             };
-            let forwarding = self.closing.is_none() && !self.client_stalled && !self.upstream_stalled && !self.resume.in_gap();
+            // A failed upstream too: each frame more would be kept past the queue's byte budget.
+            let forwarding = self.closing.is_none()
+                && !self.client_stalled
+                && !self.upstream_stalled
+                && !self.to_upstream.is_closed()
+                && !self.resume.in_gap();
             if !open || left == 0 || !forwarding {
                 return open;
             }

@@ -143,7 +143,9 @@ impl Outbox {
         }
     }
 
-    /// Give the socket a frame after it said it takes one; a failed socket closes the outbox.
+    /// Give the socket a frame after it said it takes one; a failed socket closes the outbox. The
+    /// frame it failed on is lost with what the socket library had gathered but not written:
+    /// keeping it would take a copy of every frame handed over, on the hot path.
     fn hand_over(&mut self, message: Message) -> Result<(), Closed> {
         if self.socket.inner_mut().as_mut().start_send(message).is_err() {
             let _ = self.fail();
@@ -208,13 +210,14 @@ impl Outbox {
             // A waker that does nothing, as in `drive_now`: a socket with no room leaves the frame
             // queued, and the loop's arm polls the socket with the loop's waker before it sleeps.
             match self.poll_socket_ready(&mut Context::from_waker(Waker::noop())) {
-                // A failure closes the outbox, which the loop notices after the turn.
                 Poll::Ready(Ok(())) => {
+                    // A failure closes the outbox, which the loop notices after the turn.
                     let _ = self.hand_over(message);
                     return;
                 }
-                Poll::Ready(Err(Closed)) => return,
-                Poll::Pending => {}
+                // The socket failed before taking the frame: it is queued like one the socket had
+                // no room for, and kept with the queue for a resume to carry, in its place.
+                Poll::Ready(Err(Closed)) | Poll::Pending => {}
             }
         }
         self.queued_bytes = self.queued_bytes.saturating_add(cost);

@@ -85,8 +85,8 @@ impl Bridge {
     /// Send a frame upstream, waiting while the upstream's queue is full (backpressure), but never
     /// longer than `upstream.send_timeout_ms`: an upstream that stops reading must not freeze the
     /// session. False when the frame was not queued. A frame the upstream did not take (its wait
-    /// timed out, or the upstream had stalled or failed already) is kept behind the queue, which a
-    /// resume carries to the new upstream.
+    /// timed out, the upstream failed while it waited, or had stalled or failed already) is kept
+    /// behind the queue, which a resume carries to the new upstream.
     pub(super) async fn send_upstream(&mut self, message: Message) -> bool {
         if self.resume.in_gap() {
             return self.hold_for_upstream(message);
@@ -112,14 +112,16 @@ impl Bridge {
             // at once is not waited for.
             () = self.cancel.cancelled() => return false,
         };
+        // A frame not queued was never taken: the upstream failed while it waited for room, or
+        // its wait timed out. It waits with the queue for a new upstream, in its place.
+        if let Some(message) = message.take() {
+            self.keep_for_resume(message);
+        }
         match sent {
             Ok(queued) => queued,
             Err(_) => {
                 // The loop resumes or closes the session at its next turn (as for a stalled
-                // client). The frame was never taken: it waits with the queue for a new upstream.
-                if let Some(message) = message {
-                    self.keep_for_resume(message);
-                }
+                // client).
                 self.upstream_stalled = true;
                 false
             }

@@ -1,12 +1,21 @@
 //! What the client has under way that the upstream has not taken up yet: its last
 //! `response.create` with no `response.created` after it, and push-to-talk audio not yet
-//! committed. A recycle for age waits for both (it would cut the user's turn); a resume sends the
-//! request again.
+//! committed. A recycle for age waits for both (it would cut the user's turn), each for a while
+//! only; a resume sends the request again.
+
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::session::turns::REQUEST_ANSWER_TIMEOUT;
+
+/// Push-to-talk audio not yet committed holds a due recycle off this long past its due time, at
+/// most: a client that streams all the time and commits on its own VAD always has some, and a
+/// stuck button never commits, yet the session must be recycled before the provider's cap cuts it
+/// mid-turn anyway. Counted from the due time, not from the audio: such a client's audio is never
+/// older than its last commit.
+const PUSH_TO_TALK_HOLD: Duration = Duration::from_secs(15);
 
 /// The client's last `response.create` that no `response.created` has followed yet.
 struct Request {
@@ -68,11 +77,17 @@ impl ClientTurn {
     }
 
     /// The client may be in the middle of a turn the upstream has not taken up, which a recycle
-    /// would cut: push-to-talk audio appended since its last commit or clear, or a request not
-    /// started yet (for [`REQUEST_ANSWER_TIMEOUT`] at most: one refused without an `event_id` to
-    /// name it must not hold the recycle off for good).
-    pub(super) fn open(&self, now: Instant) -> bool {
-        (self.push_to_talk && self.audio_uncommitted) || self.request_expires().is_some_and(|at| now < at)
+    /// due at `due` would cut: push-to-talk audio appended since its last commit or clear (until
+    /// [`PUSH_TO_TALK_HOLD`] past `due`), or a request not started yet (for
+    /// [`REQUEST_ANSWER_TIMEOUT`] at most: one refused without an `event_id` to name it must not
+    /// hold the recycle off for good).
+    pub(super) fn open(&self, now: Instant, due: Instant) -> bool {
+        self.audio_hold_ends(due).is_some_and(|at| now < at) || self.request_expires().is_some_and(|at| now < at)
+    }
+
+    /// When push-to-talk audio not yet committed stops holding a recycle due at `due`.
+    pub(super) fn audio_hold_ends(&self, due: Instant) -> Option<Instant> {
+        (self.push_to_talk && self.audio_uncommitted).then(|| due + PUSH_TO_TALK_HOLD)
     }
 
     /// When the pending request stops holding the recycle off.

@@ -8,7 +8,8 @@
 //! started, then the client frames the old upstream never took (its queue, a send that timed out)
 //! and everything held during the gap, in order, so nothing the client sent reaches the model
 //! before the conversation it belongs to, and nothing is sent twice. A recycle for age that
-//! cannot connect goes back to the old upstream with what was held ([`Bridge::on_connection`]).
+//! cannot connect goes back to the old upstream with what was held, its whole queue and its
+//! unanswered ping ([`Bridge::on_connection`]).
 //! Tool calls are untouched by all this: a parked call stays parked, a call finishing in the gap
 //! has its output held like a client frame and delivered once; the response gate forgets the old
 //! upstream's response and speech state, so a `response.create` that was due goes out after.
@@ -53,11 +54,17 @@ impl Bridge {
             items_restored = tracing::field::Empty,
         );
         let lost_outputs = self.unacknowledged_outputs.values().map(|o| o.frame.clone()).collect();
-        let untaken = self.to_upstream.take_unsent().into_iter().filter(is_client_frame).collect();
-        self.upstream_ping_since = None;
+        let untaken = self.to_upstream.take_unsent().into();
+        // A stalled upstream took nothing while the send waited for it, nor did the loop read
+        // anything meanwhile: what its queue holds is at least that old, and its audio may be
+        // stale already (the held frames' window). Otherwise their age is not known: now.
+        let now = Instant::now();
+        let stalled_since = now.checked_sub(self.deps.settings.upstream_send_timeout).unwrap_or(now);
+        let untaken_at = if self.upstream_stalled { stalled_since } else { now };
+        let ping_since = self.upstream_ping_since.take();
         self.upstream_stalled = false;
         self.gate.on_upstream_replaced();
-        if !self.resume.begin_gap(reason, lost_outputs, untaken, span) {
+        if !self.resume.begin_gap(reason, lost_outputs, (untaken, untaken_at), ping_since, span) {
             // The upstream went away again soon after a restore that used the last attempt: one
             // more would only repeat the connect-restore-close cycle (`SETTLED_AFTER`).
             tracing::warn!(parent: &self.span, reason = reason.as_str(), "upstream gone again soon after the last resume; no attempts left");
@@ -87,11 +94,12 @@ impl Bridge {
     }
 
     /// When time alone may let the recycle happen: the upstream's age, or, when later, the end of
-    /// the speech grace or of the wait for the client's request to start. Anything else that holds
-    /// it off ends with an event, which gives the loop a turn.
+    /// the speech grace, of the wait for the client's request to start or of the hold for its
+    /// push-to-talk audio. Anything else that holds it off ends with an event, which gives the
+    /// loop a turn.
     pub(crate) fn recycle_wake_at(&self) -> Option<Instant> {
         let at = self.resume.age_deadline()?;
-        Some([self.gate.speech_grace_until(), self.resume.client_request_expires()].into_iter().flatten().fold(at, Instant::max))
+        Some([self.gate.speech_grace_until(), self.resume.client_turn_expires()].into_iter().flatten().fold(at, Instant::max))
     }
 
     /// A connection attempt ended. True on success: the new upstream is the session's, for the
@@ -118,14 +126,18 @@ impl Bridge {
     /// A recycle for age could not connect. It was planned, and the old upstream still works: the
     /// session goes on there, with what was held for it in the meantime, in order, and the
     /// recycle is tried again later (closing a healthy session would be worse than an old one).
-    /// The old upstream's connection is whole: its outbox was kept, and it is read again.
+    /// The old upstream's connection is whole: its outbox was kept, and it is read again. It gets
+    /// back every frame its queue had (a `session.update` included: there is no restore to carry
+    /// it), and the ping it had not answered still counts, so an upstream that died meanwhile is
+    /// found however often the recycle is retried.
     async fn recycle_later(&mut self) {
         let Some(gap) = self.resume.postpone_recycle() else { return };
         gap.span.record("outcome", "postponed");
+        self.upstream_ping_since = gap.ping_since;
         let (held, audio_dropped_ms) = gap.held.release(Instant::now());
-        for message in held {
-            self.resume.note_released(&message);
-            self.send_upstream(message).await;
+        for frame in held {
+            self.resume.note_released(&frame.message, frame.untaken);
+            self.send_upstream(frame.message).await;
         }
         tracing::info!(parent: &self.span, audio_dropped_ms, "recycle postponed: no new upstream; the session goes on on its old one");
         // The client was told of a resume: the session goes on, with nothing restored.
@@ -153,8 +165,8 @@ impl Bridge {
             self.send_upstream(Message::text(request)).await;
         }
         let (held, audio_dropped_ms) = gap.held.release(Instant::now());
-        for message in held {
-            self.send_upstream(message).await;
+        for frame in held.into_iter().filter(|f| !f.untaken || is_client_frame(&f.message)) {
+            self.send_upstream(frame.message).await;
         }
         let items = restore.item_ids.len();
         let items_dropped = restore.items_dropped;
@@ -183,7 +195,7 @@ impl Bridge {
     }
 }
 
-/// Is a frame the old upstream never took the client's, to be carried to the new upstream? Not
+/// Is a frame the old upstream never took the client's, to be carried to a new upstream? Not
 /// voxgate's own (its `event_id` prefix): the restore sends the configuration again, unacknowledged
 /// outputs go with it, and the gate asks for its response again. Not a `session.update` either:
 /// the restore's configuration holds it. Pings are voxgate's; binary frames never go upstream.

@@ -1,5 +1,7 @@
 //! The holding buffer: what voxgate would have sent upstream while there was no upstream (client
-//! frames, outputs of calls finishing in the gap), kept in order and released after the restore.
+//! frames, outputs of calls finishing in the gap), kept in order and released after the restore;
+//! first in it, what the old upstream's queue had and it never took, aging from when it was sent
+//! as far as that is known (a stall's start).
 //!
 //! Bounded two ways. Audio (`input_audio_buffer.append`) older than `upstream.resume_audio_ms`
 //! is stale for a voice conversation and is dropped, oldest first, with its duration counted
@@ -29,6 +31,16 @@ struct HeldFrame {
     at: Instant,
     /// Duration of the audio it carries, for audio appends.
     audio_ms: Option<u64>,
+    /// The old upstream's queue had it (never taken): see [`Released`].
+    untaken: bool,
+}
+
+/// A frame released after the gap. `untaken`: it was in the old upstream's queue when the gap
+/// began, not sent during the gap; a restore holds some of those already (the configuration),
+/// while the old upstream, if the session goes back to it, needs every one.
+pub(crate) struct Released {
+    pub(crate) message: Message,
+    pub(crate) untaken: bool,
 }
 
 pub(crate) struct Held {
@@ -44,9 +56,19 @@ impl Held {
     }
 
     pub(crate) fn push(&mut self, message: Message, now: Instant) -> Result<(), Overflow> {
+        self.push_frame(message, now, now, false)
+    }
+
+    /// Hold a frame the old upstream's queue had, never taken (see [`Released`]), sent at `at`
+    /// (or earlier): its audio ages from then.
+    pub(crate) fn push_untaken(&mut self, message: Message, at: Instant, now: Instant) -> Result<(), Overflow> {
+        self.push_frame(message, at, now, true)
+    }
+
+    fn push_frame(&mut self, message: Message, at: Instant, now: Instant, untaken: bool) -> Result<(), Overflow> {
         let audio_ms = audio_ms(&message);
         self.bytes += message.len();
-        self.frames.push_back(HeldFrame { message, at: now, audio_ms });
+        self.frames.push_back(HeldFrame { message, at, audio_ms, untaken });
         self.drop_stale_audio(now);
         while self.bytes > MAX_HELD_BYTES {
             if !self.drop_oldest_audio() {
@@ -57,9 +79,9 @@ impl Held {
     }
 
     /// Everything still held, in order, and the audio dropped over the gap (ms).
-    pub(crate) fn release(mut self, now: Instant) -> (Vec<Message>, u64) {
+    pub(crate) fn release(mut self, now: Instant) -> (Vec<Released>, u64) {
         self.drop_stale_audio(now);
-        (self.frames.into_iter().map(|f| f.message).collect(), self.audio_dropped_ms)
+        (self.frames.into_iter().map(|f| Released { message: f.message, untaken: f.untaken }).collect(), self.audio_dropped_ms)
     }
 
     #[cfg(test)]
@@ -133,7 +155,7 @@ mod tests {
         held.push(audio(2), start + Duration::from_millis(1500)).unwrap();
         assert_eq!(held.len(), 3, "the first audio is past the window at 1.5 s");
         let (frames, dropped_ms) = held.release(start + Duration::from_millis(1600));
-        let ids: Vec<String> = frames.iter().map(|m| text_of(m)["event_id"].as_str().unwrap().to_string()).collect();
+        let ids: Vec<String> = frames.iter().map(|f| text_of(&f.message)["event_id"].as_str().unwrap().to_string()).collect();
         assert_eq!(ids, ["c", "a1", "a2"], "non-audio frames are never dropped for age");
         assert_eq!(dropped_ms, 100);
     }
@@ -146,7 +168,7 @@ mod tests {
             held.push(audio(i), now).unwrap();
         }
         let (frames, dropped_ms) = Held::release(held, now);
-        assert!(frames.iter().map(Message::len).sum::<usize>() <= MAX_HELD_BYTES);
+        assert!(frames.iter().map(|f| f.message.len()).sum::<usize>() <= MAX_HELD_BYTES);
         assert!(dropped_ms >= 1000);
 
         let mut held = Held::new(Duration::from_secs(3600));

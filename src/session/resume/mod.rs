@@ -18,7 +18,7 @@
 //!
 //! A recycle for age is planned, and its old upstream still works: it makes one connection
 //! attempt, and if that fails the session goes back to the old upstream and tries again
-//! [`RECYCLE_RETRY`] later. The age itself is jittered ([`recycle_age`]), so sessions that began
+//! [`RECYCLE_RETRY`] later. It waits for the user's turn, for a while only (see [`client_turn`]). The age itself is jittered ([`recycle_age`]), so sessions that began
 //! together do not all recycle together.
 //!
 //! This file holds the state the session task owns ([`Resume`]): settings, log, the effective
@@ -200,6 +200,10 @@ pub(super) struct Gap {
     /// restore (they are not in the log, which holds only what the upstream reported).
     lost_outputs: Vec<String>,
     overflowed: bool,
+    /// The old upstream's ping no pong had answered when the gap began: a recycle that goes back
+    /// to that upstream keeps waiting for it, or an upstream that died meanwhile would never be
+    /// found (each postponed recycle would start its pong clock afresh).
+    ping_since: Option<Instant>,
     span: tracing::Span,
 }
 
@@ -350,14 +354,17 @@ impl Resume {
         self.client.audio(appended);
     }
 
-    /// The client may be in the middle of a turn a recycle would cut (see [`client_turn`]).
+    /// The client may be in the middle of a turn a recycle (due at the upstream's age) would cut
+    /// (see [`client_turn`]).
     pub(super) fn client_turn_open(&self, now: Instant) -> bool {
-        self.client.open(now)
+        self.recycle_at.is_some_and(|due| self.client.open(now, due))
     }
 
-    /// When the client's pending request stops holding a recycle off.
-    pub(super) fn client_request_expires(&self) -> Option<Instant> {
-        self.client.request_expires()
+    /// When the client's turn stops holding a recycle off: its pending request's answer time, or
+    /// the end of the hold for push-to-talk audio not yet committed, whichever is later.
+    pub(super) fn client_turn_expires(&self) -> Option<Instant> {
+        let audio = self.recycle_at.and_then(|due| self.client.audio_hold_ends(due));
+        self.client.request_expires().max(audio)
     }
 
     /// When the upstream session should be recycled: armed only while connected.
@@ -370,12 +377,15 @@ impl Resume {
         self.gap.as_ref().map(|g| g.reason)
     }
 
-    /// Open a gap and schedule its first connection attempt. `untaken`: client frames the old
-    /// upstream never took, held first, in order (as sent at the gap's start). False when there is
-    /// no attempt to make: the upstream went away soon after a restore that had used up the
-    /// attempts, and the caller gives up (the gap is open so that giving up is reported like any
-    /// failed resume).
-    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, untaken: Vec<Message>, span: tracing::Span) -> bool {
+    /// Open a gap and schedule its first connection attempt. `untaken`: the frames the old
+    /// upstream never took, held first, in order, as sent at `untaken_at` (at the latest: their
+    /// audio is dropped once older than the window, like audio held in the gap); a restore sends
+    /// only the client's of them, the old upstream gets them all back if the recycle is postponed.
+    /// `ping_since`: the old upstream's unanswered ping. False when there is no attempt to make:
+    /// the upstream went away soon after a restore that had used up the attempts, and the caller
+    /// gives up (the gap is open so that giving up is reported like any failed resume).
+    fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, untaken: (Vec<Message>, Instant), ping_since: Option<Instant>, span: tracing::Span) -> bool {
+        let (untaken, untaken_at) = untaken;
         let Some(settings) = &self.settings else { return false };
         let mut held = hold::Held::new(settings.audio_window);
         let now = Instant::now();
@@ -385,7 +395,7 @@ impl Resume {
             if matches!(&message, Message::Text(t) if self.client.is_request(t.as_str())) {
                 self.client.take_request();
             }
-            overflowed |= held.push(message, now).is_err();
+            overflowed |= held.push_untaken(message, untaken_at, now).is_err();
         }
         let attempt = first_attempt(self.restored, reason, now);
         let (attempt, connecting) = if attempt > settings.attempts {
@@ -394,7 +404,7 @@ impl Resume {
             (attempt, self.attempt(delay_before(attempt, settings.attempts)))
         };
         let started = connecting.is_some();
-        self.gap = Some(Gap { reason, attempt, connecting, held, lost_outputs, overflowed, span });
+        self.gap = Some(Gap { reason, attempt, connecting, held, lost_outputs, overflowed, ping_since, span });
         started
     }
 
@@ -407,13 +417,14 @@ impl Resume {
     }
 
     /// A frame held in a postponed recycle's gap went to the old upstream after all: it counts as
-    /// sent to the live upstream.
-    fn note_released(&mut self, message: &Message) {
+    /// sent to the live upstream. One from the old queue (`untaken`) was counted when first sent,
+    /// but for the client's request, which the gap took out of the pending state.
+    fn note_released(&mut self, message: &Message, untaken: bool) {
         let Message::Text(text) = message else { return };
         let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str()) else { return };
         let voxgate = event_id.as_deref().is_some_and(|id| id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX));
         match kind.as_ref() {
-            "session.update" => self.unanswered_updates = self.unanswered_updates.saturating_add(1),
+            "session.update" if !untaken => self.unanswered_updates = self.unanswered_updates.saturating_add(1),
             "response.create" if !voxgate => self.client.requested(text.as_str(), event_id.as_deref()),
             _ => {}
         }

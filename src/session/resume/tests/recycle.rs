@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -115,6 +116,122 @@ async fn a_recycle_that_cannot_connect_goes_back_to_the_old_upstream_and_tries_a
     h.model = model;
     h.browser_expects("voxgate.session.resumed").await;
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
+}
+
+/// A recycle that cannot connect goes back to an old upstream that may be dead (half-open TCP,
+/// every connect refused meanwhile): the ping left unanswered before the recycle still counts, so
+/// retries that come more often than the pong timeout do not hide it, and the session resumes for
+/// an upstream error instead of going silent.
+#[tokio::test(start_paused = true)]
+async fn a_postponed_recycle_keeps_the_unanswered_ping_so_a_dead_old_upstream_is_found() {
+    let connect: super::Connect = std::sync::Arc::new(|| async { Err(UpstreamError::Refused { status: 429 }) }.boxed());
+    let mut h = crate::session::harness::start_with(
+        |c| {
+            c.upstream.resume = true;
+            c.upstream.max_session_age_s = 10;
+            c.server.ping_interval_ms = 20_000;
+        },
+        1 << 20,
+        Some(connect),
+        Vec::new(),
+    )
+    .await;
+    let start = Instant::now();
+    // The model never reads again, so never answers a ping.
+    let reason = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let resuming = expect(&mut h.browser, "voxgate.session.resuming").await;
+            if resuming["reason"] != "max_age" {
+                return resuming["reason"].clone();
+            }
+        }
+    })
+    .await
+    .expect("the dead upstream was never noticed");
+    assert_eq!(reason, "upstream_error");
+    // Pinged at 20 s, found unanswered on the tick at 60 s.
+    assert!(start.elapsed() <= Duration::from_secs(70), "noticed after {:?}", start.elapsed());
+}
+
+/// A client `session.update` still in the old upstream's queue when a recycle begins (its kernel
+/// buffer full for a moment) is not dropped when the recycle cannot connect: with no restore to
+/// carry the configuration, the old upstream must still get the update, in its place.
+#[tokio::test(start_paused = true)]
+async fn a_queued_session_update_reaches_the_old_upstream_when_the_recycle_cannot_connect() {
+    let (connect, offer, _) = super::connector();
+    let mut h = crate::session::harness::start_with(
+        |c| {
+            c.upstream.resume = true;
+            c.upstream.max_session_age_s = 10;
+        },
+        16 * 1024,
+        Some(connect),
+        Vec::new(),
+    )
+    .await;
+    // The model reads nothing for now: the first frame fills the socket, the update waits in the queue.
+    let big = json!({"type": "input_audio_buffer.append", "event_id": "fill_socket", "audio": "A".repeat(crate::session::outbox::OUTBOX_BYTES)});
+    h.browser_sends(big).await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "queued_update", "session": {"type": "realtime", "instructions": "Queued."}}))
+        .await;
+    browser_sync(&mut h).await;
+    assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
+    offer.send(Err(UpstreamError::Refused { status: 429 })).unwrap();
+    h.browser_expects("voxgate.session.resumed").await;
+    h.browser_sends(json!({"type": "input_audio_buffer.append", "event_id": "after", "audio": "AAAA"})).await;
+    let mut seen = Vec::new();
+    loop {
+        let frame = super::next_json(&mut h.model).await;
+        let id = frame["event_id"].as_str().unwrap_or_default().to_string();
+        seen.push(if frame["type"] == "session.update" { format!("session.update:{}", frame["session"]["instructions"].as_str().unwrap_or_default()) } else { id.clone() });
+        if id == "after" {
+            break;
+        }
+    }
+    assert_eq!(seen, ["fill_socket", "session.update:Queued.", "after"]);
+}
+
+/// Push-to-talk audio holds the recycle off for a while only: a client whose button is stuck (or
+/// that streams all the time and commits on its own VAD) must not keep the session from ever
+/// being recycled, or it meets the provider's cap mid-turn. The cap needs no frame to fire.
+#[tokio::test(start_paused = true)]
+async fn push_to_talk_audio_left_uncommitted_holds_the_recycle_off_only_for_a_while() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    let start = Instant::now();
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null}}}}))
+        .await;
+    h.model_expects("session.update").await;
+    h.browser_sends(json!({"type": "input_audio_buffer.append", "audio": "AAAA"})).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    // Nothing more from either end: the hold's end alone lets the recycle happen.
+    let resuming = tokio::time::timeout(Duration::from_secs(40), h.browser_expects("voxgate.session.resuming")).await;
+    assert!(resuming.is_ok(), "never recycled");
+    assert!(start.elapsed() >= Duration::from_secs(23) && start.elapsed() <= Duration::from_secs(26), "recycled after {:?}", start.elapsed());
+    h.model = model;
+    h.browser_expects("voxgate.session.resumed").await;
+}
+
+/// A push-to-talk client that streams audio all the time is recycled too, once the hold is over.
+#[tokio::test(start_paused = true)]
+async fn a_push_to_talk_client_streaming_all_the_time_is_still_recycled() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    let start = Instant::now();
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null}}}}))
+        .await;
+    h.model_expects("session.update").await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    loop {
+        h.browser_sends(json!({"type": "input_audio_buffer.append", "audio": "AAAA"})).await;
+        if tokio::time::timeout(Duration::from_millis(100), expect(&mut h.browser, "voxgate.session.resuming")).await.is_ok() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(40), "never recycled");
+    }
+    assert!(start.elapsed() <= Duration::from_secs(26), "recycled after {:?}", start.elapsed());
+    h.model = model;
+    h.browser_expects("voxgate.session.resumed").await;
 }
 
 /// Sessions that began together (reconnected together after a drain) do not all recycle at the
