@@ -320,22 +320,25 @@ impl Registry {
 }
 
 /// Poll for a kill's acknowledgement every [`ACK_POLL`] until `wait` has passed. A poll that fails
-/// (one slow answer) is tried again: only a wait whose last poll failed too is an error, which the
-/// caller takes as Redis being down (a single late GET used to mark the cluster down, and with it
-/// the cross-instance caps, until the next refresh).
+/// (one slow answer) is tried again: only a wait in which no poll got an answer is an error, which
+/// the caller takes as Redis being down (a single late GET used to mark the cluster down, and with
+/// it the cross-instance caps, until the next refresh).
 async fn poll_ack<F, Fut>(wait: Duration, mut poll: F) -> Result<Option<KillAck>, ClusterError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<KillAck>, ClusterError>>,
 {
     let deadline = tokio::time::Instant::now() + wait;
+    let mut answered = false;
     loop {
-        let polled = poll().await;
-        if let Ok(Some(ack)) = polled {
-            return Ok(Some(ack));
+        match poll().await {
+            Ok(Some(ack)) => return Ok(Some(ack)),
+            Ok(None) => answered = true,
+            Err(err) if !answered && tokio::time::Instant::now() >= deadline => return Err(err),
+            Err(_) => {}
         }
         if tokio::time::Instant::now() >= deadline {
-            return polled;
+            return Ok(None);
         }
         tokio::time::sleep(ACK_POLL).await;
     }
@@ -392,6 +395,21 @@ mod tests {
         })
         .await;
         assert_eq!(unanswered, Ok(None));
+        // Only the last poll late (it started in the wait's last half second): Redis answered
+        // the others, so this is no answer, not an outage.
+        let last = AtomicU32::new(0);
+        let late_at_the_end = poll_ack(Duration::from_secs(2), || {
+            let n = last.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 30 {
+                    return Ok(None);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Err(ClusterError::Timeout)
+            }
+        })
+        .await;
+        assert_eq!(late_at_the_end, Ok(None));
         // Failing to the end: the caller learns Redis is down.
         let down = poll_ack(Duration::from_secs(2), || async { Err(ClusterError::Timeout) }).await;
         assert_eq!(down, Err(ClusterError::Timeout));
