@@ -31,8 +31,13 @@ use super::liveness::{Answers, Liveness};
 use super::progress::ProgressRoutes;
 use super::stdio::{self, ProcessGroup};
 
-/// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on listing tools.
+/// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on the first page
+/// of a tool listing.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time spent reading the pages of a tool listing after its first: within [`MAX_LIST_PAGES`], a
+/// slow server would otherwise keep voxgate listing for minutes. Real servers answer a page in
+/// milliseconds.
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait of rmcp's HTTP client between attempts to reopen a server's event stream (its
 /// default doubles without bound). Whether the server is there at all is [`Liveness`]'s call.
 const HTTP_RETRY_MAX: Duration = Duration::from_secs(30);
@@ -212,10 +217,7 @@ async fn refresh(
     hub: &Weak<McpHub>,
     peer: &rmcp::service::Peer<RoleClient>,
 ) -> Result<(), ConnectError> {
-    let listed = match tokio::time::timeout(CONNECT_TIMEOUT, list_allowed(link, peer)).await {
-        Ok(listed) => listed?,
-        Err(_) => return Err(ConnectError::Timeout),
-    };
+    let listed = list_allowed(link, peer).await?;
     let tools: Vec<_> = listed.tools.iter().filter_map(|tool| adapter::register(link, tool)).collect();
     for allowed in link.names.keys() {
         if listed.tools.iter().any(|t| t.name.as_ref() == allowed.as_str()) {
@@ -239,15 +241,18 @@ async fn refresh(
 struct Listed {
     /// The allowed tools listed (the first of a name).
     tools: Vec<rmcp::model::Tool>,
-    /// The listing went on past [`MAX_LIST_PAGES`] or [`MAX_LISTED_TOOLS`] and was cut off there.
+    /// The listing went on past [`MAX_LIST_PAGES`], [`MAX_LISTED_TOOLS`] or [`LIST_TIMEOUT`] and was
+    /// cut off there.
     cut_off: bool,
 }
 
 /// The allowed tools the server lists, paging through `tools/list` until every allowed tool has
-/// been seen or the listing ends, within [`MAX_LIST_PAGES`] and [`MAX_LISTED_TOOLS`]. A listing
-/// that goes on longer is cut off at the bound, with a warning, and what was found within it
-/// stands: restarting the server would list the same again. Only allowed tools are kept, so what
-/// is held while listing stays small however much the server lists.
+/// been seen or the listing ends, within [`MAX_LIST_PAGES`], [`MAX_LISTED_TOOLS`] and, after the
+/// first page, [`LIST_TIMEOUT`]. A listing that goes on longer is cut off at the bound, with a
+/// warning, and what was found within it stands: restarting the server would list the same again.
+/// A server that does not answer the first page within [`CONNECT_TIMEOUT`] has not listed
+/// anything, and fails like one that cannot be reached. Only allowed tools are kept, so what is
+/// held while listing stays small however much the server lists.
 async fn list_allowed(
     link: &ServerLink,
     peer: &rmcp::service::Peer<RoleClient>,
@@ -256,6 +261,7 @@ async fn list_allowed(
     let mut listed = 0;
     let mut cursor = None;
     let mut pages = 0;
+    let mut deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
     let bound = loop {
         if pages == MAX_LIST_PAGES {
             break "pages";
@@ -265,10 +271,16 @@ async fn list_allowed(
         // Sent as a plain request: `Peer::list_tools` keeps pages a server marks cacheable in
         // rmcp's response cache, outside these bounds.
         let request = ClientRequest::ListToolsRequest(ListToolsRequest { params, ..Default::default() });
-        let page = match peer.send_request(request).await {
-            Ok(ServerResult::ListToolsResult(page)) => page,
-            _ => return Err(ConnectError::ListTools),
+        let page = match tokio::time::timeout_at(deadline, peer.send_request(request)).await {
+            Ok(Ok(ServerResult::ListToolsResult(page))) => page,
+            Ok(_) => return Err(ConnectError::ListTools),
+            Err(_) if pages == 1 => return Err(ConnectError::Timeout),
+            // Dropped unanswered: a late answer finds no one waiting and is ignored.
+            Err(_) => break "time",
         };
+        if pages == 1 {
+            deadline = tokio::time::Instant::now() + LIST_TIMEOUT;
+        }
         let room = MAX_LISTED_TOOLS - listed;
         let over = page.tools.len() > room;
         listed += page.tools.len().min(room);
@@ -295,6 +307,7 @@ async fn list_allowed(
         bound,
         max_pages = MAX_LIST_PAGES,
         max_tools = MAX_LISTED_TOOLS,
+        max_secs = LIST_TIMEOUT.as_secs(),
         allowed_found = allowed.len(),
         allowed = link.names.len(),
         "MCP server's tool list is longer than voxgate reads; only the allowed tools found within the bound are offered"

@@ -3,6 +3,8 @@ holds a batch of tools (`tool_0` to `tool_49`, on page 1 already) and a `nextCur
 one. voxgate must stop paging once it has seen every allowed tool, or after a bounded number of
 pages, not follow the cursor for as long as the server likes while keeping every tool. With
 $EXTRA_TOOL_PAGE set to N, page N (counted from 1) also lists a tool `extra`, on no other page.
+With $PAGE_DELAY_MS set, every page is answered that many milliseconds after it was asked for (a
+slow server, for voxgate's time bound on a listing).
 
 Each `tools/list` request is recorded in $LAB_DIR/pages.jsonl (its cursor), so the tests can count
 the pages voxgate asked for. Runs over stdio.
@@ -21,6 +23,7 @@ LAB_DIR = os.environ["LAB_DIR"]
 PER_PAGE = 50
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 EXTRA_TOOL_PAGE = int(os.environ.get("EXTRA_TOOL_PAGE", "0"))
+PAGE_DELAY_MS = int(os.environ.get("PAGE_DELAY_MS", "0"))
 
 server = Server("endless")
 
@@ -36,6 +39,8 @@ async def list_tools(request: types.ListToolsRequest) -> types.ListToolsResult:
     ]
     if page + 1 == EXTRA_TOOL_PAGE:
         tools.append(types.Tool(name="extra", description="Listed once.", inputSchema=SCHEMA))
+    if PAGE_DELAY_MS:
+        await anyio.sleep(PAGE_DELAY_MS / 1000)
     return types.ListToolsResult(tools=tools, nextCursor=str(page + 1))
 
 

@@ -1,6 +1,6 @@
 //! A server's tool listing is bounded: voxgate pages through `tools/list` itself, stops as soon as
-//! it has seen every allowed tool, and otherwise after a bounded number of pages or tools; a
-//! listing cut off at the bound offers the allowed tools found within it (the server is not
+//! it has seen every allowed tool, and otherwise after a bounded number of pages or tools or a
+//! bounded time; a listing cut off at the bound offers the allowed tools found within it (the server is not
 //! restarted for it), rather than following `nextCursor` for as long as the server likes while
 //! keeping every tool it lists.
 
@@ -19,12 +19,13 @@ fn endless_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/endless_list_server.py")
 }
 
-/// voxgate with the endless server allowing `allow`; `extra_page`: the page listing `extra`.
-async fn start(dir: &Path, allow: &[&str], extra_page: usize) -> TestProxy {
+/// voxgate with the endless server allowing `allow`; `extra_page`: the page listing `extra`;
+/// `page_delay_ms`: how long the server takes to answer each page.
+async fn start(dir: &Path, allow: &[&str], extra_page: usize, page_delay_ms: u64) -> TestProxy {
     let toml = format!(
         "[auth]\nadmin_token = \"{ADMIN_TOKEN}\"\n[mcp]\nconnect_timeout_ms = 5000\n[mcp.servers.endless]\n\
-         command = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?}, EXTRA_TOOL_PAGE = \"{extra_page}\" }}\n\
-         allow = {allow:?}\n",
+         command = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?}, EXTRA_TOOL_PAGE = \"{extra_page}\", \
+         PAGE_DELAY_MS = \"{page_delay_ms}\" }}\nallow = {allow:?}\n",
         python = test_python().display().to_string(),
         script = endless_script().display().to_string(),
         dir = dir.display().to_string(),
@@ -49,7 +50,7 @@ async fn admin_tools(proxy: &TestProxy) -> (Value, Vec<String>) {
     (health, offered)
 }
 
-/// Polls until `offered` tools are offered, within 15 s (the listing timeout is 30 s).
+/// Polls until `offered` tools are offered, within 15 s (a first page may take 30 s).
 async fn until_offered(proxy: &TestProxy, offered: &[&str]) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
@@ -65,7 +66,7 @@ async fn until_offered(proxy: &TestProxy, offered: &[&str]) -> Value {
 #[tokio::test]
 async fn the_listing_ends_once_every_allowed_tool_was_seen() {
     let dir = tempfile::tempdir().unwrap();
-    let proxy = start(dir.path(), &["tool_1", "extra"], 3).await;
+    let proxy = start(dir.path(), &["tool_1", "extra"], 3, 0).await;
     // Before the fix no tool of this server was ever offered: the listing failed at the bound.
     let health = until_offered(&proxy, &["endless__extra", "endless__tool_1"]).await;
     assert_eq!((health["state"].as_str(), health["restarts"].as_u64()), (Some("up"), Some(0)), "{health}");
@@ -79,7 +80,7 @@ async fn the_listing_ends_once_every_allowed_tool_was_seen() {
 async fn a_listing_cut_off_at_the_bound_offers_the_allowed_tools_found_within_it() {
     let dir = tempfile::tempdir().unwrap();
     // `absent` is never listed, so voxgate pages up to its bound.
-    let proxy = start(dir.path(), &["tool_1", "absent"], 0).await;
+    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 0).await;
     let health = until_offered(&proxy, &["endless__tool_1"]).await;
     assert_eq!((health["state"].as_str(), health["tools"].as_u64()), (Some("up"), Some(1)), "{health}");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -92,7 +93,7 @@ async fn a_listing_cut_off_at_the_bound_offers_the_allowed_tools_found_within_it
 #[tokio::test]
 async fn a_tool_list_that_never_ends_is_read_for_a_bounded_number_of_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let proxy = start(dir.path(), &["absent"], 0).await;
+    let proxy = start(dir.path(), &["absent"], 0, 0).await;
     let pages_path = dir.path().join("pages.jsonl");
     // Before the bound the first listing followed the cursor until the 30 s listing timeout.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -112,4 +113,24 @@ async fn a_tool_list_that_never_ends_is_read_for_a_bounded_number_of_pages() {
         (Some("up"), Some(0), Some(0)),
         "{health}"
     );
+}
+
+#[tokio::test]
+async fn a_listing_cut_off_by_time_offers_the_allowed_tools_found_within_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // `absent` is never listed and each page takes 1.5 s: the 64 pages would take 96 s. voxgate
+    // reads pages after the first for 5 s (`LIST_TIMEOUT`), so it asks for 5 (the last unanswered).
+    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 1500).await;
+    // Before the fix nothing was offered: the listing failed at the 30 s listing timeout, and the
+    // server was reconnected with back-off to list the same again, for ever.
+    let health = until_offered(&proxy, &["endless__tool_1"]).await;
+    assert_eq!((health["state"].as_str(), health["tools"].as_u64()), (Some("up"), Some(1)), "{health}");
+    let pages = read_jsonl(&dir.path().join("pages.jsonl")).len();
+    assert!((2..MAX_LIST_PAGES).contains(&pages), "{pages} pages");
+    // The page asked for last is answered after the cut, and ignored.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (health, offered) = admin_tools(&proxy).await;
+    assert_eq!(offered, ["endless__tool_1"]);
+    assert_eq!((health["state"].as_str(), health["restarts"].as_u64()), (Some("up"), Some(0)), "{health}");
+    assert_eq!(read_jsonl(&dir.path().join("pages.jsonl")).len(), pages, "one listing");
 }
