@@ -5,9 +5,10 @@
 //! trace context on every request, and a fence around the configured server: voxgate only ever
 //! talks to the scheme, host and port of `backends.calendar.url`.
 //!
-//! A request that stores something ([`Dav::send_write`]) also says, when it fails, whether any of
-//! its attempts may have reached the server: only a refused connection and the server's own "not
-//! now" (`429`, `500`, `501`, `503`, `507`) say that an attempt was not carried out.
+//! A request that stores something ([`Dav::send_write`]) also says, with its answer or failure,
+//! whether any of its attempts may have reached the server and not been answered for: only a
+//! refused connection, a `429`, `501` or `507`, and a `503` with `Retry-After` (the server itself
+//! saying "come back later") say that an attempt was not carried out ([`not_carried_out`]).
 //!
 //! A reqwest error's `Display` includes the URL (a calendar path names a person); only the kind of
 //! failure is kept ([`Failure`]), and no response body is ever logged.
@@ -36,12 +37,13 @@ pub struct Answer {
     pub location: Option<String>,
 }
 
-/// A write that got no answer saying what happened: the last attempt's failure, and whether any
-/// attempt may have reached the server (cut off, connection lost, a gateway's `502`/`504`), so that
-/// what it sent may be stored all the same.
+/// What a write got: the last attempt's answer or failure, and whether any attempt, perhaps an
+/// earlier one, may have reached the server without an answer saying what happened (cut off,
+/// connection lost, a `500`, a gateway's `502`/`504`, a `503` without `Retry-After`), so that what
+/// it sent may be stored whatever the last attempt met.
 #[derive(Debug)]
-pub struct Unanswered {
-    pub failure: Failure,
+pub struct Written {
+    pub sent: Result<Answer, Failure>,
     pub may_have_arrived: bool,
 }
 
@@ -89,18 +91,18 @@ impl Dav {
         self.send_counted(method, url, headers, body, &AtomicU32::new(0)).await
     }
 
-    /// [`Dav::send`] for a request that stores something: the failure says whether any attempt,
-    /// not only the last, may have reached the server.
+    /// [`Dav::send`] for a request that stores something: with the answer or failure, whether any
+    /// attempt, not only the last, may have reached the server.
     pub async fn send_write(
         &self,
         method: &str,
         url: &Url,
         headers: &[(&'static str, &str)],
         body: Option<(&'static str, String)>,
-    ) -> Result<Answer, Unanswered> {
+    ) -> Written {
         let unsettled = AtomicU32::new(0);
         let sent = self.send_counted(method, url, headers, body, &unsettled).await;
-        sent.map_err(|failure| Unanswered { failure, may_have_arrived: unsettled.load(Ordering::Relaxed) > 0 })
+        Written { sent, may_have_arrived: unsettled.load(Ordering::Relaxed) > 0 }
     }
 
     /// [`Dav::send`], counting in `unsettled` the attempts that may have reached the server. An
@@ -123,7 +125,7 @@ impl Dav {
         with_retries("CalDAV", || async {
             unsettled.fetch_add(1, Ordering::Relaxed);
             let outcome = self.attempt(&method, url, headers, body).await;
-            if outcome.as_ref().map_or_else(|(failure, _)| not_carried_out(failure), |_| true) {
+            if outcome.as_ref().map_or_else(|(failure, wait)| not_carried_out(failure, *wait), |_| true) {
                 unsettled.fetch_sub(1, Ordering::Relaxed);
             }
             outcome
@@ -165,12 +167,18 @@ impl Dav {
 }
 
 /// Whether a failed attempt says that the server did not carry it out: no connection was made, or
-/// the server itself said "not now" (`429`, `501`, `503`, `507`). A `500` may come after the event
-/// was stored (a server or proxy failing on the way back), and a `502` or `504` from a gateway
-/// whose server may have taken the request; any other failure (cut off, connection lost, an answer
-/// not read) came after the request went out.
-fn not_carried_out(failure: &Failure) -> bool {
-    matches!(failure, Failure::Connect | Failure::Status(429 | 501 | 503 | 507))
+/// the server said "not now" (`429`, `501`, `507`, and a `503` with `Retry-After`: the attempt's
+/// `retry_after`). A `503` without it may be a proxy's (Envoy, Istio) whose connection to the
+/// server dropped after it forwarded the request; a `500` may come after the event was stored (a
+/// server or proxy failing on the way back), and a `502` or `504` from a gateway whose server may
+/// have taken the request; any other failure (cut off, connection lost, an answer not read) came
+/// after the request went out.
+fn not_carried_out(failure: &Failure, retry_after: Option<Duration>) -> bool {
+    match failure {
+        Failure::Connect | Failure::Status(429 | 501 | 507) => true,
+        Failure::Status(503) => retry_after.is_some(),
+        _ => false,
+    }
 }
 
 fn is_transient(status: StatusCode) -> bool {

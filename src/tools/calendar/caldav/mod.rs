@@ -16,10 +16,12 @@
 //!   the session and call id, so a replay meets `412` and finds its own event instead of a second
 //!   (the same title and times, to the second: [`ics::same_details`], as in the local backend). A
 //!   `PUT` is not started with less than [`MIN_TIME_FOR_PUT`] of the call left, and keeps
-//!   [`CHECK_RESERVE`] of it back: when any attempt of a failed `PUT` may have reached the server
-//!   (cut off, connection lost, a gateway's 502/504; not a refused connection or the server's own
-//!   500/503), the event may be stored all the same, or be stored later, so a `GET` then looks for
-//!   it before the call answers, and a `404` there does not prove it absent.
+//!   [`CHECK_RESERVE`] of it back: when any attempt of a `PUT` may have reached the server without
+//!   an answer saying what happened (cut off, connection lost, a 500, a gateway's 502/504, a 503
+//!   without `Retry-After`; not a refused connection, a 429/501/507 or a 503 with `Retry-After`),
+//!   the event may be stored all the same, or be stored later, so unless the last attempt got a
+//!   2xx or 412, a `GET` looks for it before anything else (no new discovery and second `PUT`
+//!   after a 403/404/409/410), and a `404` there does not prove it absent.
 //!
 //! The readiness of the server (reached at the last attempt or not; an answer over the size cap
 //! came from it, so it counts as reached) is kept for `/readyz`.
@@ -41,7 +43,7 @@ use tokio::time::Instant;
 use url::Url;
 
 use self::discovery::{Calendars, Collection, XML, discover, expect_multistatus};
-use self::http::{Dav, Unanswered};
+use self::http::{Dav, Written};
 use super::CalendarError;
 use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, DEFAULT_CALENDAR, EventPage, EventQuery};
 use super::backend::{local_midnight, next_day};
@@ -203,7 +205,8 @@ impl CaldavCalendar {
     }
 
     /// `PUT` the event into `calendar`: the outcome, or the status of an answer that says the
-    /// calendar may be gone (403, 404, 409, 410), for the caller to discover again.
+    /// calendar may be gone (403, 404, 409, 410), for the caller to discover again; not when an
+    /// earlier attempt may have stored the event (it is looked for instead).
     async fn put(
         &self,
         calendar: &Collection,
@@ -227,18 +230,23 @@ impl CaldavCalendar {
         let put =
             self.dav.send_write("PUT", &url, &[("If-None-Match", "*")], Some(("text/calendar; charset=utf-8", body)));
         // Part of the call is kept back to look for the event if the PUT gets no answer.
-        let sent = match time_left() {
+        let Written { sent, may_have_arrived } = match time_left() {
             Some(left) => within_deadline(Instant::now() + left.saturating_sub(CHECK_RESERVE), put).await,
             None => put.await,
         };
-        let answer = match sent {
-            // Some attempt, perhaps not the last (a restarting server refuses the retries), was cut
-            // off, lost its connection or met a gateway's 502/504: the event may be stored.
-            Err(Unanswered { failure, may_have_arrived: true }) => {
-                return self.look_for(&url, calendar, event, failure).await.map(Ok);
-            }
-            sent => self.watch(sent.map_err(|unanswered| CalendarError::from(unanswered.failure)))?,
-        };
+        // Some attempt, perhaps not the last (a restarting server refuses the retries, or answers
+        // 423 while the first one's lock is held), was cut off, lost its connection or met a 500,
+        // a gateway's 502/504 or a 503 without Retry-After: the event may be stored. Unless the
+        // last attempt stored it (2xx) or met it (412), it is looked for before anything else: a
+        // 404 must not send it into another calendar after a new discovery, nor a 423 tell the
+        // model to book again.
+        let settled = sent.as_ref().is_ok_and(|answer| matches!(answer.status.as_u16(), 200..=299 | 412));
+        if may_have_arrived && !settled {
+            let last = sent.as_ref().map_or_else(Failure::to_string, |answer| format!("HTTP status {}", answer.status));
+            tracing::info!(last = %last, "a calendar PUT may have been stored unanswered; looking for the event");
+            return self.look_for(&url, calendar, event).await.map(Ok);
+        }
+        let answer = self.watch(sent.map_err(CalendarError::from))?;
         match answer.status.as_u16() {
             200..=299 => Ok(Ok(CreateOutcome { event, created: true })),
             // Something is stored under this call's name already: an earlier attempt of this call.
@@ -259,18 +267,17 @@ impl CaldavCalendar {
         }
     }
 
-    /// After a `PUT` some attempt of which may have reached the server (see [`CaldavCalendar::put`]):
-    /// found as written, the event is this call's. Otherwise nobody knows
-    /// ([`CalendarError::Unconfirmed`]): a `404` does not prove the event absent, as a `PUT` that
-    /// got no answer (often one waiting on a lock) may still be stored after the `GET`.
+    /// After a `PUT` some attempt of which may have reached the server, and whose last attempt
+    /// neither stored the event nor met it (see [`CaldavCalendar::put`]): found as written, the
+    /// event is this call's. Otherwise nobody knows ([`CalendarError::Unconfirmed`]): a `404` does
+    /// not prove the event absent, as a `PUT` that got no answer (often one waiting on a lock) may
+    /// still be stored after the `GET`.
     async fn look_for(
         &self,
         url: &Url,
         calendar: &Collection,
         event: CalendarEvent,
-        failure: Failure,
     ) -> Result<CreateOutcome, CalendarError> {
-        tracing::info!(error = %failure, "a calendar PUT got no answer; looking whether the event was stored");
         match self.fetch(url, calendar, &event.id).await {
             Ok(Some(existing)) if ics::same_details(&existing, &event) => Ok(CreateOutcome { event, created: true }),
             Ok(Some(_)) => Err(CalendarError::Conflict),

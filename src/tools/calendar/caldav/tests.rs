@@ -6,9 +6,10 @@
 //! here), where the default calendar must skip the read-only birthday calendar. A replay meeting
 //! `412` finds its own event despite a fraction of a second; an answer over the cap is not an
 //! unreachable server; each request ends within the call's time left, and no `PUT` starts without
-//! time for it. A `PUT` any attempt of which may have reached the server is looked for, even when
-//! the last was refused a connection, and a `404` then leaves it unconfirmed; one the server itself
-//! answered `503` each time was not stored.
+//! time for it. A `PUT` any attempt of which may have reached the server (a `503` without
+//! `Retry-After` among them) is looked for, even when the last was refused a connection or answered
+//! `423` or `404` (no second `PUT` elsewhere), and a `404` then leaves it unconfirmed; one the
+//! server itself answered `503` with `Retry-After` each time was not stored.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,9 @@ struct Script {
     /// After this many requests the server stops listening (a restart): later connections are refused.
     closes_after: Mutex<Option<usize>>,
     closed: tokio::sync::Notify,
+    /// The `Retry-After` sent with each 429 and 503 (`"0"` unless changed); none for `None`, as from
+    /// a proxy whose connection to the server dropped.
+    retry_after: Mutex<Option<&'static str>>,
 }
 
 async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
@@ -66,8 +70,10 @@ async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, hea
     }
     let status = StatusCode::from_u16(status).unwrap();
     let mut response = (status, body).into_response();
-    if matches!(status.as_u16(), 429 | 503) {
-        response.headers_mut().insert("retry-after", "0".parse().unwrap());
+    if let Some(after) = *script.retry_after.lock().unwrap()
+        && matches!(status.as_u16(), 429 | 503)
+    {
+        response.headers_mut().insert("retry-after", after.parse().unwrap());
     }
     response
 }
@@ -75,6 +81,7 @@ async fn answer(State(script): State<Arc<Script>>, method: Method, uri: Uri, hea
 async fn serve(answers: &[(u16, &'static str)]) -> (Arc<Script>, CaldavCalendar) {
     let script = Arc::new(Script::default());
     script.answers.lock().unwrap().extend(answers.iter().copied());
+    *script.retry_after.lock().unwrap() = Some("0");
     let app = axum::Router::new().fallback(answer).with_state(Arc::clone(&script));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -373,12 +380,13 @@ async fn a_put_that_may_have_arrived_is_looked_for_whatever_the_last_attempt_met
     assert_eq!(methods(&script), ["PROPFIND", "PUT"]);
 }
 
-/// `503` comes from the server itself, which did not store the event: when every attempt got one,
-/// nothing is looked for and the failure stands. A `500` may follow a stored event (a failure on
-/// the way back), so one among them is looked for.
+/// A `503` with `Retry-After` is the server itself saying "come back later": when every attempt got
+/// one, nothing is looked for and the failure stands. A `500` may follow a stored event (a failure
+/// on the way back), so one among them is looked for.
 #[tokio::test]
 async fn a_put_refused_by_the_server_each_time_is_not_created() {
     let (script, backend) = serve(&[(207, COLLECTION), (503, ""), (503, ""), (503, ""), (503, "")]).await;
+    *script.retry_after.lock().unwrap() = Some("1");
     let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
     let err = result.expect("within the call's time").unwrap_err();
     assert!(matches!(err, CalendarError::Unreachable(Failure::Status(503))), "{err:?}");
@@ -430,4 +438,45 @@ async fn no_put_starts_without_time_for_it() {
     assert_eq!(methods(&script), ["PROPFIND"]);
     let public = crate::tools::ToolError::from(err).public_message();
     assert!(public.contains("not created"), "{public}");
+}
+
+/// A `503` without `Retry-After` may be a proxy's (Envoy, Istio) whose connection to the server
+/// dropped after forwarding the `PUT`: the event may be stored, so it is looked for, not reported
+/// "unavailable; try again" (the model would book again under a new UID).
+#[tokio::test]
+async fn a_put_answered_503_without_retry_after_is_looked_for() {
+    let (script, backend) =
+        serve(&[(207, COLLECTION), (503, ""), (503, ""), (503, ""), (503, ""), (200, STORED)]).await;
+    *script.retry_after.lock().unwrap() = None;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let outcome = result.expect("within the call's time").unwrap();
+    assert!(outcome.created);
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "PUT", "PUT", "GET"]);
+}
+
+/// The first attempt may have stored the event (a gateway's `502`); a retry's answer does not undo
+/// that. A `423` (the first one's lock) is not "unavailable; try again": the event is looked for.
+#[tokio::test]
+async fn a_later_answer_after_a_put_that_may_have_arrived_is_looked_for() {
+    let (script, backend) = serve(&[(207, COLLECTION), (502, ""), (423, ""), (404, "")]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "GET"]);
+
+    let (script, backend) = serve(&[(207, COLLECTION), (502, ""), (423, ""), (200, STORED)]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    assert!(result.expect("within the call's time").unwrap().created);
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "GET"]);
+}
+
+/// A `404` after a `502` would make voxgate discover again and `PUT` into wherever the name points
+/// now, a second event if the first attempt stored one: the event is looked for instead.
+#[tokio::test]
+async fn a_404_after_a_put_that_may_have_arrived_sends_no_second_put() {
+    let (script, backend) = serve(&[(207, COLLECTION), (502, ""), (404, ""), (404, ""), (207, COLLECTION)]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "GET"]);
 }
