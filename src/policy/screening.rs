@@ -60,9 +60,9 @@ fn word_list(text: &'static str) -> impl Iterator<Item = &'static str> {
 const DAY: &str = r"(?:0?[1-9]|[12][0-9]|3[01])";
 const MONTH: &str = r"(?:0?[1-9]|1[0-2])";
 const YEAR: &str = r"(?:[0-9]{4}|[0-9]{2})";
-const MONTH_NAME: &str = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?";
-/// A month's name exactly, in full or abbreviated, English or German: the dates records write
-/// without spaces ("03-Mar-1961", "12MAR1961"), where a looser name would read into words.
+/// A month's name exactly, in full or abbreviated, English or German: a looser name would read
+/// into words, into dates without spaces ("03-Mar-1961", "12MAR1961") and into a number, a word
+/// and a year ("SOFA 2 sepsis 2016", "CKD 4 decompensated 2019").
 const MONTH_WORD: &str = r"(?:jan(?:uary|uar)?|feb(?:ruary|ruar)?|mar(?:ch)?|märz|apr(?:il)?|may|mai|jun[ei]?|jul[yi]?|aug(?:ust)?|sep(?:t(?:ember)?)?|o[ck]t(?:ober)?|nov(?:ember)?|de[cz](?:ember)?)";
 /// Months written in full, for a two-digit year after spaces ("3 March 61"). Not "may"/"mai",
 /// a verb too, nor abbreviations ("OCT", "MAR" are also a scan and a drug chart).
@@ -90,26 +90,35 @@ fn identifier_sources() -> Vec<String> {
         // separator per date, so "6.5-7.0" or "2020-2022" is not a date.
         format!(r"\b{DAY}{sep}{DAY}{sep}{YEAR}\b|\b(?:19|20)[0-9]{{2}}{sep}{MONTH}{sep}{DAY}\b")
     });
+    // A date with spaces only with two-digit day and month and a four-digit year ("04 03 1961"):
+    // "APGAR 8 9 10" and "phase 2 3 2020" are not dates.
+    let spaced_date = {
+        let (day, month) = ("(?:0[1-9]|[12][0-9]|3[01])", "(?:0[1-9]|1[0-2])");
+        format!(r"\b(?:{day} {month}|{month} {day}) (?:19|20)[0-9]{{2}}\b")
+    };
     let mut patterns: Vec<String> = vec![
-        // Record numbers: "MRN 123456", "MRN: A-1234", "record number 98765", "patient ID 4711".
-        // The value must hold digits, so "medical record review" is not one; `mrn\b` keeps
-        // "mRNA-1273" out.
-        r"(?i)\b(?:mrn\b|mr\s?no\b\.?|(?:medical\s+)?record\s+(?:number\b|no\b\.?|\#)|patient\s+(?:id\b|number\b|no\b\.?|\#)|(?:chart|case)\s+(?:number\b|no\b\.?|\#)|fallnummer\b|patientennummer\b)[\s:\#.-]{0,3}[a-z]{0,3}-?[0-9]{3,}".into(),
+        // Record numbers: "MRN 123456", "MRN: A-1234", "MRN12345678", "record number 98765",
+        // "hospital number 1234567", "patient ID 4711". The value must hold digits, so "medical
+        // record review" is not one; `mrn\b` and the digits keep "mRNA-1273" out.
+        r"(?i)\b(?:mrn\b|mr\s?no\b\.?|(?:medical\s+)?record\s+(?:number\b|no\b\.?|\#)|(?:patient|hospital)\s+(?:id\b|number\b|no\b\.?|\#)|(?:chart|case)\s+(?:number\b|no\b\.?|\#)|fallnummer\b|patientennummer\b)[\s:\#.-]{0,3}[a-z]{0,3}-?[0-9]{3,}|(?i)\bmrn[0-9]{3,}".into(),
         // US social security numbers, with or without the word. Written with spaces, three numbers
         // are also a blood pressure and a guideline's year ("BP 140 90 2017"): any last group
         // only where the text calls it one ("social security number: 123 45 6789"; "SSN" alone is
         // blocked anyway), and always only when the area is one the SSA issues (not 000, 666 or
         // 9xx) and the group is not 00.
-        r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b|(?i)\bssn\b".into(),
+        r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b|\b[0-9]{3}\.[0-9]{2}\.[0-9]{4}\b|(?i)\bssn\b".into(),
         r"(?i)\b(?:social\s+security|soc\.?\s*sec)\b\D{0,24}\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) [0-9]{4}\b".into(),
         // Without the word, written with spaces, only when the last group cannot be a year
         // (19xx, 20xx): "123 45 6789" is one, "BP 140 90 2017" is a blood pressure and a year.
         r"\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) (?:[03-9][0-9]{3}|1[0-8][0-9]{2}|2[1-9][0-9]{2})\b".into(),
-        // Phone numbers: North American 3-3-4, international "+49 30 1234567", national trunk
-        // prefix "0171 1234567" (area code also in brackets, "(030) 12345678"), and any bare run
-        // of 9+ digits (PMIDs have at most 8).
-        r"(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)|\b[0-9]{3})[\s.-]?[0-9]{3}[\s.-][0-9]{4}\b".into(),
+        // Phone numbers: North American 3-3-4 ([`north_american_phone`]), international "+49 30
+        // 1234567" and "0049 30 12345678" (after no digit or decimal point: "p 0.001 2020" is no
+        // number), national trunk prefix "0171 1234567" (area code also in brackets, "(030)
+        // 12345678"), French pairs "06 12 34 56 78", and any bare run of 9+ digits (PMIDs have at
+        // most 8).
         r"\+[0-9]{1,3}[\s.-]?\(?[0-9]{1,4}\)?(?:[\s.-]?[0-9]{2,4}){2,4}\b".into(),
+        r"(?:^|[^0-9.,])00[1-9][0-9]{0,2}[\s.-]\(?[0-9]{1,5}\)?[\s/.-]?[0-9]{2,8}(?:[\s.-][0-9]{2,8}){0,3}\b".into(),
+        r"\b0[1-9](?:[\s.][0-9]{2}){4}\b".into(),
         r"(?:\(0[0-9]{2,4}\)\s?|\b0[0-9]{2,4}[\s/-]?)[0-9]{5,8}\b".into(),
         // The same in groups, as UK and German numbers are written: "020 7946 0958", "(030) 1234
         // 5678", "030/1234 5678", and in pairs after a group of three: "0171 123 45 67". The
@@ -118,16 +127,16 @@ fn identifier_sources() -> Vec<String> {
         r"\b[0-9]{9,}\b".into(),
         // E-mail addresses.
         r"(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b".into(),
-        // Dates with a month name: "12 March 1961", "March 12, 1961", "12th of March 1961".
-        format!(r"(?i)\b{DAY}(?:st|nd|rd|th)?\s+(?:of\s+)?{MONTH_NAME},?\s+[0-9]{{4}}\b"),
-        format!(r"(?i)\b{MONTH_NAME}\s+{DAY}(?:st|nd|rd|th)?,?\s+[0-9]{{4}}\b"),
-        // As records write them: "03-Mar-1961", "12MAR1961", "3/Mar/61", "12. März 1961", and
-        // with a two-digit year when the month is written in full: "3 March 61", "12th of March '61".
-        format!(r"(?i)\b{DAY}[./-]?{MONTH_WORD}\.?[./-]?(?:[0-9]{{4}}|[0-9]{{2}})\b"),
+        // Dates with a month name: "12 March 1961", "12. März 1961", "12th of March 1961", "March
+        // 12, 1961".
         format!(r"(?i)\b{DAY}(?:st|nd|rd|th|\.)?\s+(?:of\s+)?{MONTH_WORD}\.?,?\s+[0-9]{{4}}\b"),
+        format!(r"(?i)\b{MONTH_WORD}\.?\s+{DAY}(?:st|nd|rd|th)?,?\s+[0-9]{{4}}\b"),
+        // As records write them: "03-Mar-1961", "12MAR1961", "3/Mar/61", and with a two-digit
+        // year when the month is written in full: "3 March 61", "12th of March '61".
+        format!(r"(?i)\b{DAY}[./-]?{MONTH_WORD}\.?[./-]?(?:[0-9]{{4}}|[0-9]{{2}})\b"),
         format!(r"(?i)\b{DAY}(?:st|nd|rd|th|\.)?\s+(?:of\s+)?{MONTH_FULL},?\s+'?[0-9]{{2}}\b"),
         // Birth-date phrases ("infants born to mothers with diabetes" is fine: a day must follow).
-        format!(r"(?i)\b(?:dob|d\.o\.b|date\s+of\s+birth|birth\s?date|geburtsdatum|geb\.)|\bborn\s+(?:on\s+)?(?:[0-9]{{1,2}}\b|{MONTH_NAME}\s+[0-9])"),
+        format!(r"(?i)\b(?:dob|d\.o\.b|date\s+of\s+birth|birth\s?date|geburtsdatum|geb\.)|\bborn\s+(?:on\s+)?(?:[0-9]{{1,2}}\b|{MONTH_WORD}\.?\s+[0-9])"),
         // Street addresses: a house number, a street name and a street word. Unambiguous street
         // words in any case; short or ambiguous ones ("Way", "Dr", "Place") only after a
         // capitalised name, so "2 stents in place" is not an address.
@@ -136,18 +145,32 @@ fn identifier_sources() -> Vec<String> {
         r"(?i)\b[a-zäöüß]+(?:straße|strasse|str\.|weg|gasse|allee|platz)\s+[0-9]{1,4}[a-z]?\b".into(),
     ];
     patterns.extend(numeric_dates);
+    patterns.push(spaced_date);
     patterns
 }
 
+/// North American phone numbers, 3-3-4 ("555-123-4567", "(555) 123-4567", "555 123 4567"); with
+/// spaces only, [`north_american_phone`] tells them from doses and cut-offs.
+static NORTH_AMERICAN_PHONE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)|\b[0-9]{3})[\s.-]?[0-9]{3}[\s.-][0-9]{4}\b").ok()
+});
+
+/// A unit right after three numbers: a dose ladder or lab cut-offs ("500 850 1000 mg", "450 900
+/// 1800 pg/mL"), not a phone number.
+static UNIT_AFTER: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(?:mg|mcg|µg|μg|ug|ng|pg|g|kg|ml|dl|l|mmol|µmol|μmol|umol|nmol|pmol|meq|iu|units?|mmhg)\b").ok()
+});
+
 /// "patient"/"pt" followed by a capitalised word: a name unless the word is medical vocabulary or
-/// a function word ("Patient Safety Outcomes", "Patient With Diabetes" pass).
+/// a function word ("Patient Safety Outcomes", "Patient With Diabetes" pass); or by an upper-case
+/// word (`patient SMITH`; see [`named_patient`]).
 static AFTER_PATIENT: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"\b(?i:patient|pt)\b[:,.]?\s+(\p{Lu}[\p{Ll}'-]+)").ok());
+    LazyLock::new(|| Regex::new(r"\b((?i:patient|pt))\b[:,.]?\s+(\p{Lu}[\p{Ll}'-]+|\p{Lu}{3,}\b)").ok());
 
 /// A title ("Mr", "dr.", "MRS"), its period or space, any initials, and the word after them: a
 /// name or not is decided by [`titled_name`].
 static AFTER_TITLE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"\b((?i:mrs|mr|ms|mx|miss|dr|prof|herr|frau))(\.\s*|\s+)((?:\p{Lu}(?:\.\s*|\s+))*)(\p{L}[\p{L}'’-]*\p{L})\b").ok()
+    Regex::new(r"\b((?i:mrs|mr|ms|mx|miss|dr|prof|herr|frau|doctor|mister))(\.\s*|\s+)((?:\p{Lu}(?:\.\s*|\s+))*)(\p{L}[\p{L}'’-]*\p{L})\b").ok()
 });
 
 /// The most words and pairs one session's taint holds (some 15 MB; a 32 KiB file result adds
@@ -245,7 +268,29 @@ impl TaintSet {
 
 /// Does `text` carry an identifier pattern?
 pub fn has_identifier(text: &str) -> bool {
-    IDENTIFIER_PATTERNS.iter().any(|pattern| pattern.is_match(text)) || named_patient(text) || titled_name(text)
+    IDENTIFIER_PATTERNS.iter().any(|pattern| pattern.is_match(text))
+        || north_american_phone(text)
+        || named_patient(text)
+        || titled_name(text)
+}
+
+/// A 3-3-4 phone number. Three numbers written with spaces only are a dose ladder or cut-offs
+/// when a unit follows ("metformin 500 850 1000 mg") or the last reads as a year ("AUC 400 600
+/// 2020 guideline"); with brackets, dots, dashes or "+1" they are always a number.
+fn north_american_phone(text: &str) -> bool {
+    let (Some(pattern), Some(unit)) = (NORTH_AMERICAN_PHONE.as_ref(), UNIT_AFTER.as_ref()) else { return true };
+    let mut from = 0;
+    while let Some(found) = pattern.find_at(text, from) {
+        let number = found.as_str();
+        let spaced = number.chars().all(|c| c.is_ascii_digit() || c.is_whitespace());
+        let year = number.len() >= 4 && matches!(&number[number.len() - 4..number.len() - 2], "19" | "20");
+        if !(spaced && (year || unit.is_match(&text[found.end()..]))) {
+            return true;
+        }
+        // Look again from the next digit: "300 600 900 1200 mg" is read as "600 900 1200" too.
+        from = found.start() + 1;
+    }
+    false
 }
 
 /// A name after a title. "MR", "MS", "DR", "MRS" and "Mx" are also MR imaging, mitral
@@ -257,13 +302,16 @@ pub fn has_identifier(text: &str) -> bool {
 ///   quixote", not "Miss rate");
 /// - any case with a period or initials ("MR. SMITH", "mr. smith", "dr J. Quixote", "Mx. Smith"):
 ///   any word but medical vocabulary ("DR. Screening" passes). After an upper-case title or "Mx"
-///   an initial needs its period ("MS B cell", "MR T staging" are words), and after an upper-case
-///   title a period then a capitalised word ends a sentence ("in MS. Natalizumab risk");
-/// - a lower-case title before a capitalised word ("mr Smith"), unless the word is medical.
+///   an initial needs its period ("MS B cell", "MR T staging" are words), and after "MS", "MR" or
+///   "MX" a period then a capitalised word that is not common English ends a sentence ("in MS.
+///   Natalizumab risk"; "MS. Lee", "DR. Patel", "PROF. Müller" are names);
+/// - "Mx" before a Title-case word, unless the word is medical ("Mx Smith"; "Mx HFpEF" passes);
+/// - a lower-case title before a capitalised word ("mr Smith"), unless the word is medical;
+/// - "Doctor", "Mister" in any case before a capitalised word, unless the word is medical.
 ///
-/// "MR SMITH", "mr smith", "MS Relapse" and "Mx Smith" are not read as names: nothing tells them
-/// from "MR IMAGING", "mr imaging", "MR Angiography" or "Mx COPD". Milliseconds ("500 ms") are no
-/// title, "Ms" after a number is ("Bed 3 Ms Lee").
+/// "MR SMITH", "mr smith" and "MS Relapse" are not read as names: nothing tells them from "MR
+/// IMAGING", "mr imaging" or "MR Angiography". Milliseconds ("500 ms") are no title, "Ms" after a
+/// number is ("Bed 3 Ms Lee").
 fn titled_name(text: &str) -> bool {
     let Some(pattern) = AFTER_TITLE.as_ref() else { return true };
     // A rejected match may have taken the next title as its word ("severe MR Mr. Smith"): look
@@ -296,12 +344,27 @@ fn is_titled_name(text: &str, caps: &regex::Captures<'_>) -> bool {
     let name = name.as_str();
     let capital = name.chars().next().is_some_and(char::is_uppercase);
     let capitalised = capital && name.chars().any(char::is_lowercase);
-    let upper_title = title.chars().all(char::is_uppercase);
-    let initialled = if usual || lower_title { !initials.is_empty() } else { initials.contains('.') };
-    let sentence_end = upper_title && period && initials.is_empty() && capitalised;
-    let marked = (period && !sentence_end) || initialled;
     let word = normalise(name);
     let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
+    if title.eq_ignore_ascii_case("doctor") || title.eq_ignore_ascii_case("mister") {
+        // Spelled out, a title is also a noun ("doctor shopping", "Doctor Patient communication").
+        return capitalised && !medical;
+    }
+    let initialled = if usual || lower_title { !initials.is_empty() } else { initials.contains('.') };
+    // Only after a title that is also a clinical abbreviation, and only before a word that is not
+    // common English: surnames mostly are ("MS. Lee", "MR. Smith"), drug names are not.
+    let sentence_end = matches!(title, "MS" | "MR" | "MX")
+        && period
+        && initials.is_empty()
+        && capitalised
+        && !known(&COMMON_WORDS, &word);
+    let marked = (period && !sentence_end) || initialled;
+    // "Mx" is management as often as a title: a Title-case word after it is a name unless medical
+    // ("Mx Smith"; "Mx HFpEF", "Mx CAP", "Mx croup" pass, eponyms "Mx Graves disease" do not).
+    let title_case = capital && name.chars().skip(1).all(|c| !c.is_uppercase());
+    if title == "Mx" && title_case && !medical {
+        return true;
+    }
     if usual && capitalised {
         true
     } else if usual && !capital && !marked {
@@ -313,14 +376,21 @@ fn is_titled_name(text: &str, caps: &regex::Captures<'_>) -> bool {
     }
 }
 
-/// "patient Quixote", "pt: Smith": a capitalised non-medical word right after "patient".
+/// "patient Quixote", "pt: Smith": a capitalised non-medical word right after "patient". An
+/// upper-case word after "patient" not itself in capitals is a name when it is common English but
+/// not medical ("patient SMITH"; surnames mostly are common words, acronyms are not: "patient HIV
+/// status", "patient COPD outcomes" pass, and so does "PATIENT SAFETY").
 fn named_patient(text: &str) -> bool {
     let Some(pattern) = AFTER_PATIENT.as_ref() else { return true };
     pattern.captures_iter(text).any(|caps| {
-        caps.get(1).is_some_and(|name| {
-            let word = normalise(name.as_str());
-            !(known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str()))
-        })
+        let (Some(patient), Some(name)) = (caps.get(1), caps.get(2)) else { return true };
+        let word = normalise(name.as_str());
+        let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
+        if name.as_str().chars().any(char::is_lowercase) {
+            !medical
+        } else {
+            !medical && !patient.as_str().chars().all(char::is_uppercase) && known(&COMMON_WORDS, &word)
+        }
     })
 }
 
