@@ -161,18 +161,6 @@ static UNIT_AFTER: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?i)^\s*(?:mg|mcg|µg|μg|ug|ng|pg|g|kg|ml|dl|l|mmol|µmol|μmol|umol|nmol|pmol|meq|iu|units?|mmhg)\b").ok()
 });
 
-/// "patient"/"pt" followed by a capitalised word: a name unless the word is medical vocabulary or
-/// a function word ("Patient Safety Outcomes", "Patient With Diabetes" pass); or by an upper-case
-/// word (`patient SMITH`; see [`named_patient`]).
-static AFTER_PATIENT: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"\b((?i:patient|pt))\b[:,.]?\s+(\p{Lu}[\p{Ll}'-]+|\p{Lu}{3,}\b)").ok());
-
-/// A title ("Mr", "dr.", "MRS"), its period or space, any initials, and the word after them: a
-/// name or not is decided by [`titled_name`].
-static AFTER_TITLE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"\b((?i:mrs|mr|ms|mx|miss|dr|prof|herr|frau|doctor|mister))(\.\s*|\s+)((?:\p{Lu}(?:\.\s*|\s+))*)(\p{L}[\p{L}'’-]*\p{L})\b").ok()
-});
-
 /// The most words and pairs one session's taint holds (some 15 MB; a 32 KiB file result adds
 /// about 5,000). Past it the session fails closed: see [`TaintSet::matches`].
 pub(crate) const MAX_TAINT_ENTRIES: usize = 200_000;
@@ -270,8 +258,8 @@ impl TaintSet {
 pub fn has_identifier(text: &str) -> bool {
     IDENTIFIER_PATTERNS.iter().any(|pattern| pattern.is_match(text))
         || north_american_phone(text)
-        || named_patient(text)
-        || titled_name(text)
+        || names::named_patient(text)
+        || names::titled_name(text)
 }
 
 /// A 3-3-4 phone number. Three numbers written with spaces only are a dose ladder or cut-offs
@@ -291,107 +279,6 @@ fn north_american_phone(text: &str) -> bool {
         from = found.start() + 1;
     }
     false
-}
-
-/// A name after a title. "MR", "MS", "DR", "MRS" and "Mx" are also MR imaging, mitral
-/// regurgitation, multiple sclerosis, diabetic retinopathy, MR spectroscopy and "management", so
-/// how sure the title is decides what may follow it:
-/// - written as a title ("Mr", "Dr", "Frau"; not "Mx", as often management: "Mx CAP"): any
-///   capitalised word is a name ("Mr. Smith", "Dr. O'Brien"); an upper-case word is one unless it
-///   is medical ("Mr. SMITH"); a lower-case one only if it is not common vocabulary ("Mr
-///   quixote", not "Miss rate");
-/// - any case with a period or initials ("MR. SMITH", "mr. smith", "dr J. Quixote", "Mx. Smith"):
-///   any word but medical vocabulary ("DR. Screening" passes). After an upper-case title or "Mx"
-///   an initial needs its period ("MS B cell", "MR T staging" are words), and after "MS", "MR" or
-///   "MX" a period then a capitalised word that is not common English ends a sentence ("in MS.
-///   Natalizumab risk"; "MS. Lee", "DR. Patel", "PROF. Müller" are names);
-/// - "Mx" before a Title-case word, unless the word is medical ("Mx Smith"; "Mx HFpEF" passes);
-/// - a lower-case title before a capitalised word ("mr Smith"), unless the word is medical;
-/// - "Doctor", "Mister" in any case before a capitalised word, unless the word is medical.
-///
-/// "MR SMITH", "mr smith" and "MS Relapse" are not read as names: nothing tells them from "MR
-/// IMAGING", "mr imaging" or "MR Angiography". Milliseconds ("500 ms") are no title, "Ms" after a
-/// number is ("Bed 3 Ms Lee").
-fn titled_name(text: &str) -> bool {
-    let Some(pattern) = AFTER_TITLE.as_ref() else { return true };
-    // A rejected match may have taken the next title as its word ("severe MR Mr. Smith"): look
-    // again from the end of its title, so that title is read too.
-    let mut from = 0;
-    while let Some(caps) = pattern.captures_at(text, from) {
-        let Some(title) = caps.get(1) else { return true };
-        if is_titled_name(text, &caps) {
-            return true;
-        }
-        from = title.end();
-    }
-    false
-}
-
-/// One match of [`AFTER_TITLE`]: is it a name (the rules at [`titled_name`])?
-fn is_titled_name(text: &str, caps: &regex::Captures<'_>) -> bool {
-    let (Some(whole), Some(title), Some(name)) = (caps.get(0), caps.get(1), caps.get(4)) else { return false };
-    let title = title.as_str();
-    let after_number = text[..whole.start()].trim_end().ends_with(|c: char| c.is_ascii_digit());
-    let lower_title = title.chars().all(char::is_lowercase);
-    if (after_number && title == "ms") || (lower_title && title == "miss") {
-        return false;
-    }
-    let usual = title != "Mx"
-        && title.chars().next().is_some_and(char::is_uppercase)
-        && title.chars().skip(1).all(char::is_lowercase);
-    let period = caps.get(2).is_some_and(|m| m.as_str().contains('.'));
-    let initials = caps.get(3).map_or("", |m| m.as_str());
-    let name = name.as_str();
-    let capital = name.chars().next().is_some_and(char::is_uppercase);
-    let capitalised = capital && name.chars().any(char::is_lowercase);
-    let word = normalise(name);
-    let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
-    if title.eq_ignore_ascii_case("doctor") || title.eq_ignore_ascii_case("mister") {
-        // Spelled out, a title is also a noun ("doctor shopping", "Doctor Patient communication").
-        return capitalised && !medical;
-    }
-    let initialled = if usual || lower_title { !initials.is_empty() } else { initials.contains('.') };
-    // Only after a title that is also a clinical abbreviation, and only before a word that is not
-    // common English: surnames mostly are ("MS. Lee", "MR. Smith"), drug names are not.
-    let sentence_end = matches!(title, "MS" | "MR" | "MX")
-        && period
-        && initials.is_empty()
-        && capitalised
-        && !known(&COMMON_WORDS, &word);
-    let marked = (period && !sentence_end) || initialled;
-    // "Mx" is management as often as a title: a Title-case word after it is a name unless medical
-    // ("Mx Smith"; "Mx HFpEF", "Mx CAP", "Mx croup" pass, eponyms "Mx Graves disease" do not).
-    let title_case = capital && name.chars().skip(1).all(|c| !c.is_uppercase());
-    if title == "Mx" && title_case && !medical {
-        return true;
-    }
-    if usual && capitalised {
-        true
-    } else if usual && !capital && !marked {
-        !(medical || known(&COMMON_WORDS, &word))
-    } else if usual || marked {
-        !medical
-    } else {
-        lower_title && capitalised && !medical
-    }
-}
-
-/// "patient Quixote", "pt: Smith": a capitalised non-medical word right after "patient". An
-/// upper-case word after "patient" not itself in capitals is a name when it is common English but
-/// not medical ("patient SMITH"; surnames mostly are common words, acronyms are not: "patient HIV
-/// status", "patient COPD outcomes" pass, and so does "PATIENT SAFETY").
-fn named_patient(text: &str) -> bool {
-    let Some(pattern) = AFTER_PATIENT.as_ref() else { return true };
-    pattern.captures_iter(text).any(|caps| {
-        let (Some(patient), Some(name)) = (caps.get(1), caps.get(2)) else { return true };
-        let word = normalise(name.as_str());
-        let medical = known(&MEDICAL_WORDS, &word) || STOP_WORDS.contains(&word.as_str());
-        if name.as_str().chars().any(char::is_lowercase) {
-            !medical
-        } else {
-            !medical && !patient.as_str().chars().all(char::is_uppercase) && known(&COMMON_WORDS, &word)
-        }
-    })
 }
 
 /// Screen what a third-party call would send. `Err(PhiBlocked)` or `Err(TaintFull)` means the
@@ -496,6 +383,8 @@ fn known(list: &HashSet<&'static str>, word: &str) -> bool {
         || word.strip_suffix('s').is_some_and(|w| list.contains(w))
         || word.strip_suffix("es").is_some_and(|w| list.contains(w) || list.contains(format!("{w}is").as_str()))
 }
+
+mod names;
 
 #[cfg(test)]
 mod tests;

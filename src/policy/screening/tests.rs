@@ -15,8 +15,8 @@ fn every_pattern_compiles() {
         assert!(Regex::new(&source).is_ok(), "{source}");
     }
     assert_eq!(IDENTIFIER_PATTERNS.len(), identifier_sources().len());
-    assert!(AFTER_PATIENT.is_some());
-    assert!(AFTER_TITLE.is_some());
+    assert!(names::AFTER_PATIENT.is_some());
+    assert!(names::AFTER_TITLE.is_some());
     assert!(NORTH_AMERICAN_PHONE.is_some());
     assert!(UNIT_AFTER.is_some());
 }
