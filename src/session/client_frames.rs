@@ -151,9 +151,14 @@ impl Bridge {
                 let message = "Unknown voxgate event type; the only one a client sends is voxgate.tool_call.confirm.";
                 self.client_error(codes::UNKNOWN_EVENT, message, event_id).await;
             }
-            ClientEvent::AudioAppend | ClientEvent::AudioDone => {
+            ClientEvent::AudioAppend | ClientEvent::AudioClear => {
                 // Push-to-talk audio not yet committed holds off a recycle (resume/).
                 self.resume.note_client_audio(event == ClientEvent::AudioAppend);
+                self.send_upstream(Message::Text(text)).await;
+            }
+            ClientEvent::AudioCommit => {
+                // So does a push-to-talk commit, until the response it asks for starts (resume/).
+                self.resume.note_client_commit(event_id);
                 self.send_upstream(Message::Text(text)).await;
             }
             ClientEvent::Other => {
@@ -294,8 +299,10 @@ enum ClientEvent {
     UnknownVoxgate,
     /// `input_audio_buffer.append`.
     AudioAppend,
-    /// `input_audio_buffer.commit` or `.clear`.
-    AudioDone,
+    /// `input_audio_buffer.commit`.
+    AudioCommit,
+    /// `input_audio_buffer.clear`.
+    AudioClear,
     Other,
 }
 
@@ -307,15 +314,17 @@ impl ClientEvent {
             "conversation.item.create" => Self::ItemCreate,
             "voxgate.tool_call.confirm" => Self::Confirm,
             "input_audio_buffer.append" => Self::AudioAppend,
-            "input_audio_buffer.commit" | "input_audio_buffer.clear" => Self::AudioDone,
+            "input_audio_buffer.commit" => Self::AudioCommit,
+            "input_audio_buffer.clear" => Self::AudioClear,
             other if other.starts_with("voxgate.") => Self::UnknownVoxgate,
             _ => Self::Other,
         }
     }
 
-    /// Forwarded as it came, with no answer of voxgate's (which would need its `event_id`).
+    /// Forwarded as it came, with no answer of voxgate's (which would need its `event_id`). A
+    /// commit is too, but the resume follows it until an upstream `error` may name it.
     fn forwarded_as_is(self) -> bool {
-        matches!(self, Self::AudioAppend | Self::AudioDone | Self::Other)
+        matches!(self, Self::AudioAppend | Self::AudioClear | Self::Other)
     }
 }
 

@@ -1,7 +1,10 @@
 //! What the client has under way that the upstream has not taken up yet: its last
-//! `response.create` with no `response.created` after it, and push-to-talk audio not yet
-//! committed. A recycle for age waits for both (it would cut the user's turn), each for a while
-//! only; a resume sends the request again.
+//! `response.create` with no `response.created` after it, push-to-talk audio not yet committed,
+//! and a push-to-talk commit with no `response.created` after it (the `response.create` that
+//! follows a commit may come in a later read than the commit: a recycle in between would close
+//! the old upstream before its item for the committed audio was read, and the new upstream would
+//! answer without the question). A recycle for age waits for all three (it would cut the user's
+//! turn), each for a while only; a resume sends the request again.
 
 use std::time::Duration;
 
@@ -16,6 +19,16 @@ use crate::session::turns::REQUEST_ANSWER_TIMEOUT;
 /// mid-turn anyway. Counted from the due time, not from the audio: such a client's audio is never
 /// older than its last commit.
 const PUSH_TO_TALK_HOLD: Duration = Duration::from_secs(15);
+
+/// The client's last push-to-talk `input_audio_buffer.commit` that no `response.created` has
+/// followed yet.
+struct Commit {
+    /// Its `event_id`: an upstream `error` naming it refused it (an empty buffer), and no response
+    /// will follow it.
+    event_id: Option<String>,
+    /// When it went upstream.
+    at: Instant,
+}
 
 /// The client's last `response.create` that no `response.created` has followed yet.
 struct Request {
@@ -33,6 +46,7 @@ pub(super) struct ClientTurn {
     push_to_talk: bool,
     /// Client audio appended since its last `input_audio_buffer.commit` or `.clear`.
     audio_uncommitted: bool,
+    commit: Option<Commit>,
 }
 
 impl ClientTurn {
@@ -41,16 +55,22 @@ impl ClientTurn {
         self.request = Some(Request { frame: frame.to_string(), event_id: event_id.map(str::to_string), at: Instant::now() });
     }
 
-    /// A response started (`response.created`).
+    /// A response started (`response.created`): the user's turn is taken up.
     pub(super) fn started(&mut self) {
         self.request = None;
+        self.commit = None;
     }
 
     /// The upstream answered the frame `event_id` with an `error`: if that was the request, it
-    /// will never start, and is not sent again.
+    /// will never start, and is not sent again; if that was the request or the commit, no
+    /// response follows the commit.
     pub(super) fn refused(&mut self, event_id: &str) {
         if self.request.as_ref().is_some_and(|r| r.event_id.as_deref() == Some(event_id)) {
             self.request = None;
+            self.commit = None;
+        }
+        if self.commit.as_ref().is_some_and(|c| c.event_id.as_deref() == Some(event_id)) {
+            self.commit = None;
         }
     }
 
@@ -64,9 +84,18 @@ impl ClientTurn {
         self.request.take().map(|r| r.frame)
     }
 
-    /// The client appended audio (`appended`), or committed or cleared its buffer.
+    /// The client appended audio (`appended`), or cleared its buffer.
     pub(super) fn audio(&mut self, appended: bool) {
         self.audio_uncommitted = appended;
+    }
+
+    /// The client committed its buffer (`event_id`): in push-to-talk, its request for an answer
+    /// is likely to follow.
+    pub(super) fn committed(&mut self, event_id: Option<&str>) {
+        self.audio_uncommitted = false;
+        if self.push_to_talk {
+            self.commit = Some(Commit { event_id: event_id.map(str::to_string), at: Instant::now() });
+        }
     }
 
     /// voxgate sent this `session.update` upstream.
@@ -78,9 +107,9 @@ impl ClientTurn {
 
     /// The client may be in the middle of a turn the upstream has not taken up, which a recycle
     /// due at `due` would cut: push-to-talk audio appended since its last commit or clear (until
-    /// [`PUSH_TO_TALK_HOLD`] past `due`), or a request not started yet (for
-    /// [`REQUEST_ANSWER_TIMEOUT`] at most: one refused without an `event_id` to name it must not
-    /// hold the recycle off for good).
+    /// [`PUSH_TO_TALK_HOLD`] past `due`), or a request or push-to-talk commit no response has
+    /// followed yet (for [`REQUEST_ANSWER_TIMEOUT`] at most: one refused without an `event_id` to
+    /// name it, or a commit no request follows, must not hold the recycle off for good).
     pub(super) fn open(&self, now: Instant, due: Instant) -> bool {
         self.audio_hold_ends(due).is_some_and(|at| now < at) || self.request_expires().is_some_and(|at| now < at)
     }
@@ -90,9 +119,10 @@ impl ClientTurn {
         (self.push_to_talk && self.audio_uncommitted).then(|| due + PUSH_TO_TALK_HOLD)
     }
 
-    /// When the pending request stops holding the recycle off.
+    /// When the pending request and push-to-talk commit stop holding the recycle off.
     pub(super) fn request_expires(&self) -> Option<Instant> {
-        self.request.as_ref().map(|r| r.at + REQUEST_ANSWER_TIMEOUT)
+        let request = self.request.as_ref().map(|r| r.at + REQUEST_ANSWER_TIMEOUT);
+        request.max(self.commit.as_ref().map(|c| c.at + REQUEST_ANSWER_TIMEOUT))
     }
 }
 

@@ -9,6 +9,7 @@
 //! is capped at [`MAX_HELD_BYTES`]: audio is dropped first; if the other frames alone exceed the
 //! cap the resume gives up, as dropping a control frame would silently change the conversation.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -119,11 +120,15 @@ impl Held {
 /// The duration of an `input_audio_buffer.append`, from its base64 length; `None` for any other
 /// frame.
 fn audio_ms(message: &Message) -> Option<u64> {
+    // `Cow`, not `&str`: a string with escapes cannot be borrowed, and base64 is full of `/`,
+    // which some encoders (PHP's `json_encode`) write as `\/`; with `&str` such an append would
+    // fail to parse and be held as a control frame, never aged out nor counted.
     #[derive(serde::Deserialize)]
     struct Append<'a> {
-        r#type: &'a str,
         #[serde(borrow)]
-        audio: Option<&'a str>,
+        r#type: Cow<'a, str>,
+        #[serde(borrow)]
+        audio: Option<Cow<'a, str>>,
     }
     let Message::Text(text) = message else { return None };
     let append: Append<'_> = serde_json::from_str(text.as_str()).ok()?;
@@ -179,6 +184,9 @@ mod tests {
     #[test]
     fn only_audio_appends_have_a_duration() {
         assert_eq!(audio_ms(&audio(0)), Some(100));
+        // PHP's json_encode escapes every `/` of the base64: serde cannot borrow that string.
+        let escaped = format!(r#"{{"type":"input_audio_buffer.append","audio":"{}"}}"#, r"AAA\/".repeat(1600));
+        assert_eq!(audio_ms(&Message::text(escaped)), Some(100));
         assert_eq!(audio_ms(&Message::text(r#"{"type":"input_audio_buffer.commit"}"#)), None);
         assert_eq!(audio_ms(&Message::text("not json")), None);
         assert_eq!(audio_ms(&Message::Binary(vec![1, 2].into())), None);

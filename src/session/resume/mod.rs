@@ -7,7 +7,8 @@
 //! - [`log`]: the conversation so far, as text, bounded; built from what the upstream reports.
 //! - [`plan`]: the pure restore plan, (effective session configuration, log) → frames.
 //! - [`hold`]: what would have gone upstream during the gap, released in order after the restore.
-//! - [`client_turn`]: what the client has under way (a request not started, push-to-talk audio).
+//! - [`client_turn`]: what the client has under way (a request not started, push-to-talk audio
+//!   or commit).
 //! - [`driver`]: the session loop's side: starting a gap, the connection attempts (a future the
 //!   loop polls in its `select!`, so confirmations, tool completions and pings go on meanwhile),
 //!   restoring, giving up.
@@ -349,9 +350,14 @@ impl Resume {
         self.client.take_request()
     }
 
-    /// The client appended audio (`appended`), or committed or cleared its buffer.
+    /// The client appended audio (`appended`), or cleared its buffer.
     pub(super) fn note_client_audio(&mut self, appended: bool) {
         self.client.audio(appended);
+    }
+
+    /// The client committed its audio buffer (`input_audio_buffer.commit`, `event_id`).
+    pub(super) fn note_client_commit(&mut self, event_id: Option<&str>) {
+        self.client.committed(event_id);
     }
 
     /// The client may be in the middle of a turn a recycle (due at the upstream's age) would cut
@@ -360,8 +366,9 @@ impl Resume {
         self.recycle_at.is_some_and(|due| self.client.open(now, due))
     }
 
-    /// When the client's turn stops holding a recycle off: its pending request's answer time, or
-    /// the end of the hold for push-to-talk audio not yet committed, whichever is later.
+    /// When the client's turn stops holding a recycle off: its pending request's (or push-to-talk
+    /// commit's) answer time, or the end of the hold for push-to-talk audio not yet committed,
+    /// whichever is later.
     pub(super) fn client_turn_expires(&self) -> Option<Instant> {
         let audio = self.recycle_at.and_then(|due| self.client.audio_hold_ends(due));
         self.client.request_expires().max(audio)

@@ -298,13 +298,16 @@ async fn audio_held_past_the_window_is_dropped_and_counted() {
     // 100 ms of PCM16 at 24 kHz, base64.
     let audio = |id: &str| json!({"type": "input_audio_buffer.append", "event_id": id, "audio": "A".repeat(6400)});
     h.browser_sends(audio("old")).await;
+    // As PHP's json_encode writes base64: `/` escaped as `\/` (still 100 ms of audio).
+    let escaped = format!(r#"{{"type":"input_audio_buffer.append","event_id":"old_php","audio":"{}"}}"#, r"AAA\/".repeat(1600));
+    futures::SinkExt::send(&mut h.browser, Message::text(escaped)).await.unwrap();
     browser_sync(&mut h).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     h.browser_sends(audio("new")).await;
     browser_sync(&mut h).await;
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
     assert_eq!(h.model_expects("input_audio_buffer.append").await["event_id"], "new");
-    assert_eq!(h.browser_expects("voxgate.session.resumed").await["audio_dropped_ms"], 100);
+    assert_eq!(h.browser_expects("voxgate.session.resumed").await["audio_dropped_ms"], 200);
 }
 
 #[tokio::test(start_paused = true)]

@@ -30,7 +30,10 @@ async fn recycled_onto(h: &mut Harness, model: WebSocketStream<DuplexStream>) ->
 
 /// Push-to-talk (`turn_detection: null`): no speech events say the user is talking, the audio
 /// appended since the last commit does. A recycle then would leave the start of the utterance in
-/// the old upstream's buffer and commit only its tail on the new one.
+/// the old upstream's buffer and commit only its tail on the new one. The commit does not end the
+/// turn either: the `response.create` that follows it may come in a later read, and a recycle in
+/// between would never read the old upstream's item for the committed audio, so the new upstream
+/// would answer without the question.
 #[tokio::test(start_paused = true)]
 async fn a_push_to_talk_utterance_is_not_cut_in_two_by_the_recycle() {
     let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
@@ -49,7 +52,57 @@ async fn a_push_to_talk_utterance_is_not_cut_in_two_by_the_recycle() {
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
     h.browser_sends(json!({"type": "input_audio_buffer.commit", "event_id": "ptt_commit"})).await;
     assert_eq!(h.model_expects("input_audio_buffer.commit").await["event_id"], "ptt_commit", "the whole utterance on the old upstream");
+    no_recycle_within(&mut h, Duration::from_millis(20)).await;
+    h.browser_sends(json!({"type": "response.create", "event_id": "ptt_rc"})).await;
+    assert_eq!(h.model_expects("response.create").await["event_id"], "ptt_rc", "the request on the old upstream too");
+    h.model_sends(json!({"type": "input_audio_buffer.committed", "event_id": "e_c", "item_id": "u1"})).await;
+    h.model_sends(json!({"type": "conversation.item.created", "event_id": "e_i", "item": {"id": "u1", "type": "message", "role": "user",
+        "content": [{"type": "input_audio", "transcript": "Which ward is bed 12 on?"}]}})).await;
+    h.browser_expects("conversation.item.created").await;
+    no_recycle_within(&mut h, Duration::from_secs(1)).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "e_rc", "response": {"id": "r1"}})).await;
+    h.model_sends(json!({"type": "response.done", "event_id": "e_rd", "response": {"id": "r1", "output": []}})).await;
+    h.browser_expects("response.done").await;
+    assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
+    h.model = model;
+    assert_eq!(h.model_expects("conversation.item.create").await["item"]["id"], "u1", "the question is restored");
+    h.browser_expects("voxgate.session.resumed").await;
+}
+
+/// A push-to-talk commit holds the recycle like a request, and as briefly: one the upstream refused
+/// (an `error` naming it: the buffer was empty) holds it no more, and one no request follows holds
+/// it for the request answer time only.
+#[tokio::test(start_paused = true)]
+async fn a_push_to_talk_commit_holds_the_recycle_until_refused_or_for_the_answer_time_only() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null}}}}))
+        .await;
+    h.model_expects("session.update").await;
+    h.browser_sends(json!({"type": "input_audio_buffer.append", "audio": "AAAA"})).await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    h.browser_sends(json!({"type": "input_audio_buffer.commit", "event_id": "empty"})).await;
+    h.model_expects("input_audio_buffer.commit").await;
+    no_recycle_within(&mut h, Duration::from_secs(1)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model_sends(json!({"type": "error", "event_id": "e", "error": {"type": "invalid_request_error",
+        "code": "input_audio_buffer_commit_empty", "message": "empty", "event_id": "empty"}})).await;
+    h.browser_expects("error").await;
+    let refused = Instant::now();
     recycled_onto(&mut h, model).await;
+    assert!(refused.elapsed() < Duration::from_secs(1), "recycled {:?} after the refusal", refused.elapsed());
+
+    // On the new upstream, just before its age (9 s at the earliest), a commit no request follows.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let committed = Instant::now();
+    h.browser_sends(json!({"type": "input_audio_buffer.commit", "event_id": "alone"})).await;
+    h.model_expects("input_audio_buffer.commit").await;
+    h.browser_expects("voxgate.session.resuming").await;
+    assert!(committed.elapsed() >= Duration::from_secs(15) && committed.elapsed() < Duration::from_secs(16), "after {:?}", committed.elapsed());
+    h.model = model;
+    h.browser_expects("voxgate.session.resumed").await;
 }
 
 /// Server VAD: when speech stops the server commits the audio and starts its response a moment
