@@ -13,13 +13,13 @@
 //!   loop polls in its `select!`, so confirmations, tool completions and pings go on meanwhile),
 //!   restoring, giving up.
 //!
-//! A resume counts as done only once its new upstream has stayed up [`SETTLED_AFTER`]: one lost
+//! A resume counts as done only once its new upstream has stayed up [`timing::SETTLED_AFTER`]: one lost
 //! sooner continues that resume's attempts and back-off, so an upstream that accepts and closes at
 //! once ends the session after `upstream.resume_attempts` connections instead of looping.
 //!
 //! A recycle for age is planned, and its old upstream still works: it makes one connection
 //! attempt, and if that fails the session goes back to the old upstream and tries again
-//! [`RECYCLE_RETRY`] later. It waits for the user's turn, for a while only (see [`client_turn`]). The age itself is jittered ([`recycle_age`]), so sessions that began
+//! [`timing::RECYCLE_RETRY`] later. It waits for the user's turn, for a while only (see [`client_turn`]). The age itself is jittered ([`timing::recycle_age`]), so sessions that began
 //! together do not all recycle together.
 //!
 //! This file holds the state the session task owns ([`Resume`]): settings, log, the effective
@@ -34,6 +34,7 @@ pub(super) mod driver;
 pub(crate) mod hold;
 pub(crate) mod log;
 pub(crate) mod plan;
+mod timing;
 #[cfg(test)]
 mod tests;
 
@@ -47,6 +48,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
+use self::timing::{RECYCLE_RETRY, Restored, delay_before, first_attempt, recycle_age};
 use crate::tools::http;
 use crate::upstream::{UpstreamConn, UpstreamError};
 
@@ -55,17 +57,6 @@ use crate::upstream::{UpstreamConn, UpstreamError};
 pub type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<UpstreamConn, UpstreamError>> + Send + Sync>;
 
 type Connecting = BoxFuture<'static, Result<UpstreamConn, UpstreamError>>;
-
-/// How long a resumed upstream must stay up for its resume to count as done. Without this, an
-/// upstream (or a load balancer in front of it) that takes the upgrade and closes at once, or
-/// rejects every restore, would have the session connect, restore up to `resume_max_bytes` and
-/// reconnect almost at once, forever: each gap would start afresh at attempt 1. A loss
-/// sooner than this after a restore continues that resume's attempts and back-off instead, so
-/// such an upstream costs `resume_attempts` connections before the session closes. Long enough to
-/// cover an upstream that dies on the restore or its first turn; short enough that a loss after
-/// a healthy stretch (a network blip, the provider's 60-minute cap) is a fresh resume, from its
-/// first attempt.
-const SETTLED_AFTER: Duration = Duration::from_secs(30);
 
 /// `upstream.resume*` and `upstream.max_session_age_s`, read once.
 #[derive(Debug, Clone)]
@@ -132,64 +123,6 @@ pub(crate) enum Seen {
     Swallow,
 }
 
-/// The last restore: when, and how many connection attempts its resume had used by then.
-#[derive(Debug, Clone, Copy)]
-struct Restored {
-    at: Instant,
-    attempts: u32,
-}
-
-/// A recycle for age that could not connect is tried again this long after (plus up to 50 %
-/// jitter), on the old upstream meanwhile: with the default age that leaves several tries before
-/// the provider's 60-minute cap.
-const RECYCLE_RETRY: Duration = Duration::from_secs(30);
-
-/// The age at which an upstream is recycled: `max_age` less up to a tenth of it, at random. Sessions
-/// that began together (reconnected together after a drain) would otherwise all recycle at the
-/// same moment, and a provider refusing connections for a while would fail every one of them.
-fn recycle_age(max_age: Duration) -> Duration {
-    use rand::Rng;
-    let spread = max_age.as_millis() as u64 / 10;
-    max_age.saturating_sub(Duration::from_millis(rand::rng().random_range(0..=spread)))
-}
-
-/// The number of a new gap's first connection attempt: 1 (after a short jitter) unless the upstream it lost
-/// was restored less than [`SETTLED_AFTER`] ago, in which case that resume goes on where it
-/// stopped. A recycle for age is never a continuation: its upstream was healthy and still is.
-fn first_attempt(last: Option<Restored>, reason: Reason, now: Instant) -> u32 {
-    match last {
-        Some(last) if reason != Reason::MaxAge && now.saturating_duration_since(last.at) < SETTLED_AFTER => last.attempts.saturating_add(1),
-        _ => 1,
-    }
-}
-
-/// The first attempt of a resume waits a random moment up to this long: after an upstream-wide
-/// blip every session loses its upstream at the same instant, and would otherwise reconnect at
-/// the same instant too.
-const FIRST_ATTEMPT_JITTER: Duration = Duration::from_millis(500);
-
-/// The attempts of a resume (`upstream.resume_attempts`) are spread over at least this long, so
-/// that a provider answering 429/503 for a few seconds does not end every session a second after
-/// the blip. The retries but the last keep the doubling back-off (250 ms, 500 ms, …), so a
-/// connect that failed once is tried again while the user may still be speaking; the last waits
-/// for what is left of the window. Each gets up to 50 % jitter.
-pub(super) const RETRY_WINDOW: Duration = Duration::from_secs(10);
-
-/// How long attempt `attempt` (1-based) of a resume of `attempts` waits before connecting.
-fn delay_before(attempt: u32, attempts: u32) -> Duration {
-    use rand::Rng;
-    if attempt <= 1 {
-        return Duration::from_millis(rand::rng().random_range(0..=FIRST_ATTEMPT_JITTER.as_millis() as u64));
-    }
-    // The tools' back-off (tools::http), retry by retry; the last one fills the window.
-    let retry = attempt - 1;
-    if attempt < attempts {
-        return http::backoff(retry);
-    }
-    let earlier: Duration = (1..retry).map(http::backoff_base).sum();
-    http::jittered(http::backoff_base(retry).max(RETRY_WINDOW.saturating_sub(earlier)))
-}
-
 /// The time without an upstream.
 pub(super) struct Gap {
     reason: Reason,
@@ -225,7 +158,7 @@ pub(super) struct Resume {
     /// When the live upstream is due to be recycled for age (`None`: never).
     recycle_at: Option<Instant>,
     gap: Option<Gap>,
-    /// The last restore, so that a loss soon after it continues its back-off ([`SETTLED_AFTER`]).
+    /// The last restore, so that a loss soon after it continues its back-off ([`timing::SETTLED_AFTER`]).
     restored: Option<Restored>,
     echoes: Echoes,
     /// A `session.created` reached the client: a new upstream's is an echo from then on (before,
@@ -416,7 +349,7 @@ impl Resume {
     }
 
     /// A recycle for age could not connect: its gap ends with the old upstream still the
-    /// session's, and the recycle is due again after [`RECYCLE_RETRY`].
+    /// session's, and the recycle is due again after [`timing::RECYCLE_RETRY`].
     fn postpone_recycle(&mut self) -> Option<Gap> {
         let gap = self.gap.take()?;
         self.recycle_at = Some(Instant::now() + http::jittered(RECYCLE_RETRY));

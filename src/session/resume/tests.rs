@@ -447,7 +447,8 @@ async fn a_resumed_upstream_that_lasted_resumes_at_once_when_it_goes_away() {
 
 #[tokio::test(start_paused = true)]
 async fn a_loss_soon_after_a_restore_continues_its_attempts_and_a_later_one_starts_afresh() {
-    use super::{Reason, Restored, SETTLED_AFTER, delay_before, first_attempt};
+    use super::Reason;
+    use super::timing::{RETRY_WINDOW, Restored, SETTLED_AFTER, delay_before, first_attempt};
     let at = tokio::time::Instant::now();
     let last = Some(Restored { at, attempts: 2 });
     assert_eq!(first_attempt(None, Reason::UpstreamClosed, at), 1, "the session's first loss");
@@ -465,7 +466,7 @@ async fn a_loss_soon_after_a_restore_continues_its_attempts_and_a_later_one_star
         let (second, third) = (delay_before(2, 3), delay_before(3, 3));
         assert!(second >= Duration::from_millis(250) && second <= Duration::from_millis(375), "{second:?}");
         assert!(third >= Duration::from_millis(9_750) && third <= Duration::from_millis(14_625), "{third:?}");
-        assert!(second + third >= super::RETRY_WINDOW);
+        assert!(second + third >= RETRY_WINDOW);
         // Many attempts: the doubling back-off, which by the last is longer than the window.
         let (early, late) = (delay_before(2, 11), delay_before(9, 11));
         assert!(early >= Duration::from_millis(250) && early <= Duration::from_millis(375), "{early:?}");
@@ -477,7 +478,7 @@ async fn a_loss_soon_after_a_restore_continues_its_attempts_and_a_later_one_star
 
 /// After an upstream-wide blip every session resumes at once; a provider answering 429/503 must
 /// not end them all a second later. The first attempt is jittered, and the attempts are spread
-/// over at least [`super::RETRY_WINDOW`].
+/// over at least [`RETRY_WINDOW`].
 #[tokio::test(start_paused = true)]
 async fn a_refused_resume_spreads_its_attempts_over_the_retry_window() {
     let connects = Arc::new(std::sync::Mutex::new(Vec::new()));
