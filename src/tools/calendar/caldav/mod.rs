@@ -255,7 +255,9 @@ impl CaldavCalendar {
                 Ok(Some(existing)) if ics::same_details(&existing, &event) => {
                     Ok(Ok(CreateOutcome { event: existing, created: false }))
                 }
-                Ok(_) => Err(CalendarError::Conflict),
+                Ok(Some(_)) => Err(CalendarError::Conflict),
+                // Not there to read (a replica behind, or deleted meanwhile), or not readable.
+                Ok(None) => Err(CalendarError::Unconfirmed),
                 Err(err) => {
                     tracing::info!(error = %err, "the event stored under this call's name could not be read");
                     Err(CalendarError::Unconfirmed)

@@ -411,6 +411,14 @@ async fn a_412_whose_event_cannot_be_read_is_unconfirmed() {
     let err = result.expect("within the call's time").unwrap_err();
     assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
     assert_eq!(methods(&script)[..3], ["PROPFIND", "PUT", "GET"]);
+
+    // The GET finds nothing (a replica lagging behind, or the event deleted meanwhile): not a
+    // conflict with different details, which would have the model book again under a new name.
+    let (script, backend) = serve(&[(207, COLLECTION), (412, ""), (404, "")]).await;
+    let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+    let err = result.expect("within the call's time").unwrap_err();
+    assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
+    assert_eq!(methods(&script), ["PROPFIND", "PUT", "GET"]);
 }
 
 #[tokio::test]
