@@ -111,11 +111,11 @@ impl Tool for McpTool {
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
             .map_err(|_| unavailable())?;
-        let mut cancel = CancelOnDrop { peer: peer.clone(), id: Some(handle.id.clone()) };
+        let mut cancel = CancelOnDrop::new(&peer, handle.id.clone());
         // Routed even when the client wants no progress, so what came early is claimed.
         let _progress = connection.progress.route(handle.progress_token.clone(), progress::current());
         let answer = handle.await_response().await;
-        cancel.id = None;
+        cancel.disarm();
         match answer {
             Ok(ServerResult::CallToolResult(result)) => content::to_output(result),
             Ok(_) => Err(ToolError::Backend(format!("The {} tool server answered out of protocol.", self.link.name))),
@@ -128,11 +128,24 @@ impl Tool for McpTool {
     }
 }
 
-/// Tells the server to stop when voxgate stops waiting (timeout, session closed, drain): the
-/// call's future is dropped with the request still open.
-struct CancelOnDrop {
+/// Tells the server to stop when voxgate stops waiting (timeout, session closed, drain, a listing's
+/// time bound): the request's future is dropped with the request still open. Sending the
+/// cancellation also takes the request out of rmcp's pending responses, where it would otherwise
+/// stay until the server answers.
+pub(super) struct CancelOnDrop {
     peer: Peer<RoleClient>,
     id: Option<RequestId>,
+}
+
+impl CancelOnDrop {
+    pub(super) fn new(peer: &Peer<RoleClient>, id: RequestId) -> Self {
+        Self { peer: peer.clone(), id: Some(id) }
+    }
+
+    /// The answer came: nothing to cancel.
+    pub(super) fn disarm(&mut self) {
+        self.id = None;
+    }
 }
 
 impl Drop for CancelOnDrop {

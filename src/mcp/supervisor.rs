@@ -16,7 +16,7 @@ use std::time::Duration;
 use rand::Rng;
 use rmcp::ServiceExt;
 use rmcp::model::{ClientRequest, ListToolsRequest, PaginatedRequestParams, ServerResult};
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -271,11 +271,11 @@ async fn list_allowed(
         // Sent as a plain request: `Peer::list_tools` keeps pages a server marks cacheable in
         // rmcp's response cache, outside these bounds.
         let request = ClientRequest::ListToolsRequest(ListToolsRequest { params, ..Default::default() });
-        let page = match tokio::time::timeout_at(deadline, peer.send_request(request)).await {
+        let page = match tokio::time::timeout_at(deadline, request_page(peer, request)).await {
             Ok(Ok(ServerResult::ListToolsResult(page))) => page,
             Ok(_) => return Err(ConnectError::ListTools),
             Err(_) if pages == 1 => return Err(ConnectError::Timeout),
-            // Dropped unanswered: a late answer finds no one waiting and is ignored.
+            // Given up unanswered: the page is cancelled at the server (`request_page`).
             Err(_) => break "time",
         };
         if pages == 1 {
@@ -313,6 +313,21 @@ async fn list_allowed(
         "MCP server's tool list is longer than voxgate reads; only the allowed tools found within the bound are offered"
     );
     Ok(Listed { tools: allowed, cut_off: true })
+}
+
+/// One page of a listing. A page the listing stops waiting for (its time bound) is cancelled at the
+/// server: dropped unannounced, it would stay among rmcp's pending requests until the server
+/// answered, one more at each listing cut off while the connection lasts, and the server would
+/// keep working on it.
+async fn request_page(
+    peer: &rmcp::service::Peer<RoleClient>,
+    request: ClientRequest,
+) -> Result<ServerResult, rmcp::ServiceError> {
+    let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+    let mut cancel = adapter::CancelOnDrop::new(peer, handle.id.clone());
+    let answer = handle.await_response().await;
+    cancel.disarm();
+    answer
 }
 
 fn publish(link: &ServerLink, hub: &Weak<McpHub>, tools: Vec<Arc<crate::tools::registry::RegisteredTool>>) {

@@ -20,12 +20,13 @@ fn endless_script() -> PathBuf {
 }
 
 /// voxgate with the endless server allowing `allow`; `extra_page`: the page listing `extra`;
-/// `page_delay_ms`: how long the server takes to answer each page.
-async fn start(dir: &Path, allow: &[&str], extra_page: usize, page_delay_ms: u64) -> TestProxy {
+/// `page_delay_ms`: how long the server takes to answer each page; `stall_page`: the page it
+/// answers only after an hour.
+async fn start(dir: &Path, allow: &[&str], extra_page: usize, page_delay_ms: u64, stall_page: usize) -> TestProxy {
     let toml = format!(
         "[auth]\nadmin_token = \"{ADMIN_TOKEN}\"\n[mcp]\nconnect_timeout_ms = 5000\n[mcp.servers.endless]\n\
          command = [{python:?}, {script:?}]\nenv = {{ LAB_DIR = {dir:?}, EXTRA_TOOL_PAGE = \"{extra_page}\", \
-         PAGE_DELAY_MS = \"{page_delay_ms}\" }}\nallow = {allow:?}\n",
+         PAGE_DELAY_MS = \"{page_delay_ms}\", STALL_PAGE = \"{stall_page}\" }}\nallow = {allow:?}\n",
         python = test_python().display().to_string(),
         script = endless_script().display().to_string(),
         dir = dir.display().to_string(),
@@ -66,7 +67,7 @@ async fn until_offered(proxy: &TestProxy, offered: &[&str]) -> Value {
 #[tokio::test]
 async fn the_listing_ends_once_every_allowed_tool_was_seen() {
     let dir = tempfile::tempdir().unwrap();
-    let proxy = start(dir.path(), &["tool_1", "extra"], 3, 0).await;
+    let proxy = start(dir.path(), &["tool_1", "extra"], 3, 0, 0).await;
     // Before the fix no tool of this server was ever offered: the listing failed at the bound.
     let health = until_offered(&proxy, &["endless__extra", "endless__tool_1"]).await;
     assert_eq!((health["state"].as_str(), health["restarts"].as_u64()), (Some("up"), Some(0)), "{health}");
@@ -80,7 +81,7 @@ async fn the_listing_ends_once_every_allowed_tool_was_seen() {
 async fn a_listing_cut_off_at_the_bound_offers_the_allowed_tools_found_within_it() {
     let dir = tempfile::tempdir().unwrap();
     // `absent` is never listed, so voxgate pages up to its bound.
-    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 0).await;
+    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 0, 0).await;
     let health = until_offered(&proxy, &["endless__tool_1"]).await;
     assert_eq!((health["state"].as_str(), health["tools"].as_u64()), (Some("up"), Some(1)), "{health}");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -93,7 +94,7 @@ async fn a_listing_cut_off_at_the_bound_offers_the_allowed_tools_found_within_it
 #[tokio::test]
 async fn a_tool_list_that_never_ends_is_read_for_a_bounded_number_of_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let proxy = start(dir.path(), &["absent"], 0, 0).await;
+    let proxy = start(dir.path(), &["absent"], 0, 0, 0).await;
     let pages_path = dir.path().join("pages.jsonl");
     // Before the bound the first listing followed the cursor until the 30 s listing timeout.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -120,17 +121,38 @@ async fn a_listing_cut_off_by_time_offers_the_allowed_tools_found_within_it() {
     let dir = tempfile::tempdir().unwrap();
     // `absent` is never listed and each page takes 1.5 s: the 64 pages would take 96 s. voxgate
     // reads pages after the first for 5 s (`LIST_TIMEOUT`), so it asks for 5 (the last unanswered).
-    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 1500).await;
+    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 1500, 0).await;
     // Before the fix nothing was offered: the listing failed at the 30 s listing timeout, and the
     // server was reconnected with back-off to list the same again, for ever.
     let health = until_offered(&proxy, &["endless__tool_1"]).await;
     assert_eq!((health["state"].as_str(), health["tools"].as_u64()), (Some("up"), Some(1)), "{health}");
     let pages = read_jsonl(&dir.path().join("pages.jsonl")).len();
     assert!((2..MAX_LIST_PAGES).contains(&pages), "{pages} pages");
-    // The page asked for last is answered after the cut, and ignored.
+    // The page asked for last is cancelled at the cut; what the server still sends for it is ignored.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (health, offered) = admin_tools(&proxy).await;
     assert_eq!(offered, ["endless__tool_1"]);
     assert_eq!((health["state"].as_str(), health["restarts"].as_u64()), (Some("up"), Some(0)), "{health}");
     assert_eq!(read_jsonl(&dir.path().join("pages.jsonl")).len(), pages, "one listing");
+}
+
+#[tokio::test]
+async fn a_page_cut_off_by_time_is_cancelled_at_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    // Page 2 is answered only after an hour: voxgate gives up on it at the 5 s bound.
+    let proxy = start(dir.path(), &["tool_1", "absent"], 0, 0, 2).await;
+    let health = until_offered(&proxy, &["endless__tool_1"]).await;
+    assert_eq!((health["state"].as_str(), health["restarts"].as_u64()), (Some("up"), Some(0)), "{health}");
+    let pages = read_jsonl(&dir.path().join("pages.jsonl"));
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    // Before the fix the page was dropped unannounced: the server kept working on it, and rmcp
+    // kept its request pending until an answer that never came.
+    let cancelled_path = dir.path().join("cancelled.jsonl");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while read_jsonl(&cancelled_path).is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cancelled = read_jsonl(&cancelled_path);
+    assert_eq!(cancelled.len(), 1, "the cut page is cancelled, and only it: {cancelled:?}");
+    assert_eq!(cancelled[0]["request_id"], pages[1]["request_id"], "{cancelled:?} {pages:?}");
 }
