@@ -5,6 +5,12 @@
 //! the old upstream before its item for the committed audio was read, and the new upstream would
 //! answer without the question). A recycle for age waits for all three (it would cut the user's
 //! turn), each for a while only; a resume sends the request again.
+//!
+//! It waits too, with input transcription on, for the transcripts the live upstream owes for the
+//! user's audio items: an audio item comes with `transcript: null`, its text only in
+//! `…transcription.completed`, which may come after `response.done`, and the restore carries an
+//! audio turn only as its text (a recycle at `response.done` would restore the answer without
+//! the question). Until the transcript, a `…transcription.failed`, or [`TRANSCRIPT_WAIT`].
 
 use std::time::Duration;
 
@@ -19,6 +25,11 @@ use crate::session::turns::REQUEST_ANSWER_TIMEOUT;
 /// mid-turn anyway. Counted from the due time, not from the audio: such a client's audio is never
 /// older than its last commit.
 const PUSH_TO_TALK_HOLD: Duration = Duration::from_secs(15);
+
+/// A user audio item holds a due recycle off this long at most, from when the upstream reported
+/// it, waiting for its transcript: transcription normally takes a second or two; one that never
+/// reports must not hold the recycle off for good.
+const TRANSCRIPT_WAIT: Duration = Duration::from_secs(15);
 
 /// The client's last push-to-talk `input_audio_buffer.commit` that no `response.created` has
 /// followed yet.
@@ -47,6 +58,12 @@ pub(super) struct ClientTurn {
     /// Client audio appended since its last `input_audio_buffer.commit` or `.clear`.
     audio_uncommitted: bool,
     commit: Option<Commit>,
+    /// The session has input transcription on (`transcription`, or `input_audio_transcription` on
+    /// the beta, set to an object): the upstream sends a transcript for each user audio item.
+    transcribing: bool,
+    /// User audio items of the live upstream whose transcript has not come yet, and when the
+    /// upstream reported each (only while transcribing; expired ones go at the next).
+    transcripts: Vec<(String, Instant)>,
 }
 
 impl ClientTurn {
@@ -100,18 +117,43 @@ impl ClientTurn {
 
     /// voxgate sent this `session.update` upstream.
     pub(super) fn session_update(&mut self, frame: &[u8]) {
-        if let Some(detecting) = turn_detection(frame) {
+        let Some(session) = session_of(frame) else { return };
+        if let Some(detecting) = turn_detection(&session) {
             self.push_to_talk = !detecting;
         }
+        if let Some(transcribing) = transcription(&session) {
+            self.transcribing = transcribing;
+        }
+    }
+
+    /// The live upstream reported user audio item `item_id` without its transcript: with
+    /// transcription on, one is owed.
+    pub(super) fn transcript_owed(&mut self, item_id: String) {
+        if self.transcribing {
+            let now = Instant::now();
+            self.transcripts.retain(|(_, at)| now < *at + TRANSCRIPT_WAIT);
+            self.transcripts.push((item_id, now));
+        }
+    }
+
+    /// Item `item_id`'s transcript came (or its transcription failed, or the item is gone).
+    pub(super) fn transcript_settled(&mut self, item_id: &str) {
+        self.transcripts.retain(|(id, _)| id != item_id);
+    }
+
+    /// A new upstream is the session's: the old one's transcripts will never come.
+    pub(super) fn upstream_replaced(&mut self) {
+        self.transcripts.clear();
     }
 
     /// The client may be in the middle of a turn the upstream has not taken up, which a recycle
     /// due at `due` would cut: push-to-talk audio appended since its last commit or clear (until
     /// [`PUSH_TO_TALK_HOLD`] past `due`), or a request or push-to-talk commit no response has
     /// followed yet (for [`REQUEST_ANSWER_TIMEOUT`] at most: one refused without an `event_id` to
-    /// name it, or a commit no request follows, must not hold the recycle off for good).
+    /// name it, or a commit no request follows, must not hold the recycle off for good), or a
+    /// transcript the upstream owes (for [`TRANSCRIPT_WAIT`] at most).
     pub(super) fn open(&self, now: Instant, due: Instant) -> bool {
-        self.audio_hold_ends(due).is_some_and(|at| now < at) || self.request_expires().is_some_and(|at| now < at)
+        [self.audio_hold_ends(due), self.request_expires(), self.transcripts_expire()].into_iter().flatten().any(|at| now < at)
     }
 
     /// When push-to-talk audio not yet committed stops holding a recycle due at `due`.
@@ -124,21 +166,42 @@ impl ClientTurn {
         let request = self.request.as_ref().map(|r| r.at + REQUEST_ANSWER_TIMEOUT);
         request.max(self.commit.as_ref().map(|c| c.at + REQUEST_ANSWER_TIMEOUT))
     }
+
+    /// When the transcripts owed stop holding the recycle off.
+    pub(super) fn transcripts_expire(&self) -> Option<Instant> {
+        self.transcripts.iter().map(|(_, at)| *at + TRANSCRIPT_WAIT).max()
+    }
 }
 
-/// What a `session.update` says of turn detection: `Some(false)` when it switches it off
-/// (`turn_detection: null`, under `audio.input` on GA or at the top on the beta), `Some(true)`
+/// The `session` of a `session.update`.
+fn session_of(frame: &[u8]) -> Option<Value> {
+    let mut update: Value = serde_json::from_slice(frame).ok()?;
+    Some(update.get_mut("session")?.take())
+}
+
+/// What a `session.update`'s `session` says of turn detection: `Some(false)` when it switches it
+/// off (`turn_detection: null`, under `audio.input` on GA or at the top on the beta), `Some(true)`
 /// when it sets one, `None` when it says nothing of it.
-fn turn_detection(frame: &[u8]) -> Option<bool> {
-    let update: Value = serde_json::from_slice(frame).ok()?;
-    let session = update.get("session")?;
+fn turn_detection(session: &Value) -> Option<bool> {
     let detection = session.get("turn_detection").or_else(|| session.get("audio")?.get("input")?.get("turn_detection"))?;
     Some(!detection.is_null())
 }
 
+/// What a `session.update`'s `session` says of input transcription: `Some(true)` when it sets one
+/// (`transcription` under `audio.input` on GA, `input_audio_transcription` on the beta),
+/// `Some(false)` when it switches it off (`null`), `None` when it says nothing of it.
+fn transcription(session: &Value) -> Option<bool> {
+    let setting = session.get("input_audio_transcription").or_else(|| session.get("audio")?.get("input")?.get("transcription"))?;
+    Some(setting.is_object())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::turn_detection;
+    use super::{session_of, transcription};
+
+    fn turn_detection(frame: &[u8]) -> Option<bool> {
+        super::turn_detection(&session_of(frame)?)
+    }
 
     #[test]
     fn turn_detection_is_read_where_each_protocol_puts_it() {
@@ -146,5 +209,14 @@ mod tests {
         assert_eq!(turn_detection(br#"{"type":"session.update","session":{"turn_detection":{"type":"server_vad"}}}"#), Some(true));
         assert_eq!(turn_detection(br#"{"type":"session.update","session":{"turn_detection":null}}"#), Some(false));
         assert_eq!(turn_detection(br#"{"type":"session.update","session":{"audio":{"output":{"voice":"marin"}}}}"#), None);
+    }
+
+    #[test]
+    fn transcription_is_read_where_each_protocol_puts_it() {
+        let read = |frame: &[u8]| transcription(&session_of(frame)?);
+        assert_eq!(read(br#"{"type":"session.update","session":{"type":"realtime","audio":{"input":{"transcription":{"model":"gpt-4o-transcribe"}}}}}"#), Some(true));
+        assert_eq!(read(br#"{"type":"session.update","session":{"type":"realtime","audio":{"input":{"transcription":null}}}}"#), Some(false));
+        assert_eq!(read(br#"{"type":"session.update","session":{"input_audio_transcription":{"model":"whisper-1"}}}"#), Some(true));
+        assert_eq!(read(br#"{"type":"session.update","session":{"audio":{"input":{"turn_detection":null}}}}"#), None);
     }
 }

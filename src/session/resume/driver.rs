@@ -77,8 +77,8 @@ impl Bridge {
 
     /// Recycle the upstream session once it is past its age and the conversation is quiet: no
     /// response, no user speech (nor its grace, nor push-to-talk audio not yet committed), no
-    /// client request (nor push-to-talk commit) not yet answered by a response, no running call,
-    /// no output on its way.
+    /// client request (nor push-to-talk commit) not yet answered by a response, no transcript owed
+    /// for the user's audio (with input transcription on), no running call, no output on its way.
     pub(crate) async fn recycle_if_due(&mut self, now: Instant) {
         let due = self.resume.age_deadline().is_some_and(|at| now >= at);
         // A stalled or failed upstream is lost, not recycled: the loop's next turn resumes it.
@@ -95,8 +95,8 @@ impl Bridge {
     }
 
     /// When time alone may let the recycle happen: the upstream's age, or, when later, the end of
-    /// the speech grace, of the wait for the client's request (or commit) to be answered or of
-    /// the hold for its push-to-talk audio. Anything else that holds it off ends with an event,
+    /// the speech grace, of the wait for the client's request (or commit) to be answered or for a
+    /// transcript owed, or of the hold for its push-to-talk audio. Anything else that holds it off ends with an event,
     /// which gives the loop a turn.
     pub(crate) fn recycle_wake_at(&self) -> Option<Instant> {
         let at = self.resume.age_deadline()?;

@@ -11,7 +11,10 @@
 //! the text of what the model meant to say is the better context.)
 //!
 //! Audio is carried as text: a user's audio turn as its input transcript, an assistant's audio
-//! as its output transcript. The model's own voice of past turns cannot be carried.
+//! as its output transcript. The model's own voice of past turns cannot be carried. A user's
+//! audio item comes with `transcript: null`, and its transcript (when input transcription is on)
+//! in `…transcription.completed`, which may come after the response to it: [`Transcript`] tells
+//! the caller which items still owe one, so that a recycle can wait for it.
 //!
 //! Bounded by items and by bytes (`upstream.resume_max_items`, `.resume_max_bytes`): the oldest
 //! items are dropped first, and counted. The log holds PHI, so it has no `Debug` that shows
@@ -51,6 +54,15 @@ impl Entry {
     }
 }
 
+/// What an event says of a user audio item's transcript (by item id).
+#[cfg_attr(test, derive(Debug, PartialEq, Eq))]
+pub(crate) enum Transcript {
+    /// A user audio item, new to the log, came without its transcript.
+    Owed(String),
+    /// Its transcript came, its transcription failed, or the item was deleted: none is owed now.
+    Settled(String),
+}
+
 /// A logged item: the upstream's item id and what it said.
 pub(crate) struct Logged {
     pub id: String,
@@ -86,6 +98,7 @@ pub(crate) fn records(kind: &str) -> bool {
             | "response.output_item.done"
             | "response.done"
             | "conversation.item.input_audio_transcription.completed"
+            | "conversation.item.input_audio_transcription.failed"
             | "conversation.item.deleted"
     )
 }
@@ -95,47 +108,58 @@ impl ConversationLog {
         Self { items: VecDeque::new(), bytes: 0, dropped: 0, max_items, max_bytes }
     }
 
-    /// Read one upstream event of a type [`records`] accepts (others are ignored).
-    pub(crate) fn observe(&mut self, kind: &str, bytes: &[u8]) {
-        let Ok(event) = serde_json::from_slice::<Value>(bytes) else { return };
+    /// Read one upstream event of a type [`records`] accepts (others are ignored), and say what
+    /// it tells of a user audio item's transcript, if anything.
+    pub(crate) fn observe(&mut self, kind: &str, bytes: &[u8]) -> Option<Transcript> {
+        let event = serde_json::from_slice::<Value>(bytes).ok()?;
         match kind {
             "conversation.item.input_audio_transcription.completed" => {
-                let (Some(item_id), Some(transcript)) = (event["item_id"].as_str(), event["transcript"].as_str()) else {
-                    return;
-                };
-                self.upsert(item_id, Entry::User(transcript.trim().to_string()));
-            }
-            "conversation.item.deleted" => {
-                if let Some(item_id) = event["item_id"].as_str() {
-                    self.remove(item_id);
+                let item_id = event["item_id"].as_str()?;
+                if let Some(transcript) = event["transcript"].as_str() {
+                    self.upsert(item_id, Entry::User(transcript.trim().to_string()));
                 }
+                Some(Transcript::Settled(item_id.to_string()))
+            }
+            "conversation.item.input_audio_transcription.failed" => Some(Transcript::Settled(event["item_id"].as_str()?.to_string())),
+            "conversation.item.deleted" => {
+                let item_id = event["item_id"].as_str()?;
+                self.remove(item_id);
+                Some(Transcript::Settled(item_id.to_string()))
             }
             "response.done" => {
                 for item in event["response"]["output"].as_array().into_iter().flatten() {
                     self.observe_item(item);
                 }
+                None
             }
             _ => self.observe_item(&event["item"]),
         }
     }
 
-    fn observe_item(&mut self, item: &Value) {
-        if let (Some(id), Some(entry)) = (item["id"].as_str(), entry_of(item)) {
-            self.upsert(id, entry);
-        }
+    /// Log an item; `Owed` when it is a user audio item new to the log without its transcript (a
+    /// later event about it, its `.done` with `transcript: null` again, owes nothing new).
+    fn observe_item(&mut self, item: &Value) -> Option<Transcript> {
+        let id = item["id"].as_str()?;
+        let entry = entry_of(item)?;
+        let owed = matches!(&entry, Entry::User(text) if text.is_empty()) && awaits_transcript(item);
+        (self.upsert(id, entry) && owed).then(|| Transcript::Owed(id.to_string()))
     }
 
-    fn upsert(&mut self, id: &str, entry: Entry) {
-        if let Some(logged) = self.items.iter_mut().find(|l| l.id == id) {
+    /// True when the item is new to the log.
+    fn upsert(&mut self, id: &str, entry: Entry) -> bool {
+        let new = if let Some(logged) = self.items.iter_mut().find(|l| l.id == id) {
             if entry.improves_on(&logged.entry) {
                 self.bytes = self.bytes - logged.entry.bytes() + entry.bytes();
                 logged.entry = entry;
             }
+            false
         } else {
             self.bytes += id.len() + entry.bytes();
             self.items.push_back(Logged { id: id.to_string(), entry });
-        }
+            true
+        };
         self.enforce_bounds();
+        new
     }
 
     fn remove(&mut self, id: &str) {
@@ -176,6 +200,12 @@ fn message_text(item: &Value) -> String {
     texts.join(" ").trim().to_string()
 }
 
+/// Has the item an `input_audio` part whose transcript has not come (`null`, as the upstream
+/// sends it until `…transcription.completed`)?
+fn awaits_transcript(item: &Value) -> bool {
+    item["content"].as_array().into_iter().flatten().any(|p| p["type"] == "input_audio" && p["transcript"].is_null())
+}
+
 fn entry_of(item: &Value) -> Option<Entry> {
     let text = |key: &str| item[key].as_str().map(str::to_string);
     match item["type"].as_str()? {
@@ -202,6 +232,26 @@ mod tests {
         let kind = event["type"].as_str().unwrap().to_string();
         assert!(records(&kind), "{kind}");
         log.observe(&kind, event.to_string().as_bytes());
+    }
+
+    #[test]
+    fn a_user_audio_item_owes_its_transcript_until_it_comes_or_fails() {
+        let mut log = ConversationLog::new(10, 10_000);
+        let audio = |kind: &str, id: &str, transcript: Value| {
+            json!({"type": kind, "item": {"id": id, "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": transcript}]}}).to_string()
+        };
+        let owed = |id: &str| Some(Transcript::Owed(id.into()));
+        let settled = |id: &str| Some(Transcript::Settled(id.into()));
+        assert_eq!(log.observe("conversation.item.added", audio("conversation.item.added", "u1", Value::Null).as_bytes()), owed("u1"));
+        assert_eq!(log.observe("conversation.item.done", audio("conversation.item.done", "u1", Value::Null).as_bytes()), None, "owed once");
+        let completed = json!({"type": "conversation.item.input_audio_transcription.completed", "item_id": "u1", "transcript": "Hi"});
+        assert_eq!(log.observe("conversation.item.input_audio_transcription.completed", completed.to_string().as_bytes()), settled("u1"));
+        let failed = json!({"type": "conversation.item.input_audio_transcription.failed", "item_id": "u2", "error": {}});
+        assert!(records("conversation.item.input_audio_transcription.failed"));
+        assert_eq!(log.observe("conversation.item.input_audio_transcription.failed", failed.to_string().as_bytes()), settled("u2"));
+        // An item that carries its transcript owes none.
+        assert_eq!(log.observe("conversation.item.created", audio("conversation.item.created", "u3", json!("Bed 12")).as_bytes()), None);
+        assert_eq!(entries(&log), vec![("u1".into(), Entry::User("Hi".into())), ("u3".into(), Entry::User("Bed 12".into()))]);
     }
 
     fn entries(log: &ConversationLog) -> Vec<(String, Entry)> {

@@ -8,7 +8,7 @@
 //! - [`plan`]: the pure restore plan, (effective session configuration, log) → frames.
 //! - [`hold`]: what would have gone upstream during the gap, released in order after the restore.
 //! - [`client_turn`]: what the client has under way (a request not started, push-to-talk audio
-//!   or commit).
+//!   or commit, a transcript of its audio the upstream still owes).
 //! - [`driver`]: the session loop's side: starting a gap, the connection attempts (a future the
 //!   loop polls in its `select!`, so confirmations, tool completions and pings go on meanwhile),
 //!   restoring, giving up.
@@ -255,7 +255,11 @@ impl Resume {
                 return Seen::Swallow;
             }
         }
-        self.log.observe(kind, bytes);
+        match self.log.observe(kind, bytes) {
+            Some(log::Transcript::Owed(item_id)) => self.client.transcript_owed(item_id),
+            Some(log::Transcript::Settled(item_id)) => self.client.transcript_settled(&item_id),
+            None => {}
+        }
         Seen::Forward
     }
 
@@ -300,11 +304,11 @@ impl Resume {
     }
 
     /// When the client's turn stops holding a recycle off: its pending request's (or push-to-talk
-    /// commit's) answer time, or the end of the hold for push-to-talk audio not yet committed,
-    /// whichever is later.
+    /// commit's) answer time, the end of the hold for push-to-talk audio not yet committed, or of
+    /// the wait for the transcripts owed, whichever is latest.
     pub(super) fn client_turn_expires(&self) -> Option<Instant> {
         let audio = self.recycle_at.and_then(|due| self.client.audio_hold_ends(due));
-        self.client.request_expires().max(audio)
+        self.client.request_expires().max(audio).max(self.client.transcripts_expire())
     }
 
     /// When the upstream session should be recycled: armed only while connected.
@@ -432,6 +436,7 @@ impl Resume {
         let owed = std::mem::take(&mut self.unanswered_updates) > 0;
         let session_created = self.created_forwarded;
         self.echoes = Echoes { session_created, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
+        self.client.upstream_replaced();
         let now = Instant::now();
         self.recycle_at = self.settings.as_ref().and_then(|s| s.max_age).map(|age| now + recycle_age(age));
         self.restored = Some(Restored { at: now, attempts });

@@ -33,13 +33,14 @@ async fn recycled_onto(h: &mut Harness, model: WebSocketStream<DuplexStream>) ->
 /// the old upstream's buffer and commit only its tail on the new one. The commit does not end the
 /// turn either: the `response.create` that follows it may come in a later read, and a recycle in
 /// between would never read the old upstream's item for the committed audio, so the new upstream
-/// would answer without the question.
+/// would answer without the question. Nor does the response: with input transcription on, the
+/// item comes with `transcript: null` and its text may follow the response's `response.done`.
 #[tokio::test(start_paused = true)]
 async fn a_push_to_talk_utterance_is_not_cut_in_two_by_the_recycle() {
     let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
     let start = Instant::now();
-    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": null}}}}))
-        .await;
+    let input = json!({"turn_detection": null, "transcription": {"model": "gpt-4o-transcribe"}});
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": input}}})).await;
     h.model_expects("session.update").await;
     // The user holds the button from 7 s (before the age, whatever its jitter) to 12 s.
     tokio::time::sleep_until(start + Duration::from_secs(7)).await;
@@ -57,15 +58,20 @@ async fn a_push_to_talk_utterance_is_not_cut_in_two_by_the_recycle() {
     assert_eq!(h.model_expects("response.create").await["event_id"], "ptt_rc", "the request on the old upstream too");
     h.model_sends(json!({"type": "input_audio_buffer.committed", "event_id": "e_c", "item_id": "u1"})).await;
     h.model_sends(json!({"type": "conversation.item.created", "event_id": "e_i", "item": {"id": "u1", "type": "message", "role": "user",
-        "content": [{"type": "input_audio", "transcript": "Which ward is bed 12 on?"}]}})).await;
+        "content": [{"type": "input_audio", "transcript": null}]}})).await;
     h.browser_expects("conversation.item.created").await;
     no_recycle_within(&mut h, Duration::from_secs(1)).await;
     h.model_sends(json!({"type": "response.created", "event_id": "e_rc", "response": {"id": "r1"}})).await;
     h.model_sends(json!({"type": "response.done", "event_id": "e_rd", "response": {"id": "r1", "output": []}})).await;
     h.browser_expects("response.done").await;
+    no_recycle_within(&mut h, Duration::from_secs(1)).await;
+    h.model_sends(json!({"type": "conversation.item.input_audio_transcription.completed", "event_id": "e_t", "item_id": "u1",
+        "content_index": 0, "transcript": "Which ward is bed 12 on?"})).await;
     assert_eq!(h.browser_expects("voxgate.session.resuming").await["reason"], "max_age");
     h.model = model;
-    assert_eq!(h.model_expects("conversation.item.create").await["item"]["id"], "u1", "the question is restored");
+    let restored = h.model_expects("conversation.item.create").await;
+    assert_eq!(restored["item"]["id"], "u1");
+    assert_eq!(restored["item"]["content"][0]["text"], "Which ward is bed 12 on?", "the question is restored");
     h.browser_expects("voxgate.session.resumed").await;
 }
 
@@ -103,6 +109,64 @@ async fn a_push_to_talk_commit_holds_the_recycle_until_refused_or_for_the_answer
     assert!(committed.elapsed() >= Duration::from_secs(15) && committed.elapsed() < Duration::from_secs(16), "after {:?}", committed.elapsed());
     h.model = model;
     h.browser_expects("voxgate.session.resumed").await;
+}
+
+/// The upstream reports the user's audio item `item` (its transcript still to come, as OpenAI
+/// sends it), then a response to it.
+async fn answered_without_transcript(h: &mut Harness, item: &str) {
+    h.model_sends(json!({"type": "conversation.item.created", "event_id": "e_i", "item": {"id": item, "type": "message", "role": "user",
+        "content": [{"type": "input_audio", "transcript": null}]}})).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "e_rc", "response": {"id": "r"}})).await;
+    h.model_sends(json!({"type": "response.done", "event_id": "e_rd", "response": {"id": "r", "output": []}})).await;
+}
+
+/// A transcript the upstream never sends (or reports `.failed`) holds the recycle for a while
+/// only: a failure ends the wait at once, and without either the recycle happens 15 s after the
+/// item, with no frame needed. Input transcription must be on: without it no transcript is owed.
+#[tokio::test(start_paused = true)]
+async fn a_transcript_that_never_comes_holds_the_recycle_for_a_while_only() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    let transcribed = |on: bool| {
+        let transcription = if on { json!({"model": "gpt-4o-transcribe"}) } else { json!(null) };
+        json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"transcription": transcription}}}})
+    };
+    h.browser_sends(transcribed(true)).await;
+    h.model_expects("session.update").await;
+    // Just before the age (9 s at the earliest): the recycle falls due while the transcript is owed.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    answered_without_transcript(&mut h, "u1").await;
+    h.browser_expects("response.done").await;
+    no_recycle_within(&mut h, Duration::from_secs(4)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    h.model_sends(json!({"type": "conversation.item.input_audio_transcription.failed", "event_id": "e_f", "item_id": "u1",
+        "content_index": 0, "error": {"type": "transcription_error", "message": "failed"}})).await;
+    let failed = Instant::now();
+    recycled_onto(&mut h, model).await;
+    assert!(failed.elapsed() < Duration::from_secs(1), "recycled {:?} after the failure", failed.elapsed());
+
+    // On the new upstream, just before its age (9 s at the earliest), a transcript that never comes.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let created = Instant::now();
+    answered_without_transcript(&mut h, "u2").await;
+    h.browser_expects("voxgate.session.resuming").await;
+    assert!(created.elapsed() >= Duration::from_secs(15) && created.elapsed() < Duration::from_secs(16), "after {:?}", created.elapsed());
+    h.model = model;
+    h.browser_expects("voxgate.session.resumed").await;
+
+    // Transcription off: an audio item with no transcript is owed none, and holds nothing.
+    h.browser_sends(transcribed(false)).await;
+    h.model_expects("session.update").await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (proxy_side, model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    answered_without_transcript(&mut h, "u3").await;
+    h.browser_expects("response.done").await;
+    let done = Instant::now();
+    recycled_onto(&mut h, model).await;
+    assert!(done.elapsed() < Duration::from_secs(3), "recycled {:?} after the response", done.elapsed());
 }
 
 /// Server VAD: when speech stops the server commits the audio and starts its response a moment
