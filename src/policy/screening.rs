@@ -10,11 +10,11 @@
 //! is screened because its spec says `third_party`, so a new third-party tool is covered without
 //! writing anything:
 //!
-//! 1. **Identifier patterns**: record numbers, SSNs, phone numbers, e-mail addresses, full dates
-//!    and birth-date phrases, street addresses, names after a title ("Mr.", "Dr"; `titled_name`)
-//!    or after "patient". Each pattern is written against clinical queries too: "type 2 diabetes",
-//!    "covid-19 2020-2022 trials", "HbA1c 6.5-7.0", "mRNA-1273", "ACE inhibitors 10 mg", "MR
-//!    imaging of the knee" pass.
+//! 1. **Identifier patterns**: record numbers, SSNs, NHS and phone numbers (with spaces only, told
+//!    from dose ladders in `numbers`), e-mail addresses, full dates and birth-date phrases, street
+//!    addresses, names after a title ("Mr.", "Dr"; `titled_name`) or after "patient". Each pattern
+//!    is written against clinical queries too: "type 2 diabetes", "covid-19 2020-2022 trials",
+//!    "HbA1c 6.5-7.0", "mRNA-1273", "ACE inhibitors 10 mg", "MR imaging of the knee" pass.
 //! 2. **The session's [`TaintSet`]**: the words of every string, number and key a PHI tool has
 //!    returned in this session. A query is blocked when it shares a run of two consecutive words with one of those
 //!    strings (case-insensitive; pairs made only of function words such as "of the" do not count),
@@ -90,17 +90,22 @@ fn identifier_sources() -> Vec<String> {
         // separator per date, so "6.5-7.0" or "2020-2022" is not a date.
         format!(r"\b{DAY}{sep}{DAY}{sep}{YEAR}\b|\b(?:19|20)[0-9]{{2}}{sep}{MONTH}{sep}{DAY}\b")
     });
-    // A date with spaces only with two-digit day and month and a four-digit year ("04 03 1961"):
-    // "APGAR 8 9 10" and "phase 2 3 2020" are not dates.
+    // A date with spaces only with two-digit day and month and a four-digit year ("04 03 1961",
+    // "1961 03 04"): "APGAR 8 9 10" and "phase 2 3 2020" are not dates. In this century one of
+    // day and month must start with 0 ("04 10 2021"): "AUDIT-C 10 12 2019" and "ASCVD 10 20 2018"
+    // are cut-offs and a guideline's year.
     let spaced_date = {
         let (day, month) = ("(?:0[1-9]|[12][0-9]|3[01])", "(?:0[1-9]|1[0-2])");
-        format!(r"\b(?:{day} {month}|{month} {day}) (?:19|20)[0-9]{{2}}\b")
+        format!(
+            r"\b(?:{day} {month}|{month} {day}) 19[0-9]{{2}}\b|\b(?:0[1-9] {day}|{day} 0[1-9]) 20[0-9]{{2}}\b|\b19[0-9]{{2}} {month} {day}\b|\b20[0-9]{{2}} (?:0[1-9] {day}|{month} 0[1-9])\b"
+        )
     };
     let mut patterns: Vec<String> = vec![
         // Record numbers: "MRN 123456", "MRN: A-1234", "MRN12345678", "record number 98765",
-        // "hospital number 1234567", "patient ID 4711". The value must hold digits, so "medical
-        // record review" is not one; `mrn\b` and the digits keep "mRNA-1273" out.
-        r"(?i)\b(?:mrn\b|mr\s?no\b\.?|(?:medical\s+)?record\s+(?:number\b|no\b\.?|\#)|(?:patient|hospital)\s+(?:id\b|number\b|no\b\.?|\#)|(?:chart|case)\s+(?:number\b|no\b\.?|\#)|fallnummer\b|patientennummer\b)[\s:\#.-]{0,3}[a-z]{0,3}-?[0-9]{3,}|(?i)\bmrn[0-9]{3,}".into(),
+        // "hospital number 1234567", "patient ID 4711", "accession number 12345678", "Patienten-ID
+        // 12345678", "KVNR A123456789" (German insurance number). The value must hold digits, so
+        // "medical record review" is not one; `mrn\b` and the digits keep "mRNA-1273" out.
+        r"(?i)\b(?:mrn\b|mr\s?no\b\.?|(?:medical\s+)?record\s+(?:number\b|no\b\.?|\#)|(?:patient|hospital)\s+(?:id\b|number\b|no\b\.?|\#)|(?:chart|case|unit|accession)\s+(?:number\b|no\b\.?|\#)|fallnummer\b|patientennummer\b|patienten-?id\b|kvnr\b|(?:kranken)?versichertennummer\b)[\s:\#.-]{0,3}[a-z]{0,3}-?[0-9]{3,}|(?i)\bmrn[0-9]{3,}".into(),
         // US social security numbers, with or without the word. Written with spaces, three numbers
         // are also a blood pressure and a guideline's year ("BP 140 90 2017"): any last group
         // only where the text calls it one ("social security number: 123 45 6789"; "SSN" alone is
@@ -108,12 +113,12 @@ fn identifier_sources() -> Vec<String> {
         // 9xx) and the group is not 00.
         r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b|\b[0-9]{3}\.[0-9]{2}\.[0-9]{4}\b|(?i)\bssn\b".into(),
         r"(?i)\b(?:social\s+security|soc\.?\s*sec)\b\D{0,24}\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) [0-9]{4}\b".into(),
-        // Without the word, written with spaces, only when the last group cannot be a year
-        // (19xx, 20xx): "123 45 6789" is one, "BP 140 90 2017" is a blood pressure and a year.
-        r"\b(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9]) (?:0[1-9]|[1-9][0-9]) (?:[03-9][0-9]{3}|1[0-8][0-9]{2}|2[1-9][0-9]{2})\b".into(),
-        // Phone numbers: North American 3-3-4 ([`north_american_phone`]), international "+49 30
-        // 1234567" and "0049 30 12345678" (after no digit or decimal point: "p 0.001 2020" is no
-        // number), national trunk prefix "0171 1234567" (area code also in brackets, "(030)
+        // Without the word, written with spaces: [`numbers::spaced_ssn`]. UK NHS numbers with the
+        // word ("NHS no 485 777 2019"); without it, as 3-3-4 phone numbers.
+        r"(?i)\bnhs\s*(?:number|no\.?|\#)?[\s:]*[0-9]{3}\s?[0-9]{3}\s?[0-9]{4}\b".into(),
+        // Phone numbers: North American 3-3-4 ([`numbers::north_american_phone`]), international
+        // "+49 30 1234567" and "0049 30 12345678" (after no digit or decimal point: "p 0.001 2020" is
+        // no number), national trunk prefix "0171 1234567" (area code also in brackets, "(030)
         // 12345678"), French pairs "06 12 34 56 78", and any bare run of 9+ digits (PMIDs have at
         // most 8).
         r"\+[0-9]{1,3}[\s.-]?\(?[0-9]{1,4}\)?(?:[\s.-]?[0-9]{2,4}){2,4}\b".into(),
@@ -131,9 +136,10 @@ fn identifier_sources() -> Vec<String> {
         // 12, 1961".
         format!(r"(?i)\b{DAY}(?:st|nd|rd|th|\.)?\s+(?:of\s+)?{MONTH_WORD}\.?,?\s+[0-9]{{4}}\b"),
         format!(r"(?i)\b{MONTH_WORD}\.?\s+{DAY}(?:st|nd|rd|th)?,?\s+[0-9]{{4}}\b"),
-        // As records write them: "03-Mar-1961", "12MAR1961", "3/Mar/61", and with a two-digit
-        // year when the month is written in full: "3 March 61", "12th of March '61".
+        // As records write them: "03-Mar-1961", "12MAR1961", "3/Mar/61", "Mar-04-1961", and with a
+        // two-digit year when the month is written in full: "3 March 61", "12th of March '61".
         format!(r"(?i)\b{DAY}[./-]?{MONTH_WORD}\.?[./-]?(?:[0-9]{{4}}|[0-9]{{2}})\b"),
+        format!(r"(?i)\b{MONTH_WORD}[./-]{DAY}[./-][0-9]{{4}}\b"),
         format!(r"(?i)\b{DAY}(?:st|nd|rd|th|\.)?\s+(?:of\s+)?{MONTH_FULL},?\s+'?[0-9]{{2}}\b"),
         // Birth-date phrases ("infants born to mothers with diabetes" is fine: a day must follow).
         format!(r"(?i)\b(?:dob|d\.o\.b|date\s+of\s+birth|birth\s?date|geburtsdatum|geb\.)|\bborn\s+(?:on\s+)?(?:[0-9]{{1,2}}\b|{MONTH_WORD}\.?\s+[0-9])"),
@@ -148,18 +154,6 @@ fn identifier_sources() -> Vec<String> {
     patterns.push(spaced_date);
     patterns
 }
-
-/// North American phone numbers, 3-3-4 ("555-123-4567", "(555) 123-4567", "555 123 4567"); with
-/// spaces only, [`north_american_phone`] tells them from doses and cut-offs.
-static NORTH_AMERICAN_PHONE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)|\b[0-9]{3})[\s.-]?[0-9]{3}[\s.-][0-9]{4}\b").ok()
-});
-
-/// A unit right after three numbers: a dose ladder or lab cut-offs ("500 850 1000 mg", "450 900
-/// 1800 pg/mL"), not a phone number.
-static UNIT_AFTER: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"(?i)^\s*(?:mg|mcg|µg|μg|ug|ng|pg|g|kg|ml|dl|l|mmol|µmol|μmol|umol|nmol|pmol|meq|iu|units?|mmhg)\b").ok()
-});
 
 /// The most words and pairs one session's taint holds (some 15 MB; a 32 KiB file result adds
 /// about 5,000). Past it the session fails closed: see [`TaintSet::matches`].
@@ -257,28 +251,10 @@ impl TaintSet {
 /// Does `text` carry an identifier pattern?
 pub fn has_identifier(text: &str) -> bool {
     IDENTIFIER_PATTERNS.iter().any(|pattern| pattern.is_match(text))
-        || north_american_phone(text)
+        || numbers::north_american_phone(text)
+        || numbers::spaced_ssn(text)
         || names::named_patient(text)
         || names::titled_name(text)
-}
-
-/// A 3-3-4 phone number. Three numbers written with spaces only are a dose ladder or cut-offs
-/// when a unit follows ("metformin 500 850 1000 mg") or the last reads as a year ("AUC 400 600
-/// 2020 guideline"); with brackets, dots, dashes or "+1" they are always a number.
-fn north_american_phone(text: &str) -> bool {
-    let (Some(pattern), Some(unit)) = (NORTH_AMERICAN_PHONE.as_ref(), UNIT_AFTER.as_ref()) else { return true };
-    let mut from = 0;
-    while let Some(found) = pattern.find_at(text, from) {
-        let number = found.as_str();
-        let spaced = number.chars().all(|c| c.is_ascii_digit() || c.is_whitespace());
-        let year = number.len() >= 4 && matches!(&number[number.len() - 4..number.len() - 2], "19" | "20");
-        if !(spaced && (year || unit.is_match(&text[found.end()..]))) {
-            return true;
-        }
-        // Look again from the next digit: "300 600 900 1200 mg" is read as "600 900 1200" too.
-        from = found.start() + 1;
-    }
-    false
 }
 
 /// Screen what a third-party call would send. `Err(PhiBlocked)` or `Err(TaintFull)` means the
@@ -385,6 +361,7 @@ fn known(list: &HashSet<&'static str>, word: &str) -> bool {
 }
 
 mod names;
+mod numbers;
 
 #[cfg(test)]
 mod tests;
