@@ -153,7 +153,7 @@ impl ClientTurn {
     /// name it, or a commit no request follows, must not hold the recycle off for good), or a
     /// transcript the upstream owes (for [`TRANSCRIPT_WAIT`] at most).
     pub(super) fn open(&self, now: Instant, due: Instant) -> bool {
-        [self.audio_hold_ends(due), self.request_expires(), self.transcripts_expire()].into_iter().flatten().any(|at| now < at)
+        [self.audio_hold_ends(due), self.request_expires(), self.transcripts_expire(due)].into_iter().flatten().any(|at| now < at)
     }
 
     /// When push-to-talk audio not yet committed stops holding a recycle due at `due`.
@@ -167,9 +167,12 @@ impl ClientTurn {
         request.max(self.commit.as_ref().map(|c| c.at + REQUEST_ANSWER_TIMEOUT))
     }
 
-    /// When the transcripts owed stop holding the recycle off.
-    pub(super) fn transcripts_expire(&self) -> Option<Instant> {
-        self.transcripts.iter().map(|(_, at)| *at + TRANSCRIPT_WAIT).max()
+    /// When the transcripts owed stop holding off a recycle due at `due`: [`TRANSCRIPT_WAIT`] after
+    /// the latest item, and never later than that past `due`. Items whose transcript never comes
+    /// (audio items the client created itself, an update the upstream refused) may follow one
+    /// another for good, and must not keep the session from ever recycling.
+    pub(super) fn transcripts_expire(&self, due: Instant) -> Option<Instant> {
+        self.transcripts.iter().map(|(_, at)| *at + TRANSCRIPT_WAIT).max().map(|end| end.min(due + TRANSCRIPT_WAIT))
     }
 }
 

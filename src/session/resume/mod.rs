@@ -308,7 +308,8 @@ impl Resume {
     /// the wait for the transcripts owed, whichever is latest.
     pub(super) fn client_turn_expires(&self) -> Option<Instant> {
         let audio = self.recycle_at.and_then(|due| self.client.audio_hold_ends(due));
-        self.client.request_expires().max(audio).max(self.client.transcripts_expire())
+        let transcripts = self.recycle_at.and_then(|due| self.client.transcripts_expire(due));
+        self.client.request_expires().max(audio).max(transcripts)
     }
 
     /// When the upstream session should be recycled: armed only while connected.

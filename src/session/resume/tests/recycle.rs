@@ -169,6 +169,33 @@ async fn a_transcript_that_never_comes_holds_the_recycle_for_a_while_only() {
     assert!(done.elapsed() < Duration::from_secs(3), "recycled {:?} after the response", done.elapsed());
 }
 
+/// Transcripts that never come, for items less than 15 s apart (audio items the client created
+/// itself, or an update the upstream refused), hold the recycle off 15 s past its due time at
+/// most, not for good.
+#[tokio::test(start_paused = true)]
+async fn owed_transcripts_hold_the_recycle_at_most_a_while_past_its_due_time() {
+    let (mut h, offer, _) = resumable(|c| c.upstream.max_session_age_s = 10).await;
+    let start = Instant::now();
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "audio": {"input":
+        {"transcription": {"model": "gpt-4o-transcribe"}}}}}))
+    .await;
+    h.model_expects("session.update").await;
+    let (proxy_side, _model) = pair(1 << 20).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let mut recycled = None;
+    for item in ["u1", "u2", "u3", "u4"] {
+        answered_without_transcript(&mut h, item).await;
+        if tokio::time::timeout(Duration::from_secs(10), expect(&mut h.browser, "voxgate.session.resuming")).await.is_ok() {
+            recycled = Some(start.elapsed());
+            break;
+        }
+    }
+    // Due at 9-10 s (the age less its jitter): by 25 s at the latest.
+    let at = recycled.expect("recycled while transcripts kept being owed");
+    assert!(at <= Duration::from_secs(25) + Duration::from_millis(500), "recycled at {at:?}");
+}
+
 /// Server VAD: when speech stops the server commits the audio and starts its response a moment
 /// later; the recycle waits out the same grace voxgate gives the server before asking for a
 /// response, and then needs no other event to happen.
