@@ -1,6 +1,7 @@
 //! MELD liver-disease severity (`meld`): classic MELD, MELD-Na (OPTN policy 2016, the default) and
 //! MELD 3.0 (Kim 2021), with OPTN bounds, dialysis rule and rounding order.
 
+use num::ToPrimitive;
 use serde_json::{Map, Value, json};
 
 use super::common::{
@@ -32,7 +33,9 @@ fn meld_schema() -> Value {
                 ),
             ),
             ("creatinine_mg_dl", creatinine_mg_dl()),
-            ("bilirubin_mg_dl", number("Total bilirubin in mg/dL", 0.1, 80.0)),
+            // The range (CALCULATORS.md) also holds most µmol/L values, which read 17.1 times too high:
+            // only the description can keep them out.
+            ("bilirubin_mg_dl", number("Total bilirubin in mg/dL (not µmol/L; divide µmol/L by 17.1)", 0.1, 80.0)),
             ("inr", number("INR (unitless)", 0.5, 20.0)),
             (
                 "sodium_mmol_l",
@@ -189,12 +192,21 @@ pub(super) fn meld_3(
 ) -> i64 {
     let sodium_gap = 137.0 - sodium;
     let albumin_gap = 3.5 - albumin;
-    let raw = 1.33 * f64::from(u8::from(female)) + 4.56 * bilirubin.ln() + 0.82 * sodium_gap
-        - 0.24 * sodium_gap * bilirubin.ln()
+    let logarithmic = 4.56 * bilirubin.ln() - 0.24 * sodium_gap * bilirubin.ln()
         + 9.09 * inr.ln()
         + 11.14 * creatinine.ln()
-        + 1.85 * albumin_gap
-        - 1.83 * albumin_gap * creatinine.ln()
-        + 6.0;
-    round_repr_half_up(raw, 0).clamp(MELD_3_FLOOR, MELD_CAP)
+        - 1.83 * albumin_gap * creatinine.ln();
+    // The terms without a logarithm, exactly (all inputs are decimals). With normal labs every
+    // logarithm is 0 (the values are clamped to 1.0) and these are the whole score: in floating
+    // point a total of exactly 9.5 came out as 9.4999… and was rounded down, a band lower.
+    let linear = ratio(133, 100) * integer(i64::from(female))
+        + ratio(82, 100) * (integer(137) - exact(sodium))
+        + ratio(185, 100) * (ratio(35, 10) - exact(albumin))
+        + integer(6);
+    let score = if logarithmic == 0.0 {
+        round_half_up(&linear, 0)
+    } else {
+        round_repr_half_up(linear.to_f64().unwrap_or(f64::NAN) + logarithmic, 0)
+    };
+    score.clamp(MELD_3_FLOOR, MELD_CAP)
 }

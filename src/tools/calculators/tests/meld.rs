@@ -178,6 +178,23 @@ fn meld_3_0_examples_caps_and_bounds() {
     assert_eq!(top["parameters_used"]["albumin_g_dl"], json!(1.5));
 }
 
+/// With normal labs (bilirubin, INR and creatinine clamped to 1.0) every logarithm is 0 and the
+/// score is an exact decimal: a half-way total rounds up, as MELD-Na's does. In floating point
+/// 9.5 came out as 9.4999… and rounded to 9 (a band lower).
+#[test]
+fn meld_3_0_rounds_exact_half_way_totals_up() {
+    let normal = |sex: &str, sodium: f64, albumin: f64| {
+        json!({"version": "meld_3_0", "creatinine_mg_dl": 0.8, "bilirubin_mg_dl": 0.6, "inr": 1.0,
+        "sodium_mmol_l": sodium, "albumin_g_dl": albumin, "sex": sex})
+    };
+    // 0.82·1.2 + 1.85·1.36 + 6 = 9.5 exactly.
+    assert_eq!(outcome("meld", normal("male", 135.8, 2.14)), (json!(10), "moderate".into()));
+    // 1.33 + 0.82·10.6 + 1.85·1.88 + 6 = 19.5 exactly.
+    assert_eq!(outcome("meld", normal("female", 126.4, 1.62)).0, json!(20));
+    // 0.82·8.2 + 1.85·0.96 + 6 = 14.5 exactly.
+    assert_eq!(outcome("meld", normal("male", 128.8, 2.54)).0, json!(15));
+}
+
 #[test]
 fn version_dependent_requirements() {
     let no_sodium = json!({"creatinine_mg_dl": 1.0, "bilirubin_mg_dl": 1.0, "inr": 1.0});
