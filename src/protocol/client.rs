@@ -131,7 +131,12 @@ fn merge_tools(tools: &mut Value, server_tools: &[Value], guard: &CallGuard<impl
     let mut dropped = Vec::new();
     for tool in client_list {
         match tool.get("name").and_then(Value::as_str) {
-            Some(name) if (guard.is_server_tool)(name) => dropped.push(name.to_string()),
+            // Reported once per name: each report is an `error` event to the client.
+            Some(name) if (guard.is_server_tool)(name) => {
+                if !dropped.iter().any(|d| d == name) {
+                    dropped.push(name.to_string());
+                }
+            }
             Some(name) => {
                 client_tools.push(name.to_string());
                 kept.push(tool);
@@ -223,6 +228,15 @@ mod tests {
         assert_eq!(tools.len(), 2);
         assert_eq!(tools[1]["description"], "server");
         assert_eq!(v["session"]["instructions"], "hi");
+
+        // A name given many times is reported once: each report is an `error` event to the
+        // client, and 80,000 copies in one frame made 80,000 of them.
+        let many: Vec<Value> = (0..10_000).map(|_| json!({"type":"function","name":"search_pubmed"})).collect();
+        let flood = json!({"type":"session.update","session":{"tools": many}});
+        let merged = merge_session_update(flood.to_string().as_bytes(), &server, &guard(|n| n == "search_pubmed"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(merged.dropped, vec!["search_pubmed"]);
     }
 
     #[test]

@@ -37,8 +37,14 @@ pub mod codes {
     pub const UPSTREAM_EVENT_UNREADABLE: &str = "voxgate_upstream_event_unreadable";
 }
 
-/// The standard realtime `error` event (CONTRACT §4).
+/// The longest client `event_id` an `error` echoes. A client picks its ids; one of megabytes would
+/// be copied into every error that names it.
+pub const MAX_ECHOED_EVENT_ID: usize = 256;
+
+/// The standard realtime `error` event (CONTRACT §4). The client's `event_id` is echoed when it
+/// is at most [`MAX_ECHOED_EVENT_ID`] bytes, otherwise `null`.
 pub fn error_event(code: &str, message: &str, client_event_id: Option<&str>) -> String {
+    let client_event_id = client_event_id.filter(|id| id.len() <= MAX_ECHOED_EVENT_ID);
     json!({
         "type": "error",
         "event_id": event_id(),
@@ -179,5 +185,15 @@ mod tests {
         assert_eq!(v["error"]["code"], "voxgate_x");
         assert_eq!(v["error"]["event_id"], "c1");
         assert!(v["event_id"].as_str().unwrap().starts_with(EVENT_ID_PREFIX));
+    }
+
+    #[test]
+    fn a_long_client_event_id_is_not_echoed() {
+        let long = "x".repeat(MAX_ECHOED_EVENT_ID + 1);
+        let v: Value = serde_json::from_str(&error_event("invalid_event", "bad", Some(&long))).unwrap();
+        assert_eq!(v["error"]["event_id"], Value::Null);
+        let fits = "x".repeat(MAX_ECHOED_EVENT_ID);
+        let v: Value = serde_json::from_str(&error_event("invalid_event", "bad", Some(&fits))).unwrap();
+        assert_eq!(v["error"]["event_id"], fits.as_str());
     }
 }
