@@ -414,6 +414,18 @@ async fn admin_lists_allowed_tools_that_are_not_offered_with_their_health() {
     assert_eq!(unique.len(), names.len(), "each tool once: {names:?}");
 }
 
+/// An allowed tool stays a server tool name while its server is down: a client may not declare
+/// it as its own tool and answer the model's calls to it past validation, confirmation and audit.
+#[tokio::test]
+async fn a_down_servers_allowed_tool_name_is_refused_as_a_client_tool() {
+    let extra = "[mcp.servers.gone]\nurl = \"http://127.0.0.1:9/mcp\"\nallow = [\"page_on_call\"]\n";
+    let mut lab = start(false, extra).await;
+    let (mut client, mut up, names) = lab.session().await;
+    assert!(!names.iter().any(|n| n == "gone__page_on_call"), "{names:?}");
+    let tools = support::client_tools::declare_shadowing_tool(&mut client, &mut up, "gone__page_on_call").await;
+    assert!(tools.iter().all(|t| t["name"] != "gone__page_on_call"), "{tools:?}");
+}
+
 #[tokio::test]
 async fn a_tool_the_server_adds_later_joins_new_sessions() {
     let mut lab = start(false, "[auth]\nadmin_token = \"admin-secret-token-0123\"\n").await;

@@ -263,19 +263,7 @@ async fn client_tools_pass_through_and_collisions_are_refused() {
     let mut fake = FakeUpstream::start().await;
     let proxy = TestProxy::with_upstream(&fake, "").await;
     let (mut client, mut up, _) = session(&mut fake, &proxy).await;
-    client
-        .send_json(json!({"type": "session.update", "event_id": "c1", "session": {"type": "realtime", "tools": [
-            {"type": "function", "name": "get_weather", "parameters": {"type": "object"}},
-            {"type": "function", "name": "search_pubmed", "description": "shadow", "parameters": {"type": "object"}}
-        ]}}))
-        .await;
-    let error = client.until("error").await;
-    assert_eq!(error["error"]["code"], "voxgate_server_tool_name");
-    assert_eq!(error["error"]["event_id"], "c1");
-    let update = up.until("session.update").await;
-    let tools = update["session"]["tools"].as_array().unwrap();
-    assert!(tools.iter().any(|t| t["name"] == "get_weather"));
-    assert!(tools.iter().all(|t| t["description"] != "shadow"));
+    let tools = support::client_tools::declare_shadowing_tool(&mut client, &mut up, "search_pubmed").await;
     assert!(tools.iter().any(|t| t["name"] == "calculate_medical_score"));
 
     model_calls(&mut up, &[("call_w", "get_weather", r#"{"city":"Oslo"}"#)]).await;

@@ -98,6 +98,9 @@ impl McpHub {
         builtin: Arc<ToolRegistry>,
         liveness: liveness::Liveness,
     ) -> Arc<Self> {
+        // Every allowed name is a server tool name from the start, so a client cannot take one
+        // as its own tool while its server is down (or has not offered it yet).
+        let builtin = Arc::new(builtin.with_reserved(all_names(names)));
         let (current, _) = watch::channel(builtin.clone());
         let (per_server, _) = watch::channel(BTreeMap::new());
         let links: Vec<Arc<ServerLink>> = config

@@ -3,9 +3,11 @@
 //!
 //! Built once at start and shared by every session as an `Arc`; nothing in it changes afterwards.
 //! Tools that come and go at run time (MCP servers, `src/mcp/`) are joined by building a new
-//! registry with [`ToolRegistry::with_extra`]; a session keeps the one it started with.
+//! registry with [`ToolRegistry::with_extra`]; a session keeps the one it started with. Their
+//! names are reserved from the start ([`ToolRegistry::with_reserved`]), so a server that is down
+//! when a session starts does not free its tools' names for the client's own tools.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,6 +97,9 @@ impl std::fmt::Debug for RegisteredTool {
 #[derive(Debug, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<&'static str, Arc<RegisteredTool>>,
+    /// Names of tools that may join at run time (every allowed MCP `SERVER__TOOL`), whether
+    /// or not they are in `tools` now.
+    reserved: BTreeSet<&'static str>,
 }
 
 impl ToolRegistry {
@@ -149,7 +154,16 @@ impl ToolRegistry {
         for tool in extra {
             tools.entry(tool.name()).or_insert(tool);
         }
-        ToolRegistry { tools }
+        ToolRegistry { tools, reserved: self.reserved.clone() }
+    }
+
+    /// This catalogue with `names` reserved as server tool names ([`Self::is_server_tool_name`])
+    /// even while no tool of that name is registered: a client tool with such a name would
+    /// otherwise answer the model's calls to it with no validation, confirmation or audit.
+    pub fn with_reserved(&self, names: impl IntoIterator<Item = &'static str>) -> Self {
+        let mut reserved = self.reserved.clone();
+        reserved.extend(names);
+        ToolRegistry { tools: self.tools.clone(), reserved }
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
@@ -157,9 +171,9 @@ impl ToolRegistry {
     }
 
     /// Names reserved for server tools: a client may not define a tool with one of these, enabled
-    /// here or not.
+    /// here or not, and an allowed MCP tool's name whether its server is up or not.
     pub fn is_server_tool_name(&self, name: &str) -> bool {
-        self.tools.contains_key(name) || KNOWN_TOOLS.contains(&name)
+        self.tools.contains_key(name) || KNOWN_TOOLS.contains(&name) || self.reserved.contains(name)
     }
 
     /// The tools this principal may call, in name order.

@@ -4,6 +4,7 @@
 //! and Radicale ([`radicale`]).
 #![allow(dead_code)]
 
+pub mod client_tools;
 pub mod otlp;
 pub mod radicale;
 pub mod redis;
