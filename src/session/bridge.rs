@@ -89,8 +89,13 @@ pub(super) struct Bridge {
     pub client_calls: HashSet<String>,
     /// Server-owned calls seen so far: call id → tool name.
     pub owned_calls: HashMap<String, String>,
-    /// voxgate has sent its own tool injection.
+    /// The server tools are in the upstream session: voxgate sent its own injection, or the
+    /// upstream accepted (`session.updated`) a client update they were merged into.
     pub injected: bool,
+    /// A client `session.update` the server tools were merged into before they were in the
+    /// session, forwarded and not yet accepted; its `event_id`, if it had one. The upstream
+    /// rejects an update as a whole: an `error` naming it means voxgate injects them itself.
+    pub merged_update: Option<Option<String>>,
     pub tool_tasks: JoinSet<Result<ToolOutput, ToolError>>,
     pub task_calls: HashMap<tokio::task::Id, String>,
     /// Confirmation deadlines; created on the first one, as an empty timer wheel is ≈ 6 KiB and
@@ -156,6 +161,7 @@ impl Bridge {
             client_calls: HashSet::new(),
             owned_calls: HashMap::new(),
             injected: false,
+            merged_update: None,
             progress: None,
             tool_tasks: JoinSet::new(),
             task_calls: HashMap::new(),

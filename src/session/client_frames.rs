@@ -178,7 +178,11 @@ impl Bridge {
             }
             Ok(Some(merged)) => {
                 self.client_tools.set_session(&merged.client_tools);
-                self.injected = true;
+                // Not injected until the upstream accepts it: it may reject the whole update
+                // (upstream_frames.rs). Tools already in the session stay if it does.
+                if !self.injected {
+                    self.merged_update = Some(event_id.map(str::to_string));
+                }
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(merged.frame.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.forward_merged(merged, event_id).await;

@@ -1,7 +1,8 @@
 //! Frames from the upstream. Audio and every event voxgate has no business with go to the client as
 //! the same bytes, classified by peeking at `type` only. voxgate reads the response lifecycle and
-//! user speech (to sequence `response.create`), injects the server tools on `session.created`, and
-//! takes every server-owned function call out of the client's stream and into the call table.
+//! user speech (to sequence `response.create`), injects the server tools on `session.created` (or
+//! once the upstream rejects the client update they were merged into instead), and takes every
+//! server-owned function call out of the client's stream and into the call table.
 //!
 //! The upstream is not trusted with voxgate's own namespace: an event whose type starts with
 //! `voxgate.` cannot come from a realtime server, only from one that forges voxgate's events (a
@@ -48,7 +49,14 @@ impl Bridge {
                     Ok(kind) if self.resume.watches(&kind) && self.resume.on_upstream_event(&kind, text.as_bytes()) == Seen::Swallow => {
                         return true;
                     }
-                    Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
+                    Ok(kind) => {
+                        if self.merged_update.is_some() && kind == "session.updated" {
+                            // The client's update with the server tools merged in was accepted.
+                            self.merged_update = None;
+                            self.injected = true;
+                        }
+                        events_in::needs_inspection(&kind).then(|| kind.into_owned())
+                    }
                     // Not JSON, no `type`, or two of them: no event of the API, and the client
                     // could read a different type than voxgate did (a forged voxgate.* one).
                     Err(_) => {
@@ -124,20 +132,28 @@ impl Bridge {
                 requires_confirmation: t.policy.requires_confirmation,
             })
             .collect();
-        if !self.injected {
-            self.injected = true;
-            // Only the tools list: every other session setting stays the client's.
-            let mut session = json!({ "tools": self.allowed_tool_definitions() });
-            if self.deps.settings.protocol == UpstreamProtocol::Ga {
-                session["type"] = json!("realtime");
-            }
-            let update = json!({"type": "session.update", "event_id": events::event_id(), "session": session}).to_string();
-            let registry = &self.deps.registry;
-            self.resume.note_session_update(update.as_bytes(), |name| registry.is_server_tool_name(name));
-            self.send_upstream(Message::text(update)).await;
+        // A client update they were merged into is still unanswered: injecting now would replace
+        // its client tools. If the upstream rejects it, they are injected then.
+        if !self.injected && self.merged_update.is_none() {
+            self.send_tool_injection().await;
         }
         let ready = events::session_ready(&self.info.id, &summaries);
         self.send_client_event(ready).await;
+    }
+
+    /// voxgate's own `session.update` with the server tools this user may call.
+    async fn send_tool_injection(&mut self) {
+        self.injected = true;
+        self.merged_update = None;
+        // Only the tools list: every other session setting stays the client's.
+        let mut session = json!({ "tools": self.allowed_tool_definitions() });
+        if self.deps.settings.protocol == UpstreamProtocol::Ga {
+            session["type"] = json!("realtime");
+        }
+        let update = json!({"type": "session.update", "event_id": events::event_id(), "session": session}).to_string();
+        let registry = &self.deps.registry;
+        self.resume.note_session_update(update.as_bytes(), |name| registry.is_server_tool_name(name));
+        self.send_upstream(Message::text(update)).await;
     }
 
     async fn handle_response_done(&mut self, text: tungstenite::Utf8Bytes) {
@@ -169,6 +185,16 @@ impl Bridge {
                 // The provider's session cap: the conversation goes on in a new session.
                 self.upstream_lost(Reason::UpstreamError, None).await;
                 return;
+            }
+            let rejected_merge = self
+                .merged_update
+                .as_ref()
+                .is_some_and(|id| id.is_some() && id.as_deref() == error.error.event_id.as_deref());
+            if rejected_merge {
+                // The whole update was rejected, server tools too: voxgate injects them itself.
+                // The client still sees the error.
+                tracing::debug!(parent: &self.span, "upstream refused the client update the server tools were merged into");
+                self.send_tool_injection().await;
             }
             let ours = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX));
             if ours {

@@ -292,3 +292,26 @@ async fn response_create_cannot_grow_the_client_tool_names_without_bound() {
     let expected: Vec<String> = (bound..bound + 20).map(|i| format!("rc_{i}")).collect();
     assert_eq!(refused, expected);
 }
+
+/// SDKs send their `session.update` on open, before `session.created`: the server tools are merged
+/// into it. The upstream rejects an update with one bad field as a whole, so voxgate then injects
+/// them itself; else the session would have none while `voxgate.session.ready` lists them.
+#[tokio::test(start_paused = true)]
+async fn server_tools_are_injected_when_the_update_they_were_merged_into_is_rejected() {
+    let mut h = launch(|_| {}, 1 << 20, None, Vec::new()).await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c1", "session": {"type": "realtime", "temperature": 0.8,
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}}))
+    .await;
+    let merged = h.model_expects("session.update").await;
+    assert_eq!(merged["event_id"], "c1");
+    h.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
+    h.browser_expects("voxgate.session.ready").await;
+    h.model_sends(json!({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error",
+        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": "c1"}}))
+    .await;
+    assert_eq!(h.browser_expects("error").await["error"]["event_id"], "c1");
+    let injected = h.model_expects("session.update").await;
+    let id = injected["event_id"].as_str().unwrap_or_default();
+    assert!(id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX), "{injected}");
+    assert_eq!(injected["session"]["tools"][0]["name"], TOOL, "{injected}");
+}
