@@ -114,7 +114,39 @@ impl Lab {
     fn stdio_file(&self, name: &str) -> Vec<Value> {
         read_jsonl(&self.dir.path().join(name))
     }
+
+    /// `GET /admin/tools` with [`ADMIN_TOKEN`] (the lab must have been started with it).
+    async fn admin_tools(&self) -> Value {
+        let url = format!("http://{}/admin/tools", self.proxy.addr);
+        reqwest::Client::new().get(&url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Polls `GET /admin/tools` until `done` holds for its body, within `within`.
+    async fn until_admin_tools(&self, what: &str, within: Duration, done: impl Fn(&Value) -> bool) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let body = self.admin_tools().await;
+            if done(&body) {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{what}: {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until voxgate has restarted MCP server `server` at least once and it is up again.
+    async fn until_restarted(&self, server: &str) {
+        self.until_admin_tools("not restarted", Duration::from_secs(20), |body| {
+            body["mcp_servers"].as_array().unwrap().iter().any(|s| {
+                s["server"] == server && s["state"] == "up" && s["restarts"].as_u64() >= Some(1)
+            })
+        })
+        .await;
+    }
 }
+
+/// The admin token of the labs that use the admin API.
+const ADMIN_TOKEN: &str = "admin-secret-token-0123";
 
 fn http_file(name: &str) -> Vec<Value> {
     read_jsonl(&http_lab().dir.path().join(name))
@@ -224,19 +256,7 @@ async fn a_server_that_crashes_mid_call_is_restarted() {
     output(&mut up).await;
 
     // voxgate restarts the server; the next call works.
-    let admin = reqwest::Client::new();
-    let tools_url = format!("http://{}/admin/tools", lab.proxy.addr);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let body: Value =
-            admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
-        let lab_health = body["mcp_servers"].as_array().unwrap().iter().find(|s| s["server"] == "lab").unwrap().clone();
-        if lab_health["state"] == "up" && lab_health["restarts"].as_u64() >= Some(1) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "not restarted: {lab_health}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    lab.until_restarted("lab").await;
     model_calls(&mut up, &[("call_after", "lab__lookup_result", r#"{"order_id":"ord-2"}"#)]).await;
     client.until("voxgate.tool_call.completed").await;
     assert!(output(&mut up).await["text"].as_str().unwrap().starts_with("Order ord-2"));
@@ -337,15 +357,7 @@ async fn admin_lists_tools_with_origin_policy_and_health_and_invokes_mcp_tools()
     let lab = start(false, "[auth]\nadmin_token = \"admin-secret-token-0123\"\n[mcp.servers.lab.policy.lookup_result]\nphi = false\nrate_per_min = 7\n").await;
     let admin = reqwest::Client::new();
     let base = format!("http://{}", lab.proxy.addr);
-    let body: Value = admin
-        .get(format!("{base}/admin/tools"))
-        .bearer_auth("admin-secret-token-0123")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = lab.admin_tools().await;
     let tool = |name: &str| body["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned();
     let lookup = tool("lab__lookup_result").unwrap();
     assert_eq!(lookup["origin"], "lab");
@@ -388,15 +400,7 @@ async fn admin_lists_allowed_tools_that_are_not_offered_with_their_health() {
     let extra = "[auth]\nadmin_token = \"admin-secret-token-0123\"\n\
                  [mcp.servers.gone]\nurl = \"http://127.0.0.1:9/mcp\"\nallow = [\"page_on_call\"]\n";
     let lab = start(false, extra).await;
-    let body: Value = reqwest::Client::new()
-        .get(format!("http://{}/admin/tools", lab.proxy.addr))
-        .bearer_auth("admin-secret-token-0123")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = lab.admin_tools().await;
     let tool = |name: &str| body["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned();
     let down = tool("gone__page_on_call").unwrap_or_else(|| panic!("a down server's tool is listed: {body}"));
     assert_eq!(down["origin"], "gone");
@@ -436,18 +440,10 @@ async fn a_tool_the_server_adds_later_joins_new_sessions() {
     assert_eq!(output(&mut up).await["text"], "added");
 
     // voxgate follows notifications/tools/list_changed: the new tool is in the catalogue...
-    let admin = reqwest::Client::new();
-    let tools_url = format!("http://{}/admin/tools", lab.proxy.addr);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let body: Value =
-            admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
-        if body["tools"].as_array().unwrap().iter().any(|t| t["name"] == "lab__extra" && t["health"] == "up") {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "lab__extra never joined: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    lab.until_admin_tools("lab__extra never joined", Duration::from_secs(15), |body| {
+        body["tools"].as_array().unwrap().iter().any(|t| t["name"] == "lab__extra" && t["health"] == "up")
+    })
+    .await;
     // ...and sessions started from now on are offered it and can call it.
     let (mut client, mut up, names) = lab.session().await;
     assert!(names.iter().any(|n| n == "lab__extra"), "{names:?}");

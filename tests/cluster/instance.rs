@@ -68,15 +68,7 @@ rate_limit_per_minute = 3
     }
 
     pub(crate) async fn delete_session(&self, id: &str) -> u16 {
-        let url = format!("http://{}/admin/sessions/{id}", self.addr);
-        reqwest::Client::new()
-            .delete(url)
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
+        delete_session(&self.addr, id).await
     }
 
     pub(crate) async fn mint_ticket(&self, sub: &str) -> String {
@@ -91,4 +83,10 @@ rate_limit_per_minute = 3
             .unwrap();
         assert!(status.success());
     }
+}
+
+/// `DELETE /admin/sessions/{id}` on the instance at `addr`; the status it answers.
+pub(crate) async fn delete_session(addr: impl std::fmt::Display, id: &str) -> u16 {
+    let url = format!("http://{addr}/admin/sessions/{id}");
+    reqwest::Client::new().delete(url).bearer_auth(ADMIN).send().await.unwrap().status().as_u16()
 }

@@ -22,17 +22,6 @@ async fn stale_entry(conn: &mut redis::aio::MultiplexedConnection, id: &str, ins
     let _: () = conn.zadd("voxgate:sessions", id, u64::MAX / 2).await.unwrap();
 }
 
-async fn delete(addr: std::net::SocketAddr, id: &str) -> u16 {
-    reqwest::Client::new()
-        .delete(format!("http://{addr}/admin/sessions/{id}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
 /// Wait until `instance`'s kill listener has subscribed.
 async fn subscribed(conn: &redis::aio::MultiplexedConnection, instance: &str) {
     let channel = format!("voxgate:kill:{instance}");
@@ -63,14 +52,14 @@ async fn kills() {
 
     // A stale entry naming this very instance: nothing to end; released, 404.
     stale_entry(&mut conn, "vgs_ghost_own", "vg-a").await;
-    assert_eq!(delete(a.addr, "vgs_ghost_own").await, 404, "an entry of a session vg-a does not have");
+    assert_eq!(instance::delete_session(a.addr, "vgs_ghost_own").await, 404, "an entry of a session vg-a does not have");
     let left: Option<String> = conn.get("voxgate:session:vgs_ghost_own").await.unwrap();
     assert_eq!(left, None, "the stale entry is released");
     assert!(!support::admin_sessions(a.addr, ADMIN).await.to_string().contains("vgs_ghost_own"));
 
     // A stale entry naming another live instance: it answers that it has no such session; 404.
     stale_entry(&mut conn, "vgs_ghost_peer", "vg-b").await;
-    assert_eq!(delete(a.addr, "vgs_ghost_peer").await, 404, "an entry of a session vg-b does not have");
+    assert_eq!(instance::delete_session(a.addr, "vgs_ghost_peer").await, 404, "an entry of a session vg-b does not have");
     let left: Option<String> = conn.get("voxgate:session:vgs_ghost_peer").await.unwrap();
     assert_eq!(left, None, "the stale entry is released");
 
@@ -81,19 +70,19 @@ async fn kills() {
     pubsub.subscribe("voxgate:kill:vg-silent").await.unwrap();
     stale_entry(&mut conn, "vgs_unconfirmed", "vg-silent").await;
     let started = std::time::Instant::now();
-    assert_eq!(delete(a.addr, "vgs_unconfirmed").await, 503, "the owner never confirmed");
+    assert_eq!(instance::delete_session(a.addr, "vgs_unconfirmed").await, 503, "the owner never confirmed");
     assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
     let left: Option<String> = conn.get("voxgate:session:vgs_unconfirmed").await.unwrap();
     assert!(left.is_some(), "an unconfirmed kill leaves the entry to its owner");
 
     // A live session on the other instance: ended, confirmed, 204; told not to reconnect.
     let (mut victim, _victim_up, id) = open(&b.url(""), &jwt("dr.kill"), &mut fake).await;
-    assert_eq!(delete(a.addr, &id).await, 204);
+    assert_eq!(instance::delete_session(a.addr, &id).await, 204);
     let closing = victim.until("voxgate.session.closing").await;
     assert_eq!(closing["reconnect"], false, "{closing}");
     // And a live session on this instance.
     let (mut local, _local_up, id) = open(&a.url(""), &jwt("dr.local"), &mut fake).await;
-    assert_eq!(delete(a.addr, &id).await, 204);
+    assert_eq!(instance::delete_session(a.addr, &id).await, 204);
     assert_eq!(local.until("voxgate.session.closing").await["reconnect"], false);
     drop(pubsub);
     a.stop().await;

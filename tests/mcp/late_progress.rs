@@ -41,19 +41,7 @@ async fn progress_that_comes_after_its_call_never_reaches_a_call_on_the_next_con
     model_calls(&mut up, &[("call_crash", "late__crash", r#"{"tag":"boom"}"#)]).await;
     client.until("voxgate.tool_call.failed").await;
     output(&mut up).await;
-    let admin = reqwest::Client::new();
-    let tools_url = format!("http://{}/admin/tools", lab.proxy.addr);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let body: Value =
-            admin.get(&tools_url).bearer_auth("admin-secret-token-0123").send().await.unwrap().json().await.unwrap();
-        let health = body["mcp_servers"].as_array().unwrap().iter().find(|s| s["server"] == "late").unwrap().clone();
-        if health["state"] == "up" && health["restarts"].as_u64() >= Some(1) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "not restarted: {health}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    lab.until_restarted("late").await;
 
     // Second connection: tools/list has token 0 again, so this call has token 1, the late call's.
     model_calls(&mut up, &[("call_after", "late__count_steps", r#"{"steps":1}"#)]).await;

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::ADMIN_TOKEN;
 use super::support::{TestProxy, read_jsonl, test_python};
 
 /// voxgate's page bound (`mcp/supervisor.rs`, `MAX_LIST_PAGES`).
 const MAX_LIST_PAGES: usize = 64;
-const ADMIN_TOKEN: &str = "admin-secret-token-0123";
 
 fn endless_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/endless_list_server.py")
