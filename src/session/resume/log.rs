@@ -8,7 +8,10 @@
 //! item id, in the order it first appeared; a later event about the same item fills it in (an
 //! audio turn's transcript arrives after the item, an assistant message's text with its `.done`);
 //! `conversation.item.deleted` removes it. (A truncated assistant item keeps its whole transcript:
-//! the text of what the model meant to say is the better context.)
+//! the text of what the model meant to say is the better context.) An item deleted or dropped
+//! stays gone: a transcript or `.done` that comes for it later is not logged again (the last
+//! [`GONE_KEPT`] such ids are remembered), or a resume would give the new upstream an item the
+//! old one no longer had, out of its order.
 //!
 //! Audio is carried as text: a user's audio turn as its input transcript, an assistant's audio
 //! as its output transcript. The model's own voice of past turns cannot be carried. A user's
@@ -69,8 +72,14 @@ pub(crate) struct Logged {
     pub entry: Entry,
 }
 
+/// Ids of items deleted or dropped that are remembered, at most: a late event about one comes
+/// within a turn or two, not after dozens of items.
+const GONE_KEPT: usize = 64;
+
 pub(crate) struct ConversationLog {
     items: VecDeque<Logged>,
+    /// Items deleted or dropped, newest last: not logged again.
+    gone: VecDeque<String>,
     bytes: usize,
     dropped: usize,
     max_items: usize,
@@ -105,7 +114,7 @@ pub(crate) fn records(kind: &str) -> bool {
 
 impl ConversationLog {
     pub(crate) fn new(max_items: usize, max_bytes: usize) -> Self {
-        Self { items: VecDeque::new(), bytes: 0, dropped: 0, max_items, max_bytes }
+        Self { items: VecDeque::new(), gone: VecDeque::new(), bytes: 0, dropped: 0, max_items, max_bytes }
     }
 
     /// Read one upstream event of a type [`records`] accepts (others are ignored), and say what
@@ -132,6 +141,14 @@ impl ConversationLog {
                 }
                 None
             }
+            "conversation.item.created" | "conversation.item.added" => {
+                // A new item under an id deleted before (a client may name its items): not a
+                // late event about the old one.
+                if let Some(id) = event["item"]["id"].as_str() {
+                    self.gone.retain(|g| g != id);
+                }
+                self.observe_item(&event["item"])
+            }
             _ => self.observe_item(&event["item"]),
         }
     }
@@ -145,8 +162,11 @@ impl ConversationLog {
         (self.upsert(id, entry) && owed).then(|| Transcript::Owed(id.to_string()))
     }
 
-    /// True when the item is new to the log.
+    /// True when the item is new to the log. An item deleted or dropped before is not logged again.
     fn upsert(&mut self, id: &str, entry: Entry) -> bool {
+        if self.gone.iter().any(|g| g == id) {
+            return false;
+        }
         let new = if let Some(logged) = self.items.iter_mut().find(|l| l.id == id) {
             if entry.improves_on(&logged.entry) {
                 self.bytes = self.bytes - logged.entry.bytes() + entry.bytes();
@@ -168,6 +188,14 @@ impl ConversationLog {
         {
             self.bytes -= gone.id.len() + gone.entry.bytes();
         }
+        self.forget(id.to_string());
+    }
+
+    fn forget(&mut self, id: String) {
+        if self.gone.len() == GONE_KEPT {
+            self.gone.pop_front();
+        }
+        self.gone.push_back(id);
     }
 
     fn enforce_bounds(&mut self) {
@@ -175,6 +203,7 @@ impl ConversationLog {
             if let Some(oldest) = self.items.pop_front() {
                 self.bytes -= oldest.id.len() + oldest.entry.bytes();
                 self.dropped += 1;
+                self.forget(oldest.id);
             }
         }
     }
@@ -314,6 +343,31 @@ mod tests {
         feed(&mut log, json!({"type": "conversation.item.deleted", "item_id": "m1"}));
         assert_eq!(entries(&log), vec![("m2".into(), Entry::User("hi".into()))]);
         assert_eq!(format!("{log:?}"), "ConversationLog { items: 1, bytes: 4, dropped: 0 }");
+    }
+
+    #[test]
+    fn an_item_deleted_or_dropped_is_not_logged_again_by_a_late_event() {
+        let mut log = ConversationLog::new(2, 10_000);
+        let audio = |id: &str| json!({"type": "conversation.item.created", "item": {"id": id, "type": "message", "role": "user", "content": [{"type": "input_audio", "transcript": null}]}});
+        let transcript = |id: &str| json!({"type": "conversation.item.input_audio_transcription.completed", "item_id": id, "transcript": "late"});
+        feed(&mut log, audio("u1"));
+        feed(&mut log, json!({"type": "conversation.item.deleted", "item_id": "u1"}));
+        // Its transcript comes after the deletion: still settled (nothing is owed), not logged.
+        assert_eq!(log.observe("conversation.item.input_audio_transcription.completed", transcript("u1").to_string().as_bytes()), Some(Transcript::Settled("u1".into())));
+        feed(&mut log, json!({"type": "conversation.item.done", "item": {"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]}}));
+        assert_eq!(log.len(), 0);
+        // The oldest item dropped to stay within two items does not come back at the end either.
+        for id in ["u2", "u3", "u4"] {
+            feed(&mut log, audio(id));
+        }
+        feed(&mut log, transcript("u2"));
+        assert_eq!(entries(&log), vec![("u3".into(), Entry::User(String::new())), ("u4".into(), Entry::User(String::new()))]);
+        // A transcript for an item still logged fills it in.
+        feed(&mut log, transcript("u4"));
+        assert_eq!(entries(&log)[1], ("u4".into(), Entry::User("late".into())));
+        // A client may create a new item under a deleted item's id: that one is logged.
+        feed(&mut log, json!({"type": "conversation.item.created", "item": {"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "new"}]}}));
+        assert_eq!(entries(&log)[1], ("u1".into(), Entry::User("new".into())));
     }
 
     #[test]
