@@ -1,7 +1,8 @@
 //! The edge against a hostile or merely careful client, over real sockets to a real server: a
 //! subprotocol is echoed only when offered (RFC 6455), `?model=` only from the allow-list, a ticket
 //! refused for its session cap is not spent, a JWT may not outlive `auth.max_token_lifetime_s`,
-//! and a `Sec-WebSocket-Key` that is not 16 bytes in base64 is a 400 `bad_handshake`.
+//! a `Sec-WebSocket-Key` that is not 16 bytes in base64 is a 400 `bad_handshake`, and sessions
+//! opened one after another spread over the session threads.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use support::{Client, TestProxy, handshake_status};
+use support::{Client, FakeUpstream, TestProxy, handshake_status};
 
 const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -165,4 +166,27 @@ async fn an_invalid_websocket_key_is_a_bad_handshake() {
         assert!(answer.starts_with("HTTP/1.1 400"), "{key}: {answer:?}");
         assert!(answer.contains(r#""code":"bad_handshake""#), "{key}: {answer:?}");
     }
+}
+
+/// The value of `voxgate_session_thread_connections{thread="<thread>"}` in a scrape.
+fn thread_load(metrics: &str, thread: usize) -> Option<i64> {
+    let series = format!("voxgate_session_thread_connections{{thread=\"{thread}\"}} ");
+    metrics.lines().find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn sessions_opened_one_after_another_spread_over_the_session_threads() {
+    // A session outlives its HTTP connection's future (hyper's ends at the upgrade); counted only
+    // while that ran, every session opened alone found both threads idle and went to the first.
+    let mut fake = FakeUpstream::start().await;
+    let proxy = TestProxy::with_upstream(&fake, "[server]\nsession_threads = 2\n").await;
+    let (first, _up1) = proxy.ready_session(&mut fake).await;
+    let (second, _up2) = proxy.ready_session(&mut fake).await;
+    let (_, metrics) = proxy.http_get("/metrics").await;
+    let loads = [thread_load(&metrics, 0).unwrap(), thread_load(&metrics, 1).unwrap()];
+    // Two sessions and the scrape's own connection, one session on each thread.
+    assert_eq!(loads.iter().sum::<i64>(), 3, "{loads:?}");
+    assert!(loads.iter().all(|&n| n >= 1), "sessions per thread: {loads:?}");
+    drop((first, second));
+    proxy.stop().await;
 }

@@ -13,7 +13,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use super::shards::Shards;
+use super::shards::{ShardLoad, Shards};
 
 /// What hyper serves each connection over. `realtime` takes the TCP socket back out of an
 /// upgraded connection by this type (`Upgraded::downcast`), so both sides name it here.
@@ -46,11 +46,6 @@ pub(crate) async fn serve(
         // Audio frames are small and latency-bound.
         let _ = stream.set_nodelay(true);
         let inner = TowerToHyperService::new(app.clone());
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-            // The peer address, for the audit log's client address (see `client_addr`).
-            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-            hyper::service::Service::call(&inner, request)
-        });
         // Deregistered from this runtime's reactor, registered with the shard's when it starts.
         let stream = match stream.into_std() {
             Ok(stream) => stream,
@@ -60,7 +55,14 @@ pub(crate) async fn serve(
             }
         };
         let stop = stop.clone();
-        let placed = shards.place(Box::new(move || {
+        let placed = shards.place(Box::new(move |load: ShardLoad| {
+            let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                // The peer address, for the audit log's client address (see `client_addr`), and
+                // the shard's load, which a session holds for its life (see `shards`).
+                request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                request.extensions_mut().insert(load.clone());
+                hyper::service::Service::call(&inner, request)
+            });
             Box::pin(async move {
                 let stream = match TcpStream::from_std(stream) {
                     Ok(stream) => stream,

@@ -7,7 +7,9 @@
 //! in the profile of issue 17 (docs/performance.md).
 //!
 //! The accept loop stays on the main runtime and hands each accepted socket to the shard with the
-//! fewest connections. Everything shared (audit writer, Redis, the MCP hub, HTTP clients) keeps
+//! fewest connections and sessions. A connection counts while hyper serves it; a WebSocket session
+//! outlives that (hyper's connection future ends at the upgrade), so the session task holds its
+//! own count through the [`ShardLoad`] its request carries. Everything shared (audit writer, Redis, the MCP hub, HTTP clients) keeps
 //! working from a shard: those are channels and atomics, woken across threads only when used.
 //!
 //! Lifecycle: [`Shards::stop`] (called after the drain) closes the queues and lets each thread
@@ -15,15 +17,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 
+use crate::telemetry::metrics::Metrics;
+
 /// Work handed to a shard: built on the shard's thread, inside its runtime, so that the sockets
-/// it registers belong to that shard's reactor.
-pub(crate) type Job = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+/// it registers belong to that shard's reactor. It is given its shard's load, for what it leaves
+/// running after its own future ends.
+pub(crate) type Job = Box<dyn FnOnce(ShardLoad) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// How long a stopping shard waits for its blocking work (file reads, document extraction) before
 /// the thread ends anyway.
@@ -40,8 +44,9 @@ pub enum ShardError {
 
 struct Shard {
     queue: mpsc::UnboundedSender<Job>,
-    /// Connections running on this shard, for least-loaded placement.
-    load: Arc<AtomicUsize>,
+    /// Connections and sessions on this shard, for least-loaded placement (also exported as
+    /// `voxgate_session_thread_connections`).
+    load: Gauge,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -50,18 +55,30 @@ pub(crate) struct Shards {
     shards: Vec<Shard>,
 }
 
-/// Decrements its shard's load when the connection's future ends or is dropped.
-struct Placed(Arc<AtomicUsize>);
+/// A shard's count of what runs on it, for least-loaded placement.
+#[derive(Clone)]
+pub(crate) struct ShardLoad(Gauge);
+
+impl ShardLoad {
+    /// Count one more on this shard until the guard is dropped (a session, for its whole life).
+    pub(crate) fn hold(&self) -> Placed {
+        self.0.inc();
+        Placed(self.0.clone())
+    }
+}
+
+/// Decrements its shard's load when dropped: when the connection's future or the session ends.
+pub(crate) struct Placed(Gauge);
 
 impl Drop for Placed {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
 impl Shards {
-    /// `count` threads (0 = one per CPU the process may use).
-    pub(crate) fn start(count: usize) -> Result<Self, ShardError> {
+    /// `count` threads (0 = one per CPU the process may use); each counts its load in `metrics`.
+    pub(crate) fn start(count: usize, metrics: &Metrics) -> Result<Self, ShardError> {
         let count = match count {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
@@ -73,11 +90,13 @@ impl Shards {
                 .enable_all()
                 .build()
                 .map_err(|source| ShardError::Runtime { index, source })?;
+            let load = metrics.session_thread_load(index);
+            let shard_load = ShardLoad(load.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("voxgate-session-{index}"))
-                .spawn(move || run(runtime, jobs))
+                .spawn(move || run(runtime, jobs, shard_load))
                 .map_err(|source| ShardError::Spawn { index, source })?;
-            shards.push(Shard { queue, load: Arc::new(AtomicUsize::new(0)), thread: Some(thread) });
+            shards.push(Shard { queue, load, thread: Some(thread) });
         }
         Ok(Self { shards })
     }
@@ -87,13 +106,13 @@ impl Shards {
     pub(crate) fn place(&self, job: Job) -> Result<(), Job> {
         // A thread that is gone (it could only panic outside any task) is never chosen again.
         let open = self.shards.iter().filter(|s| !s.queue.is_closed());
-        let Some(shard) = open.min_by_key(|s| s.load.load(Ordering::Relaxed)) else {
+        let Some(shard) = open.min_by_key(|s| s.load.get()) else {
             return Err(job);
         };
-        shard.load.fetch_add(1, Ordering::Relaxed);
-        let placed = Placed(shard.load.clone());
-        let counted: Job = Box::new(move || {
-            let future = job();
+        // Counted now, before the job starts, so the next placement sees it.
+        let placed = ShardLoad(shard.load.clone()).hold();
+        let counted: Job = Box::new(move |load| {
+            let future = job(load);
             Box::pin(async move {
                 let _placed = placed;
                 future.await;
@@ -104,8 +123,8 @@ impl Shards {
 
     /// Connections on each shard, in shard order.
     #[cfg(test)]
-    pub(crate) fn loads(&self) -> Vec<usize> {
-        self.shards.iter().map(|s| s.load.load(Ordering::Relaxed)).collect()
+    pub(crate) fn loads(&self) -> Vec<i64> {
+        self.shards.iter().map(|s| s.load.get()).collect()
     }
 
     /// Close the queues and wait (off the runtime, bounded) for the threads: each drops whatever
@@ -128,10 +147,10 @@ impl Shards {
 
 /// One shard's thread: spawn each job on this thread's runtime until the queue closes, then drop
 /// what is left.
-fn run(runtime: tokio::runtime::Runtime, mut jobs: mpsc::UnboundedReceiver<Job>) {
+fn run(runtime: tokio::runtime::Runtime, mut jobs: mpsc::UnboundedReceiver<Job>, load: ShardLoad) {
     runtime.block_on(async {
         while let Some(job) = jobs.recv().await {
-            tokio::spawn(job());
+            tokio::spawn(job(load.clone()));
         }
     });
     runtime.shutdown_timeout(STOP_GRACE);
@@ -143,12 +162,56 @@ mod tests {
     use tokio::sync::oneshot;
 
     fn job(f: impl Future<Output = ()> + Send + 'static) -> Job {
-        Box::new(move || Box::pin(f))
+        Box::new(move |_| Box::pin(f))
+    }
+
+    #[tokio::test]
+    async fn what_a_job_leaves_running_with_a_hold_still_counts() {
+        // A WebSocket session outlives its connection's future (hyper's ends at the upgrade): it
+        // must still count, or every session after it lands on the same thread.
+        let shards = Shards::start(2, &Metrics::new()).unwrap();
+        let (held_tx, held_rx) = oneshot::channel::<()>();
+        let (name_tx, name_rx) = oneshot::channel();
+        let (left_tx, left_rx) = oneshot::channel::<()>();
+        shards
+            .place(Box::new(move |load: ShardLoad| {
+                Box::pin(async move {
+                    let session = load.hold();
+                    tokio::spawn(async move {
+                        let _session = session;
+                        let _ = name_tx.send(std::thread::current().name().map(str::to_owned));
+                        let _ = held_rx.await;
+                    });
+                    let _ = left_tx.send(());
+                })
+            }))
+            .unwrap_or_else(|_| panic!("placed"));
+        left_rx.await.unwrap();
+        let first = name_rx.await.unwrap().unwrap();
+        // The job's own future has ended; the session it left is still counted.
+        let mut loads = shards.loads();
+        for _ in 0..200 {
+            if loads.iter().sum::<i64>() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            loads = shards.loads();
+        }
+        assert_eq!(loads.iter().sum::<i64>(), 1, "{loads:?}");
+        let (name_tx, name_rx) = oneshot::channel();
+        shards
+            .place(job(async move {
+                let _ = name_tx.send(std::thread::current().name().map(str::to_owned));
+            }))
+            .unwrap_or_else(|_| panic!("placed"));
+        assert_ne!(first, name_rx.await.unwrap().unwrap(), "the second connection went to the session's shard");
+        drop(held_tx);
+        shards.stop().await;
     }
 
     #[tokio::test]
     async fn jobs_go_to_the_least_loaded_shard_and_run_on_its_thread() {
-        let shards = Shards::start(2).unwrap();
+        let shards = Shards::start(2, &Metrics::new()).unwrap();
         let (held_tx, held_rx) = oneshot::channel::<()>();
         let (name_tx, name_rx) = oneshot::channel();
         // The first connection stays open: the second must go to the other shard.
@@ -159,7 +222,7 @@ mod tests {
             }))
             .unwrap_or_else(|_| panic!("placed"));
         let first = name_rx.await.unwrap().unwrap();
-        assert_eq!(shards.loads().iter().sum::<usize>(), 1);
+        assert_eq!(shards.loads().iter().sum::<i64>(), 1);
         let (name_tx, name_rx) = oneshot::channel();
         shards
             .place(job(async move {
@@ -183,12 +246,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_thread_that_is_gone_is_passed_over() {
-        let mut shards = Shards::start(1).unwrap();
+        let mut shards = Shards::start(1, &Metrics::new()).unwrap();
         // A shard whose thread has ended: its queue is closed, and its load is the lowest.
         let (queue, jobs) = mpsc::unbounded_channel();
         drop(jobs);
-        shards.shards.insert(0, Shard { queue, load: Arc::new(AtomicUsize::new(0)), thread: None });
-        shards.shards[1].load.store(5, Ordering::Relaxed);
+        shards.shards.insert(0, Shard { queue, load: Gauge::default(), thread: None });
+        shards.shards[1].load.set(5);
         let (ran_tx, ran_rx) = oneshot::channel();
         shards
             .place(job(async move {
@@ -201,7 +264,7 @@ mod tests {
 
     #[tokio::test]
     async fn stop_drops_what_still_runs_and_returns() {
-        let shards = Shards::start(1).unwrap();
+        let shards = Shards::start(1, &Metrics::new()).unwrap();
         let (dropped_tx, dropped_rx) = oneshot::channel::<()>();
         shards
             .place(job(async move {

@@ -110,6 +110,9 @@ struct Inner {
     redis_up: Gauge,
     /// `voxgate_instance_info{instance_id} 1`: joins this target's series to its instance name.
     instance_info: Family<[(&'static str, String); 1], Gauge>,
+    /// Connections and sessions on each session thread (`thread` is its index): the load the
+    /// accept loop places by, so an uneven spread shows.
+    session_thread_load: Family<[(&'static str, String); 1], Gauge>,
     /// Turns of every session loop: a rate far above the frame rate means a loop is spinning.
     session_loop_turns_total: Counter,
     /// Upstream frames dropped as forged: a `voxgate.` type, two `type` keys, or no readable one.
@@ -226,6 +229,8 @@ impl Metrics {
                 "1 while Redis answers, 0 when it is down or not configured", Gauge::default()),
             instance_info: register(&mut r, "voxgate_instance_info",
                 "This instance's server.instance_id", Family::default()),
+            session_thread_load: register(&mut r, "voxgate_session_thread_connections",
+                "Client connections and sessions running on each session thread, by thread index", Family::default()),
             session_loop_turns_total: register(&mut r, "voxgate_session_loop_turns",
                 "Turns of the session loops (each wakes on a frame, a completion or a due timer)",
                 Counter::default()),
@@ -421,6 +426,11 @@ impl Metrics {
 
     pub fn redis_up(&self, up: bool) {
         self.inner.redis_up.set(i64::from(up));
+    }
+
+    /// The gauge counting what runs on session thread `index` (the shards place by it).
+    pub fn session_thread_load(&self, index: usize) -> Gauge {
+        self.inner.session_thread_load.get_or_create_owned(&[("thread", index.to_string())])
     }
 
     /// Name this instance (`voxgate_instance_info{instance_id="…"} 1`).
