@@ -168,9 +168,17 @@ pub fn error_output(code: &str, message: &str) -> String {
     json!({"error": {"code": code, "message": message}}).to_string()
 }
 
-/// A `response.create` asking the model to answer with the new outputs in context.
-pub fn response_create(event_id: &str) -> String {
-    json!({"type": "response.create", "event_id": event_id}).to_string()
+/// A `response.create` asking the model to answer with the new outputs in context. When the
+/// session forces a tool call (`tool_choice` `"required"` or one tool named), this response asks for
+/// `"auto"`: it would otherwise inherit the session's choice and have to call a tool again, and
+/// voxgate would ask again after that call's output, round after round with nobody speaking.
+/// Otherwise it inherits the session's (`"none"` stays none).
+pub fn response_create(event_id: &str, tool_choice_forced: bool) -> String {
+    if tool_choice_forced {
+        json!({"type": "response.create", "event_id": event_id, "response": {"tool_choice": "auto"}}).to_string()
+    } else {
+        json!({"type": "response.create", "event_id": event_id}).to_string()
+    }
 }
 
 #[cfg(test)]
@@ -185,6 +193,14 @@ mod tests {
         assert_eq!(v["error"]["code"], "voxgate_x");
         assert_eq!(v["error"]["event_id"], "c1");
         assert!(v["event_id"].as_str().unwrap().starts_with(EVENT_ID_PREFIX));
+    }
+
+    #[test]
+    fn a_forced_tool_choice_is_not_inherited_by_voxgates_response_create() {
+        let v: Value = serde_json::from_str(&response_create("voxgate_r", true)).unwrap();
+        assert_eq!(v, json!({"type": "response.create", "event_id": "voxgate_r", "response": {"tool_choice": "auto"}}));
+        let v: Value = serde_json::from_str(&response_create("voxgate_r", false)).unwrap();
+        assert_eq!(v, json!({"type": "response.create", "event_id": "voxgate_r"}));
     }
 
     #[test]

@@ -36,6 +36,7 @@ use super::resume::{Connect, Reason, Resume};
 use super::turns::ResponseGate;
 use super::{SessionDeps, SessionInfo, SessionOutcome};
 use crate::audit::AuditError;
+use crate::protocol::client::ToolChoice;
 use crate::protocol::voxgate as events;
 use crate::telemetry::metrics::FrameCounters;
 use crate::tools::{ToolError, ToolOutput};
@@ -93,9 +94,13 @@ pub(super) struct Bridge {
     /// upstream accepted (`session.updated`) a client update they were merged into.
     pub injected: bool,
     /// A client `session.update` the server tools were merged into before they were in the
-    /// session, forwarded and not yet accepted; its `event_id`, if it had one. The upstream
-    /// rejects an update as a whole: an `error` naming it means voxgate injects them itself.
-    pub merged_update: Option<Option<String>>,
+    /// session, forwarded and not yet accepted: its `event_id` (voxgate's own when the client gave
+    /// none). The upstream rejects an update as a whole: an `error` naming it means voxgate
+    /// injects them itself.
+    pub merged_update: Option<String>,
+    /// The session's `tool_choice`, as the client's last `session.update` that set it: voxgate's
+    /// own `response.create` must not inherit a forced one (`events::response_create`).
+    pub tool_choice: ToolChoice,
     pub tool_tasks: JoinSet<Result<ToolOutput, ToolError>>,
     pub task_calls: HashMap<tokio::task::Id, String>,
     /// Confirmation deadlines; created on the first one, as an empty timer wheel is ≈ 6 KiB and
@@ -162,6 +167,7 @@ impl Bridge {
             owned_calls: HashMap::new(),
             injected: false,
             merged_update: None,
+            tool_choice: ToolChoice::default(),
             progress: None,
             tool_tasks: JoinSet::new(),
             task_calls: HashMap::new(),
@@ -385,7 +391,8 @@ impl Bridge {
             return;
         }
         if let Some(event_id) = self.gate.try_request(now, events::event_id) {
-            self.send_upstream(Message::text(events::response_create(&event_id))).await;
+            let forced = self.tool_choice == ToolChoice::Forced;
+            self.send_upstream(Message::text(events::response_create(&event_id, forced))).await;
         }
     }
 

@@ -1,10 +1,11 @@
 //! Frames from the client. Most are forwarded upstream as the same bytes; voxgate reads only
 //! `session.update` and `response.create` (to keep the server tools, refuse hosted MCP tools and
-//! server-call items), `conversation.item.create` (nobody but voxgate answers a server call) and
-//! its own `voxgate.*` events; of the audio buffer's events it notes only the type (push-to-talk
-//! audio not yet committed holds off a recycle, resume/). Bad frames get an `error` event and the
-//! session goes on; frames past the per-session rate ceiling are dropped; text that is not UTF-8
-//! closes the socket with 1007.
+//! server-call items; and a session's `tool_choice`, which voxgate's own `response.create` must
+//! not inherit when it forces a tool), `conversation.item.create` (nobody but voxgate answers a
+//! server call) and its own `voxgate.*` events; of the audio buffer's events it notes only the type
+//! (push-to-talk audio not yet committed holds off a recycle, resume/). Bad frames get an `error`
+//! event and the session goes on; frames past the per-session rate ceiling are dropped; text that
+//! is not UTF-8 closes the socket with 1007.
 
 use std::collections::HashSet;
 
@@ -16,7 +17,7 @@ use super::bridge::{Bridge, close_frame};
 use super::pace::Pace;
 use crate::protocol::client::{self, CallGuard, Refusal};
 use crate::protocol::peek_client;
-use crate::protocol::voxgate::codes;
+use crate::protocol::voxgate::{self as events, codes};
 
 /// Distinct tool names the client's `response.create`s may add to the session's client tools,
 /// beyond those of its `session.update` (see [`ClientTools`]).
@@ -169,25 +170,37 @@ impl Bridge {
 
     async fn handle_session_update(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
-        let merged = client::merge_session_update(text.as_bytes(), &server_tools, &self.call_guard());
-        match merged {
-            Ok(None) => {
+        // A frame voxgate rewrites gets an id of its own if it has none, so that an upstream
+        // `error` refusing it can be told from others (upstream_frames.rs).
+        let own_event_id = event_id.is_none().then(events::event_id);
+        let update = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), own_event_id.as_deref());
+        let update = match update {
+            Ok(update) => update,
+            Err(refusal) => {
+                self.refuse(refusal, "session.update", event_id).await;
+                return;
+            }
+        };
+        if let Some(choice) = update.tool_choice {
+            self.tool_choice = choice;
+        }
+        match update.merged {
+            None => {
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(text.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.send_upstream(Message::Text(text)).await;
             }
-            Ok(Some(merged)) => {
+            Some(merged) => {
                 self.client_tools.set_session(&merged.client_tools);
                 // Not injected until the upstream accepts it: it may reject the whole update
                 // (upstream_frames.rs). Tools already in the session stay if it does.
                 if !self.injected {
-                    self.merged_update = Some(event_id.map(str::to_string));
+                    self.merged_update = event_id.map(str::to_string).or(own_event_id);
                 }
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(merged.frame.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.forward_merged(merged, event_id).await;
             }
-            Err(refusal) => self.refuse(refusal, "session.update", event_id).await,
         }
     }
 

@@ -50,8 +50,9 @@ impl Bridge {
                         return true;
                     }
                     Ok(kind) => {
-                        if self.merged_update.is_some() && kind == "session.updated" {
-                            // The client's update with the server tools merged in was accepted.
+                        if self.merged_update.is_some() && kind == "session.updated" && self.lists_server_tools(text.as_bytes()) {
+                            // The client's update with the server tools merged in was accepted (a
+                            // `session.updated` without them answers an update sent before it).
                             self.merged_update = None;
                             self.injected = true;
                         }
@@ -141,6 +142,22 @@ impl Bridge {
         self.send_client_event(ready).await;
     }
 
+    /// Does a `session.updated` list the server tools? Only then does it answer the update they
+    /// were merged into: they were in no update before it (it is merged only while voxgate has
+    /// not injected them), so one that lists none answers an earlier update. Any one of them is
+    /// enough, as the allowed set may change meanwhile (an MCP server coming up). Read only while
+    /// such an update is unanswered.
+    fn lists_server_tools(&self, frame: &[u8]) -> bool {
+        let Ok(event) = serde_json::from_slice::<serde_json::Value>(frame) else { return false };
+        let mut allowed = self.deps.registry.allowed_for(&self.info.principal).peekable();
+        if allowed.peek().is_none() {
+            return true;
+        }
+        let listed: Vec<&str> =
+            event["session"]["tools"].as_array().into_iter().flatten().filter_map(|tool| tool["name"].as_str()).collect();
+        allowed.any(|tool| listed.contains(&tool.name()))
+    }
+
     /// voxgate's own `session.update` with the server tools this user may call.
     async fn send_tool_injection(&mut self) {
         self.injected = true;
@@ -186,10 +203,7 @@ impl Bridge {
                 self.upstream_lost(Reason::UpstreamError, None).await;
                 return;
             }
-            let rejected_merge = self
-                .merged_update
-                .as_ref()
-                .is_some_and(|id| id.is_some() && id.as_deref() == error.error.event_id.as_deref());
+            let rejected_merge = self.merged_update.is_some() && self.merged_update.as_deref() == error.error.event_id.as_deref();
             if rejected_merge {
                 // The whole update was rejected, server tools too: voxgate injects them itself.
                 // The client still sees the error.

@@ -164,6 +164,36 @@ async fn any_error_answering_voxgates_response_create_frees_the_gate() {
     h.model_expects("response.create").await;
 }
 
+/// A session `tool_choice` that forces a tool (`required`, or one tool named) is not inherited by
+/// voxgate's own `response.create` after a server call: the model would have to call a tool again,
+/// round after round, with nobody speaking. One that leaves tools to the model, or turns them off,
+/// is (nothing is added). A later update that does not set `tool_choice` keeps the last one.
+#[tokio::test(start_paused = true)]
+async fn voxgates_response_create_does_not_inherit_a_forced_tool_choice() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let weather = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]);
+    let rounds = [
+        (json!({"type": "realtime", "tool_choice": "required"}), json!({"tool_choice": "auto"})),
+        (json!({"type": "realtime", "instructions": "Be brief."}), json!({"tool_choice": "auto"})),
+        (json!({"type": "realtime", "tools": weather, "tool_choice": {"type": "function", "name": TOOL}}), json!({"tool_choice": "auto"})),
+        (json!({"type": "realtime", "tool_choice": "none"}), Value::Null),
+        (json!({"type": "realtime", "tool_choice": "required"}), json!({"tool_choice": "auto"})),
+        (json!({"type": "realtime", "tools": weather, "tool_choice": "auto"}), Value::Null),
+    ];
+    for (i, (session, expected)) in rounds.into_iter().enumerate() {
+        h.browser_sends(json!({"type": "session.update", "event_id": format!("c{i}"), "session": session})).await;
+        h.model_expects("session.update").await;
+        h.model_sends(json!({"type": "session.updated", "event_id": format!("u{i}"), "session": session})).await;
+        h.tool_call(&format!("call_{i}")).await;
+        let create = h.model_expects("response.create").await;
+        assert_eq!(create["response"], expected, "round {i}: {create}");
+        let response = format!("resp_{i}");
+        h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": response}})).await;
+        h.model_sends(json!({"type": "response.done", "event_id": "e", "response": {"id": response, "output": []}})).await;
+        h.browser_expects("response.done").await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_response_create_is_given_up_and_retried() {
     let mut h = start(|_| {}, 1 << 20).await;

@@ -315,3 +315,52 @@ async fn server_tools_are_injected_when_the_update_they_were_merged_into_is_reje
     assert!(id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX), "{injected}");
     assert_eq!(injected["session"]["tools"][0]["name"], TOOL, "{injected}");
 }
+
+/// The same for an update without an `event_id`: voxgate gives the frame it rewrites an id of its
+/// own, so the upstream's `error` about it names something voxgate can match.
+#[tokio::test(start_paused = true)]
+async fn server_tools_are_injected_when_a_merged_update_without_an_event_id_is_rejected() {
+    let mut h = launch(|_| {}, 1 << 20, None, Vec::new()).await;
+    h.browser_sends(json!({"type": "session.update", "session": {"type": "realtime", "temperature": 0.8,
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}}))
+    .await;
+    let merged = h.model_expects("session.update").await;
+    let merged_id = merged["event_id"].clone();
+    assert!(merged_id.as_str().is_some_and(|id| id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX)), "{merged}");
+    h.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
+    h.browser_expects("voxgate.session.ready").await;
+    h.model_sends(json!({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error",
+        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": merged_id}}))
+    .await;
+    h.browser_expects("error").await;
+    let injected = h.model_expects("session.update").await;
+    let id = injected["event_id"].as_str().unwrap_or_default();
+    assert!(id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX) && injected["event_id"] != merged_id, "{injected}");
+    assert_eq!(injected["session"]["tools"][0]["name"], TOOL, "{injected}");
+}
+
+/// A `session.updated` that answers an earlier update (one without tools, forwarded as it was) is
+/// not the acceptance of the update the server tools were merged into: only one that lists them
+/// is. If the merged update is then rejected, voxgate injects them itself.
+#[tokio::test(start_paused = true)]
+async fn an_earlier_updates_acknowledgement_does_not_count_as_the_merged_ones() {
+    let mut h = launch(|_| {}, 1 << 20, None, Vec::new()).await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c1", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
+    h.model_expects("session.update").await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c2", "session": {"type": "realtime", "temperature": 0.8,
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}}))
+    .await;
+    let merged = h.model_expects("session.update").await;
+    assert_eq!(merged["event_id"], "c2", "{merged}");
+    h.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
+    h.browser_expects("voxgate.session.ready").await;
+    // The answer to c1: the session as it was then, without the server tools.
+    h.model_sends(json!({"type": "session.updated", "event_id": "e1", "session": {"id": "sess_1", "instructions": "Be brief.", "tools": []}})).await;
+    h.browser_expects("session.updated").await;
+    h.model_sends(json!({"type": "error", "event_id": "e2", "error": {"type": "invalid_request_error",
+        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": "c2"}}))
+    .await;
+    h.browser_expects("error").await;
+    let injected = h.model_expects("session.update").await;
+    assert_eq!(injected["session"]["tools"][0]["name"], TOOL, "{injected}");
+}
