@@ -77,40 +77,30 @@ fn fixture_tree() -> &'static Path {
 /// process ends (it watches its stdin).
 fn wsgidav_url() -> &'static str {
     static SERVER: OnceLock<(Child, String)> = OnceLock::new();
-    &SERVER
-        .get_or_init(|| {
-            let python = std::env::var_os("VOXGATE_TEST_PYTHON")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python");
-                    if venv.exists() {
-                        venv
-                    } else {
-                        PathBuf::from("python3")
-                    }
-                });
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/wsgidav_server.py");
-            let mut child = Command::new(python)
-                .arg(script)
-                .arg(fixture_tree())
-                .args([USER, PASSWORD])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("python with wsgidav (tests/requirements.txt; scripts/test installs it)");
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            let port: u16 = line
-                .trim()
-                .strip_prefix("PORT ")
-                .and_then(|p| p.parse().ok())
-                .expect("wsgidav did not start");
-            (child, format!("http://127.0.0.1:{port}/dav/"))
-        })
-        .1
+    &SERVER.get_or_init(|| wsgidav_over(fixture_tree())).1
+}
+
+/// A wsgidav serving `tree` at `/dav/` with the test account, and its URL; it exits when the child
+/// is dropped or this process ends (it watches its stdin).
+fn wsgidav_over(tree: &Path) -> (Child, String) {
+    let python = std::env::var_os("VOXGATE_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python");
+        if venv.exists() { venv } else { PathBuf::from("python3") }
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/wsgidav_server.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg(tree)
+        .args([USER, PASSWORD])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python with wsgidav (tests/requirements.txt; scripts/test installs it)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port: u16 = line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).expect("wsgidav did not start");
+    (child, format!("http://127.0.0.1:{port}/dav/"))
 }
 
 fn webdav_toml(password: &str) -> String {

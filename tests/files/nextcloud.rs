@@ -275,3 +275,37 @@ async fn nextcloud_matching_folders_do_not_push_matching_files_out() {
     assert_eq!(searches(&seen).len(), 2 + 10);
     proxy.stop().await;
 }
+
+/// The server answers at most 500 entries per SEARCH and voxgate searches at most 10 matching
+/// folders: past either bound files are left out, and the answer says so (`truncated`) instead of
+/// presenting the list as complete. A search within the bounds does not.
+#[tokio::test]
+async fn nextcloud_search_cut_at_its_bounds_says_it_was_truncated() {
+    let mut account: Vec<String> = (0..501)
+        .map(|i| format!("/remote.php/dav/files/alice/Scans/scan-{i:03}.pdf"))
+        .collect();
+    for i in 0..11 {
+        account.push(format!("/remote.php/dav/files/alice/Ward%20{i:02}/"));
+        account.push(format!("/remote.php/dav/files/alice/Ward%20{i:02}/rota.pdf"));
+    }
+    account.push("/remote.php/dav/files/alice/Budget%202024.pdf".into());
+    let (url, seen) = fake_nextcloud_with("", account).await;
+    let proxy = nextcloud_proxy(&url).await;
+
+    let (status, result) = invoke(&proxy, "search_nextcloud_files", json!({"query": "scan", "max_results": 5})).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["files"].as_array().unwrap().len(), 5);
+    assert_eq!(result["truncated"], true, "500 of 501 files named so: {}", result["total_count"]);
+
+    let (status, result) = invoke(&proxy, "search_nextcloud_files", json!({"query": "ward"})).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["total_count"], 10, "{result}");
+    assert_eq!(result["truncated"], true, "11 matching folders, 10 searched: {result}");
+
+    let (status, result) = invoke(&proxy, "search_nextcloud_files", json!({"query": "budget"})).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(paths(result["files"].as_array().unwrap()), ["/Budget 2024.pdf"]);
+    assert!(result.get("truncated").is_none(), "{result}");
+    searches(&seen);
+    proxy.stop().await;
+}

@@ -240,3 +240,43 @@ async fn local_backend_on_the_same_tree() {
     scenarios(&proxy, "local").await;
     proxy.stop().await;
 }
+
+/// A walk cut at its bounds (5000 files, 8 folder levels) leaves files out: both backends say so
+/// (`truncated`) instead of presenting the list as complete; a walk within them does not.
+#[tokio::test]
+async fn a_walk_cut_at_its_bounds_says_it_was_truncated() {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("files-walk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (many, deep, small) = (base.join("many"), base.join("deep"), base.join("small"));
+    std::fs::create_dir_all(many.join("Scans")).unwrap();
+    for i in 0..=5000 {
+        std::fs::write(many.join(format!("Scans/scan-{i:04}.txt")), "").unwrap();
+    }
+    let bottom = (1..=9).fold(deep.clone(), |path, level| path.join(format!("Level {level}")));
+    std::fs::create_dir_all(&bottom).unwrap();
+    std::fs::write(bottom.join("deep-note.txt"), "").unwrap();
+    std::fs::write(deep.join("top-note.txt"), "").unwrap();
+    std::fs::create_dir_all(small.join("Level 1")).unwrap();
+    std::fs::write(small.join("Level 1/small-note.txt"), "").unwrap();
+
+    let (_dav, url) = wsgidav_over(&base);
+    for (tree, query, cut) in [("many", "scan", true), ("deep", "note", true), ("small", "note", false)] {
+        let webdav = format!(
+            "[backends.files]\nkind = \"webdav\"\nurl = \"{url}{tree}/\"\nusername = \"{USER}\"\npassword = \"{PASSWORD}\"\n"
+        );
+        let local = format!("[backends.files]\nroot = \"{}\"\n", base.join(tree).display());
+        for backend in [webdav, local] {
+            let proxy = TestProxy::start(&format!("{backend}{}", common_toml())).await;
+            let (status, result) = invoke(&proxy, "search_nextcloud_files", json!({"query": query, "max_results": 5})).await;
+            assert_eq!(status, 200, "{backend}: {result}");
+            assert!(!result["files"].as_array().unwrap().is_empty(), "{backend}: {result}");
+            if cut {
+                assert_eq!(result["truncated"], true, "{backend}: {result}");
+            } else {
+                assert!(result.get("truncated").is_none(), "{backend}: {result}");
+            }
+            proxy.stop().await;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -29,6 +29,15 @@ impl FileEntry {
     }
 }
 
+/// What a backend listed for a search.
+#[derive(Debug, Default)]
+pub struct Candidates {
+    pub files: Vec<FileEntry>,
+    /// A bound of the listing (the walk's depth, folders or entries; a server search's results or
+    /// folders) left files out: the search's answer must not read as complete.
+    pub truncated: bool,
+}
+
 /// Whether a backend could be reached the last time it was asked (for `/readyz`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
@@ -44,8 +53,8 @@ pub enum Health {
 pub trait FilesBackend: Send + Sync + 'static {
     /// Files that may match `words` (the lower-case words of the query): every file of a bounded
     /// walk, or the server's own name search where it has one and the text of files will not be
-    /// searched (`by_content` false). Ranking happens later.
-    async fn candidates(&self, words: &[String], by_content: bool) -> Result<Vec<FileEntry>, FilesError>;
+    /// searched (`by_content` false), and whether a bound cut the listing. Ranking happens later.
+    async fn candidates(&self, words: &[String], by_content: bool) -> Result<Candidates, FilesError>;
 
     /// One file's metadata and up to `max_bytes` of its content; a larger file is refused with
     /// [`FilesError::TooLarge`] before more than `max_bytes` are read.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 
 use super::FilesError;
-use super::backend::{FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
+use super::backend::{Candidates, FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
 use super::file_id::RelPath;
 
 /// A folder of documents.
@@ -69,9 +69,11 @@ impl LocalFiles {
         }
     }
 
-    /// Every regular file under the root (bounded in depth and count), links out of it skipped.
-    fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
+    /// Every regular file under the root (bounded in depth and count), links out of it skipped,
+    /// and whether a bound left files out.
+    fn walk(&self) -> Result<Candidates, FilesError> {
         let mut files = Vec::new();
+        let mut truncated = false;
         let walker = walkdir::WalkDir::new(&self.root)
             .min_depth(1)
             .max_depth(MAX_WALK_DEPTH)
@@ -81,12 +83,10 @@ impl LocalFiles {
             .filter_entry(|e| !is_hidden(e.file_name()))
         {
             let Ok(item) = item else { continue };
-            if files.len() >= MAX_WALK_ENTRIES {
-                tracing::debug!("local file listing cut at {MAX_WALK_ENTRIES} entries");
-                break;
-            }
             let file_type = item.file_type();
             if file_type.is_dir() {
+                // A folder at the depth bound is not looked into: it may hold files.
+                truncated |= item.depth() >= MAX_WALK_DEPTH;
                 continue;
             }
             let Ok(rel) = item.path().strip_prefix(&self.root) else {
@@ -111,9 +111,14 @@ impl LocalFiles {
             else {
                 continue;
             };
+            if files.len() >= MAX_WALK_ENTRIES {
+                tracing::debug!("local file listing cut at {MAX_WALK_ENTRIES} entries");
+                truncated = true;
+                break;
+            }
             files.push(self.entry(path, &meta));
         }
-        Ok(files)
+        Ok(Candidates { files, truncated })
     }
 
     fn read_now(&self, path: &RelPath, max_bytes: u64) -> Result<(FileEntry, Vec<u8>), FilesError> {
@@ -157,7 +162,7 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
 
 #[async_trait::async_trait]
 impl FilesBackend for LocalFiles {
-    async fn candidates(&self, _words: &[String], _by_content: bool) -> Result<Vec<FileEntry>, FilesError> {
+    async fn candidates(&self, _words: &[String], _by_content: bool) -> Result<Candidates, FilesError> {
         let this = Self {
             root: self.root.clone(),
         };

@@ -1,5 +1,6 @@
 //! Ranking a backend's candidates for `search_nextcloud_files`: by how many query words the file's
-//! path has (and, with `include_content`, its text), names before contents, newest first.
+//! path has (and, with `include_content`, its text), names before contents, newest first; and
+//! whether a bound left files out, so the answer does not read as complete when it is not.
 
 use std::collections::BTreeSet;
 
@@ -28,15 +29,26 @@ pub struct SearchRequest {
     pub max_file_bytes: u64,
 }
 
-/// The matching files, best first, at most `max_results`, and how many matched in all.
-pub async fn search(
-    backend: &dyn FilesBackend,
-    request: &SearchRequest,
-) -> Result<(Vec<FileEntry>, usize), FilesError> {
+/// What a search found.
+#[derive(Debug)]
+pub struct Found {
+    /// The matching files, best first, at most `max_results`.
+    pub files: Vec<FileEntry>,
+    /// How many matched in all, of the files looked at.
+    pub total: usize,
+    /// A bound (of the listing, or of the files a content search reads) left files out: there may
+    /// be more matches than `total`.
+    pub truncated: bool,
+}
+
+/// The matching files, best first, at most `max_results`, how many matched in all, and whether a
+/// bound left files out.
+pub async fn search(backend: &dyn FilesBackend, request: &SearchRequest) -> Result<Found, FilesError> {
     let words = query_words(&request.query);
-    let mut scored: Vec<(usize, usize, FileEntry)> = backend
-        .candidates(&words, request.include_content)
-        .await?
+    let listed = backend.candidates(&words, request.include_content).await?;
+    let mut truncated = listed.truncated;
+    let mut scored: Vec<(usize, usize, FileEntry)> = listed
+        .files
         .into_iter()
         .filter(|entry| {
             request
@@ -51,14 +63,19 @@ pub async fn search(
         .collect();
     if request.include_content && !words.is_empty() {
         let limit = request.max_file_bytes.min(CONTENT_SEARCH_MAX_BYTES);
-        let to_read: Vec<usize> = (0..scored.len())
+        let mut to_read: Vec<usize> = (0..scored.len())
             .filter(|&i| {
                 scored[i].0 < words.len()
                     && scored[i].2.kind() != DocKind::Other
                     && scored[i].2.size <= limit
             })
-            .take(CONTENT_SEARCH_MAX_FILES)
+            .take(CONTENT_SEARCH_MAX_FILES + 1)
             .collect();
+        // Files past the bound are not read: their text may match too.
+        if to_read.len() > CONTENT_SEARCH_MAX_FILES {
+            truncated = true;
+            to_read.truncate(CONTENT_SEARCH_MAX_FILES);
+        }
         let reads = futures::stream::iter(to_read)
             .map(|i| {
                 let path = scored[i].2.path.clone();
@@ -90,14 +107,15 @@ pub async fn search(
             .then(a.2.path.cmp(&b.2.path))
     });
     let total = scored.len();
-    Ok((
-        scored
+    Ok(Found {
+        files: scored
             .into_iter()
             .take(request.max_results)
             .map(|(_, _, entry)| entry)
             .collect(),
         total,
-    ))
+        truncated,
+    })
 }
 
 /// Lower-case words of two or more letters or digits (all of them when every word is shorter).

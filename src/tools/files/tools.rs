@@ -1,6 +1,6 @@
 //! The two file tools: their specs and argument schemas (what the model sees) and the results they
 //! return (the seed's `SearchNextcloudFilesResult` and `RetrieveNextcloudFileResult`, field names
-//! kept).
+//! kept; a search adds `truncated: true` when files were left out, to fit or at a listing's bound).
 
 use std::sync::Arc;
 
@@ -122,11 +122,21 @@ impl Tool for SearchNextcloudFiles {
             max_file_bytes: self.max_file_bytes,
             query,
         };
-        let (found, total) = search(self.backend.as_ref(), &request)
+        let found = search(self.backend.as_ref(), &request)
             .await
             .map_err(|e| to_tool_error(SEARCH, e))?;
-        let files: Vec<Value> = found.iter().map(file_json).collect();
-        Ok(text::search_output("files", files, Vec::new(), total as u64, &request.query))
+        let files: Vec<Value> = found.files.iter().map(file_json).collect();
+        let mut output = text::search_output("files", files, Vec::new(), found.total as u64, &request.query);
+        // A listing cut at a bound is as incomplete as a list cut to fit: the same flag says so.
+        if found.truncated {
+            output.result["truncated"] = json!(true);
+            // The flag takes room too: a result that no longer fits loses files from the end.
+            while output.result.to_string().len() > MAX_RESULT_BYTES
+                && let Some(files) = output.result["files"].as_array_mut()
+                && files.pop().is_some()
+            {}
+        }
+        Ok(output)
     }
 }
 

@@ -14,7 +14,9 @@
 //!   (RRULE, TZID, EXDATE, overrides) is exact everywhere;
 //! - creating is a `PUT` of one VEVENT to `<uid>.ics` with `If-None-Match: *`: the UID comes from
 //!   the session and call id, so a replay meets `412` and finds its own event instead of a second
-//!   (the same title and times, to the second: [`ics::same_details`], as in the local backend). A
+//!   (the same title and times, to the second: [`ics::same_details`], as in the local backend;
+//!   `created: false`, unless an earlier attempt of this `PUT` may have stored it: then it is that
+//!   attempt's, `created: true`, as when it is looked for below). A
 //!   `PUT` is not started with less than [`MIN_TIME_FOR_PUT`] of the call left, and keeps
 //!   [`CHECK_RESERVE`] of it back: when any attempt of a `PUT` may have reached the server without
 //!   an answer saying what happened (cut off, connection lost, a 500, a gateway's 502/504, a 503
@@ -251,9 +253,11 @@ impl CaldavCalendar {
             200..=299 => Ok(Ok(CreateOutcome { event, created: true })),
             // Something is stored under this call's name already: an earlier attempt of this call.
             // It exists, so a look at it that fails leaves the outcome unknown, not "unavailable".
+            // After an attempt of this PUT that may have arrived, it is taken to be that attempt's,
+            // as when the event is looked for (`created: true`); met at once, a replay's.
             412 => match self.fetch(&url, calendar, &event.id).await {
                 Ok(Some(existing)) if ics::same_details(&existing, &event) => {
-                    Ok(Ok(CreateOutcome { event: existing, created: false }))
+                    Ok(Ok(CreateOutcome { event: existing, created: may_have_arrived }))
                 }
                 Ok(Some(_)) => Err(CalendarError::Conflict),
                 // Not there to read (a replica behind, or deleted meanwhile), or not readable.

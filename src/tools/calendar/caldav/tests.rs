@@ -9,7 +9,8 @@
 //! time for it. A `PUT` any attempt of which may have reached the server (a `503` without
 //! `Retry-After` among them) is looked for, even when the last was refused a connection or answered
 //! `423` or `404` (no second `PUT` elsewhere), and a `404` then leaves it unconfirmed; one the
-//! server itself answered `503` with `Retry-After` each time was not stored.
+//! server itself answered `503` with `Retry-After` each time was not stored. Found after an
+//! attempt that may have stored it, met (`412`) or looked for, the event is this call's (`created`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -309,7 +310,7 @@ END:VEVENT\r\nEND:VCALENDAR\r\n";
 
 /// The PUT is stored but a proxy answers 500; the retry meets `412`, and the stored event (whole
 /// seconds) is this call's own although it asked for 10:00:00.250: not a conflict, as in the local
-/// backend.
+/// backend, and stored by this call's first attempt (`created`).
 #[tokio::test]
 async fn a_replay_meeting_its_event_ignores_a_fraction_of_a_second() {
     let (script, backend) = serve(&[(207, COLLECTION), (500, ""), (412, ""), (200, STORED)]).await;
@@ -319,7 +320,7 @@ async fn a_replay_meeting_its_event_ignores_a_fraction_of_a_second() {
         event.timing = EventTiming::Timed { start: start + quarter, end: end + quarter };
     }
     let outcome = backend.create_event(event).await.unwrap();
-    assert!(!outcome.created);
+    assert!(outcome.created);
     assert_eq!(outcome.event.title, "Ward round");
     assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "GET"]);
 }
@@ -487,4 +488,19 @@ async fn a_404_after_a_put_that_may_have_arrived_sends_no_second_put() {
     let err = result.expect("within the call's time").unwrap_err();
     assert!(matches!(err, CalendarError::Unconfirmed), "{err:?}");
     assert_eq!(methods(&script), ["PROPFIND", "PUT", "PUT", "GET"]);
+}
+
+/// `created` says whether this call stored the event, whichever way it is found after an attempt
+/// that may have stored it (a gateway's `502`): met by a retry (`412`) or looked for after a `423`.
+/// Only a `412` with no such attempt before it means a replay: `created: false`.
+#[tokio::test]
+async fn created_is_the_same_whether_the_event_is_met_or_looked_for() {
+    for (retry, created) in [(Some(412), true), (Some(423), true), (None, false)] {
+        let first = retry.map(|_| (502, ""));
+        let answers = [Some((207, COLLECTION)), first, Some((retry.unwrap_or(412), "")), Some((200, STORED))];
+        let (script, backend) = serve(&answers.into_iter().flatten().collect::<Vec<_>>()).await;
+        let result = within(Duration::from_secs(10), backend.create_event(booking(DEFAULT_CALENDAR))).await;
+        assert_eq!(result.expect("within the call's time").unwrap().created, created, "{retry:?}");
+        assert_eq!(methods(&script).last().map(String::as_str), Some("GET"), "{retry:?}");
+    }
 }

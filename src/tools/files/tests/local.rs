@@ -25,6 +25,7 @@ async fn listing_stays_inside_the_root() {
         .candidates(&[], false)
         .await
         .unwrap()
+        .files
         .into_iter()
         .map(|f| f.path.display())
         .collect();
@@ -124,6 +125,53 @@ async fn a_fifo_under_the_root_is_not_found_at_once() {
         panic!("reading a FIFO blocked");
     }
     assert!(matches!(result, Ok(Err(FilesError::NotFound))), "{result:?}");
-    let listed = files.candidates(&[], false).await.unwrap();
+    let listed = files.candidates(&[], false).await.unwrap().files;
     assert!(!listed.iter().any(|f| f.path.name() == "pipe.txt"));
+}
+
+/// A listing cut at the walk's 5000 files leaves files out: the answer says so (`truncated`), and
+/// one that is not cut does not.
+#[tokio::test]
+async fn a_search_over_a_walk_cut_at_its_bound_says_it_was_truncated() {
+    use crate::tools::Tool;
+    use crate::tools::files::SearchNextcloudFiles;
+    use crate::tools::files::backend::MAX_WALK_ENTRIES;
+
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..=MAX_WALK_ENTRIES {
+        std::fs::write(dir.path().join(format!("scan-{i:04}.txt")), "").unwrap();
+    }
+    let tool = SearchNextcloudFiles::new(std::sync::Arc::new(LocalFiles::open(dir.path()).unwrap()), 1 << 20);
+    let args = serde_json::json!({"query": "scan", "max_results": 5});
+    let output = tool.call(args, crate::tools::test_support::ctx()).await.unwrap();
+    assert_eq!(output.result["files"].as_array().unwrap().len(), 5);
+    assert_eq!(output.result["truncated"], true, "{}", output.result["total_count"]);
+
+    std::fs::remove_file(dir.path().join("scan-0000.txt")).unwrap();
+    let args = serde_json::json!({"query": "scan", "max_results": 5});
+    let output = tool.call(args, crate::tools::test_support::ctx()).await.unwrap();
+    assert_eq!(output.result["total_count"], MAX_WALK_ENTRIES);
+    assert!(output.result.get("truncated").is_none(), "{}", output.result);
+}
+
+/// A content search reads at most 40 files: when more could have matched by their text, the answer
+/// says it was cut.
+#[tokio::test]
+async fn a_content_search_that_could_not_read_every_file_says_it_was_truncated() {
+    use crate::tools::Tool;
+    use crate::tools::files::SearchNextcloudFiles;
+    use crate::tools::files::search::CONTENT_SEARCH_MAX_FILES;
+
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..CONTENT_SEARCH_MAX_FILES {
+        std::fs::write(dir.path().join(format!("note-{i:02}.txt")), "nothing here").unwrap();
+    }
+    let tool = SearchNextcloudFiles::new(std::sync::Arc::new(LocalFiles::open(dir.path()).unwrap()), 1 << 20);
+    let args = serde_json::json!({"query": "glargine", "include_content": true});
+    let output = tool.call(args.clone(), crate::tools::test_support::ctx()).await.unwrap();
+    assert!(output.result.get("truncated").is_none(), "{}", output.result);
+
+    std::fs::write(dir.path().join("note-99.txt"), "insulin glargine").unwrap();
+    let output = tool.call(args, crate::tools::test_support::ctx()).await.unwrap();
+    assert_eq!(output.result["truncated"], true, "{}", output.result);
 }

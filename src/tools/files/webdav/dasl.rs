@@ -10,7 +10,9 @@
 //! so the files below a folder whose name matches are asked for too, one SEARCH per folder
 //! (Nextcloud takes one scope per request), as [`Dasl::files_below`] builds it. Files and folders
 //! are asked for by name in two SEARCHes, each with its own limit, so that many matching folders
-//! cannot take the places of matching files in one answer's [`MAX_SEARCH_RESULTS`].
+//! cannot take the places of matching files in one answer's [`MAX_SEARCH_RESULTS`]. An answer that
+//! long, more matching folders than are searched, or more files than a walk lists marks the
+//! listing as cut, and the search's answer says so.
 
 use std::collections::HashSet;
 
@@ -20,7 +22,7 @@ use url::Url;
 use super::WebdavFiles;
 use super::multistatus::DavResource;
 use crate::tools::files::FilesError;
-use crate::tools::files::backend::{FileEntry, MAX_WALK_ENTRIES};
+use crate::tools::files::backend::{Candidates, FileEntry, MAX_WALK_ENTRIES};
 use crate::tools::files::file_id::RelPath;
 
 /// Most entries asked of the server in one search.
@@ -130,14 +132,17 @@ impl WebdavFiles {
     /// Files below the root whose path contains one of `words`, by the server's SEARCH, as the
     /// walk would find them: the files whose name matches and the folders whose name matches (two
     /// SEARCHes, so neither takes the other's places), then every file below each matching folder
-    /// (one SEARCH per folder, at most [`MAX_MATCHED_FOLDERS`]).
-    pub(super) async fn search(&self, words: &[String]) -> Result<Vec<FileEntry>, FilesError> {
+    /// (one SEARCH per folder, at most [`MAX_MATCHED_FOLDERS`]); and whether a bound left files
+    /// out (an answer of [`MAX_SEARCH_RESULTS`], more matching folders, more files than
+    /// [`MAX_WALK_ENTRIES`]).
+    pub(super) async fn search(&self, words: &[String]) -> Result<Candidates, FilesError> {
         let mut found = Found::default();
         let (files_named, folders_named) = (self.dasl.files_named(words), self.dasl.folders_named(words));
-        let (files, folders) = futures::try_join!(
+        let ((files, files_full), (folders, folders_full)) = futures::try_join!(
             self.search_request(&files_named),
             self.search_request(&folders_named),
         )?;
+        found.truncated = files_full || folders_full;
         for (path, resource) in files {
             // Trust no server to have applied the condition.
             if !resource.is_collection {
@@ -160,6 +165,7 @@ impl WebdavFiles {
         if kept.len() > MAX_MATCHED_FOLDERS {
             tracing::debug!("WebDAV SEARCH: only the first matching folders are listed");
             kept.truncate(MAX_MATCHED_FOLDERS);
+            found.truncated = true;
         }
         let listings = futures::stream::iter(kept)
             .map(|folder| async move {
@@ -174,7 +180,10 @@ impl WebdavFiles {
             .await;
         for listing in listings {
             let resources = match listing {
-                Ok(resources) => resources,
+                Ok((resources, full)) => {
+                    found.truncated |= full;
+                    resources
+                }
                 // As in the walk: a folder that vanished or that the server will not search is skipped.
                 Err(FilesError::NotFound | FilesError::Forbidden | FilesError::Status(_)) => continue,
                 Err(err) => return Err(err),
@@ -185,15 +194,17 @@ impl WebdavFiles {
                 }
             }
         }
-        Ok(found.files)
+        Ok(Candidates { files: found.files, truncated: found.truncated })
     }
 
-    /// One SEARCH at the arbiter: what it names below the root, dotfiles and dot-folders left out.
-    async fn search_request(&self, body: &str) -> Result<Vec<(RelPath, DavResource)>, FilesError> {
+    /// One SEARCH at the arbiter: what it names below the root, dotfiles and dot-folders left out;
+    /// and whether the answer is as long as the request's limit (the server may have left more out).
+    async fn search_request(&self, body: &str) -> Result<(Vec<(RelPath, DavResource)>, bool), FilesError> {
         let found = self
             .multistatus(b"SEARCH", &self.dasl.arbiter, None, body)
             .await?;
-        Ok(found
+        let full = found.len() >= MAX_SEARCH_RESULTS;
+        let kept = found
             .into_iter()
             .filter_map(|resource| {
                 // The scope is below the root, but trust no server: anything not below it is dropped.
@@ -201,22 +212,31 @@ impl WebdavFiles {
                 let hidden = path.segments().iter().any(|s| s.starts_with('.'));
                 (!hidden).then_some((path, resource))
             })
-            .collect())
+            .collect();
+        Ok((kept, full))
     }
 }
 
-/// The files a name search found so far: each once, at most [`MAX_WALK_ENTRIES`].
+/// The files a name search found so far: each once, at most [`MAX_WALK_ENTRIES`]; and whether a
+/// bound left any out.
 #[derive(Default)]
 struct Found {
     files: Vec<FileEntry>,
     seen: HashSet<RelPath>,
+    truncated: bool,
 }
 
 impl Found {
     fn add(&mut self, file: FileEntry) {
-        if self.files.len() < MAX_WALK_ENTRIES && self.seen.insert(file.path.clone()) {
-            self.files.push(file);
+        if self.seen.contains(&file.path) {
+            return;
         }
+        if self.files.len() >= MAX_WALK_ENTRIES {
+            self.truncated = true;
+            return;
+        }
+        self.seen.insert(file.path.clone());
+        self.files.push(file);
     }
 }
 

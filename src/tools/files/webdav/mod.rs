@@ -4,7 +4,8 @@
 //! A name search uses the server's WebDAV SEARCH when it advertises one ([`dasl`]: files and
 //! folders by name, then the files below each matching folder); otherwise, and for content
 //! searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers
-//! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders and entries. Every `href` a server returns is
+//! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders and entries (a listing
+//! cut at a bound says so, and so does the search's answer). Every `href` a server returns is
 //! resolved against the root and kept only when it stays on the root's origin and below its path;
 //! every URL voxgate builds from a [`RelPath`] is checked the same way before it is requested.
 
@@ -21,7 +22,7 @@ use self::client::DavClient;
 use self::dasl::Dasl;
 use self::multistatus::DavResource;
 use super::FilesError;
-use super::backend::{FileEntry, FilesBackend, Health, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
+use super::backend::{Candidates, FileEntry, FilesBackend, Health, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
 use super::file_id::RelPath;
 use crate::config::FilesBackendConfig;
 
@@ -198,8 +199,9 @@ impl WebdavFiles {
             .unwrap_or(false)
     }
 
-    /// Every file below the root, breadth first, within the walk's bounds.
-    async fn walk(&self) -> Result<Vec<FileEntry>, FilesError> {
+    /// Every file below the root, breadth first, within the walk's bounds, and whether they left
+    /// files out.
+    async fn walk(&self) -> Result<Candidates, FilesError> {
         let mut files = Vec::new();
         let mut folders = Pending::new();
         while let Some((folder, depth)) = folders.next() {
@@ -234,16 +236,21 @@ impl WebdavFiles {
                 if resource.is_collection {
                     if depth + 1 < MAX_WALK_DEPTH {
                         folders.push(path, depth + 1);
+                    } else {
+                        folders.cut = true;
                     }
                 } else if files.len() < MAX_WALK_ENTRIES {
                     files.push(self.entry(path, &resource)?);
+                } else {
+                    folders.cut = true;
                 }
             }
         }
-        if folders.cut || !folders.queue.is_empty() {
+        let truncated = folders.cut || !folders.queue.is_empty();
+        if truncated {
             tracing::debug!("WebDAV listing cut at its bounds");
         }
-        Ok(files)
+        Ok(Candidates { files, truncated })
     }
 }
 
@@ -261,7 +268,7 @@ fn decoded_segments(url: &Url) -> Option<Vec<Vec<u8>>> {
 struct Pending {
     queue: VecDeque<(Option<RelPath>, usize)>,
     listed: usize,
-    /// Whether a folder was left out for the walk's bounds.
+    /// Whether a folder or file was left out for the walk's bounds.
     cut: bool,
 }
 
@@ -300,11 +307,11 @@ impl FilesBackend for WebdavFiles {
         &self,
         words: &[String],
         by_content: bool,
-    ) -> Result<Vec<FileEntry>, FilesError> {
+    ) -> Result<Candidates, FilesError> {
         // A name search can use the server's index; a content search needs every file anyway.
         if !words.is_empty() && !by_content && self.search_offered().await {
             match self.search(words).await {
-                Ok(files) => return Ok(files),
+                Ok(found) => return Ok(found),
                 Err(err @ FilesError::CredentialsRefused) => return Err(err),
                 Err(err) => {
                     tracing::debug!(error = %err, "WebDAV SEARCH failed; walking the folders instead")
