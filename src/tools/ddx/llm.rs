@@ -213,9 +213,10 @@ fn bounded(result: &Value) -> Value {
     clean
 }
 
-/// Shorten a finished result until it serialises to at most [`MAX_RESULT_BYTES`]: the feature and
-/// next-step lists first (to five items, two, one, none), the last-ranked diagnoses only if that is
-/// not enough. Marks the result `truncated` when anything was dropped.
+/// Shorten a finished result, the LLM's or the knowledge base's, until it serialises to at most
+/// [`MAX_RESULT_BYTES`]: the feature and next-step lists first (to five items, two, one, none),
+/// then the reasoning (the knowledge base's quotes the leader's findings whole), the last-ranked
+/// diagnoses only if that is not enough. Marks the result `truncated` when anything was dropped.
 pub fn fit(result: &mut Value) {
     let too_big = |result: &Value| result.to_string().len() > MAX_RESULT_BYTES;
     let mut cut = false;
@@ -231,6 +232,11 @@ pub fn fit(result: &mut Value) {
                 }
             }
         }
+    }
+    if too_big(result) {
+        let (reasoning, was_cut) = truncate(result["reasoning"].as_str().unwrap_or_default(), REASONING_CHARS);
+        result["reasoning"] = json!(reasoning);
+        cut |= was_cut;
     }
     while too_big(result) && result["diagnoses"].as_array().is_some_and(|d| d.len() > 1) {
         if let Some(diagnoses) = result["diagnoses"].as_array_mut() {

@@ -146,10 +146,7 @@ fn case_from(args: &Value) -> Result<(Case, usize), ToolError> {
         Some("F") => Some(Sex::F),
         _ => None,
     };
-    let age = args
-        .get("patient_age")
-        .and_then(Value::as_u64)
-        .and_then(|a| u32::try_from(a).ok());
+    let age = args::whole_number(args, "patient_age").and_then(|a| u32::try_from(a).ok());
     let max = args::count(args, "max_results", DEFAULT_RESULTS, MAX_RESULTS);
     let case = Case {
         chief_complaint,
@@ -282,6 +279,14 @@ fn reasoning(kb: &KnowledgeBase, chosen: &[Ranked<'_>], recognised: &Recognised)
     text
 }
 
+/// The knowledge-base answer, cut like the LLM's: every candidate quotes the case's statements
+/// whole, so a verbose case would not fit one function-call output. It is cut only here, after it
+/// was shown to the LLM, whose answer is matched to it by position.
+fn kb_output(mut result: Value) -> ToolOutput {
+    llm::fit(&mut result);
+    ToolOutput::new(result)
+}
+
 #[async_trait::async_trait]
 impl Tool for DifferentialDiagnosis {
     fn spec(&self) -> &ToolSpec {
@@ -294,10 +299,10 @@ impl Tool for DifferentialDiagnosis {
         let chosen = select(ranked, max);
         let fallback = kb_result(&self.kb, &case, &chosen, &recognised);
         let Some(reranker) = &self.reranker else {
-            return Ok(ToolOutput::new(fallback));
+            return Ok(kb_output(fallback));
         };
         if chosen.is_empty() {
-            return Ok(ToolOutput::new(fallback));
+            return Ok(kb_output(fallback));
         }
         match reranker.rerank(&args, &fallback, &chosen).await {
             Ok(mut result) => {
@@ -314,7 +319,7 @@ impl Tool for DifferentialDiagnosis {
                 if let Some(text) = result["reasoning"].as_str() {
                     result["reasoning"] = json!(format!("{text}{note}"));
                 }
-                Ok(ToolOutput::new(result))
+                Ok(kb_output(result))
             }
         }
     }

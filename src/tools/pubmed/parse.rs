@@ -20,6 +20,10 @@ pub enum ParseError {
     NoCount,
     #[error("esearch reported an error")]
     SearchReported,
+    #[error("efetch reported an error")]
+    FetchReported,
+    #[error("efetch answer has no PubMed record")]
+    NoRecords,
     #[error("answer nests elements deeper than {MAX_DEPTH}")]
     TooDeep,
 }
@@ -158,12 +162,16 @@ struct Builder {
     text: String,
 }
 
-/// Parse an efetch `PubmedArticleSet`. Book articles and unknown elements are skipped.
+/// Parse an efetch `PubmedArticleSet`. Book articles and unknown elements are skipped. efetch is
+/// only asked for PMIDs that esearch found, so an answer without any record, article or book, is
+/// an error: NCBI's `<eFetchResult><ERROR>`, an empty set, or something else answering with 200.
 pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
     let mut reader = Reader::from_str(xml);
     let mut stack: Vec<Open> = Vec::new();
     let mut out = Vec::new();
     let mut current: Option<Builder> = None;
+    let mut records = 0usize;
+    let mut reported = false;
     loop {
         let event = reader.read_event().map_err(|e| ParseError::Xml(e.to_string()))?;
         match event {
@@ -172,8 +180,14 @@ pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
                     return Err(ParseError::TooDeep);
                 }
                 let open = open(&start);
-                if open.name == "PubmedArticle" {
-                    current = Some(Builder::default());
+                match open.name.as_str() {
+                    "PubmedArticle" => {
+                        records += 1;
+                        current = Some(Builder::default());
+                    }
+                    "PubmedBookArticle" => records += 1,
+                    "ERROR" if stack.len() == 1 => reported = true,
+                    _ => {}
                 }
                 stack.push(open);
                 if let Some(builder) = current.as_mut() {
@@ -211,7 +225,11 @@ pub fn articles(xml: &str) -> Result<Vec<Article>, ParseError> {
             _ => {}
         }
     }
-    Ok(out)
+    match records {
+        0 if reported => Err(ParseError::FetchReported),
+        0 => Err(ParseError::NoRecords),
+        _ => Ok(out),
+    }
 }
 
 fn open(start: &BytesStart<'_>) -> Open {

@@ -281,6 +281,28 @@ async fn client_errors_and_unreadable_answers_are_not_retried() {
 }
 
 #[tokio::test]
+async fn efetch_answers_without_records_are_backend_errors() {
+    let empty_set = "<?xml version=\"1.0\" ?>\n<PubmedArticleSet>\n</PubmedArticleSet>";
+    let reported = "<eFetchResult><ERROR>Empty result - nothing todo</ERROR></eFetchResult>";
+    for efetch in [reported, empty_set] {
+        let fake = Arc::new(Fake::new(esearch_for_efetch(), efetch));
+        let tool = tool_for(fake.clone(), Some(50)).await;
+        let err = tool.call(json!({"query": "sperm motility"}), ctx()).await.unwrap_err();
+        assert_eq!(err, ToolError::Backend(UNREADABLE.into()), "{efetch}");
+        assert_eq!(err.code().as_str(), "backend_error");
+        assert!(!err.public_message().contains("nothing todo"));
+        assert_eq!(fake.count("efetch.fcgi"), 1, "not retried");
+    }
+    // Book records only (StatPearls chapters rank high in PubMed): an answer, with nothing to list.
+    let books = "<PubmedArticleSet><PubmedBookArticle><BookDocument><PMID Version=\"1\">11748933</PMID>\
+        </BookDocument></PubmedBookArticle></PubmedArticleSet>";
+    let fake = Arc::new(Fake::new(esearch_for_efetch(), books));
+    let tool = tool_for(fake, Some(50)).await;
+    let out = tool.call(json!({"query": "sperm motility"}), ctx()).await.unwrap();
+    assert_eq!(out.result["articles"], json!([]));
+}
+
+#[tokio::test]
 async fn deeply_nested_answer_is_a_quick_backend_error() {
     // 480,000 nested elements (3.8 MB, under the client's 4 MiB cap) once kept a runtime worker
     // busy for minutes.

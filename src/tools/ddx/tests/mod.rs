@@ -318,6 +318,11 @@ async fn age_and_sex_rule_conditions_out() {
     );
     let args = json!({"chief_complaint": "headache", "symptoms": ["jaw claudication", "scalp tenderness"], "patient_age": 30});
     assert!(!names(&run(&kb_tool(), args).await).contains(&name_of("giant_cell_arteritis")));
+    // The schema's "integer" lets 30.0 through: it is the same age, not "no age given".
+    let args = json!({"chief_complaint": "headache", "symptoms": ["jaw claudication", "scalp tenderness"], "patient_age": 30.0});
+    let validator = crate::tools::schema::compile(&parameters()).unwrap();
+    crate::tools::schema::check(&validator, &args).unwrap();
+    assert!(!names(&run(&kb_tool(), args).await).contains(&name_of("giant_cell_arteritis")));
 }
 
 #[tokio::test]
@@ -355,4 +360,56 @@ fn the_schema_bounds_every_field() {
             "{bad}"
         );
     }
+}
+
+/// The schema's largest case: 30 symptoms and 30 history items of 200 characters, each naming a
+/// different finding or risk factor that many conditions share, so that every candidate quotes
+/// them whole in its `key_features` (and the reasoning repeats the leader's).
+fn verbose_case(filler: &str) -> Value {
+    let kb = KnowledgeBase::embedded().unwrap();
+    let shared = |keys: &mut dyn Iterator<Item = &String>| {
+        let mut count: std::collections::BTreeMap<String, usize> = Default::default();
+        keys.for_each(|key| *count.entry(key.clone()).or_default() += 1);
+        let mut keys: Vec<(String, usize)> = count.into_iter().collect();
+        keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        keys.into_iter().map(|(key, _)| key).collect::<Vec<_>>()
+    };
+    let statement = |key: &String| {
+        let term = kb.vocabulary[key].iter().find(|t| !t.starts_with('!')).unwrap().trim();
+        format!("{term} {}", filler.repeat(200)).chars().take(200).collect::<String>()
+    };
+    let findings = shared(&mut kb.conditions.iter().flat_map(|c| c.findings.keys()));
+    let symptoms: Vec<String> = findings.iter().take(MAX_SYMPTOMS as usize).map(statement).collect();
+    let risks = shared(&mut kb.conditions.iter().flat_map(|c| c.risk_factors.keys()));
+    let history: Vec<String> = risks
+        .iter()
+        .filter(|key| !findings[..MAX_SYMPTOMS as usize].contains(key))
+        .take(MAX_HISTORY as usize)
+        .map(statement)
+        .collect();
+    json!({"chief_complaint": "x".repeat(200), "symptoms": symptoms, "relevant_history": history, "max_results": MAX_RESULTS})
+}
+
+#[tokio::test]
+async fn a_verbose_case_is_cut_to_fit_one_function_call_output() {
+    for filler in ["zq ", "\u{1}"] {
+        let args = verbose_case(filler);
+        let validator = crate::tools::schema::compile(&parameters()).unwrap();
+        crate::tools::schema::check(&validator, &args).unwrap();
+        let result = run(&kb_tool(), args).await;
+        let size = result.to_string().len();
+        assert!(size <= crate::tools::text::MAX_RESULT_BYTES, "{filler:?}: {size} bytes");
+        assert_eq!(result["truncated"], true);
+        assert!(names(&result).len() > 1, "{filler:?}: candidates are kept, their lists cut");
+    }
+    // 30 symptoms it does not recognise, escaped as `\u0001` (six bytes a character): the reasoning
+    // alone, which lists them, is over 30 KiB, so it is cut like the LLM's.
+    let unrecognised = format!("qq{}", "\u{1}".repeat(198));
+    let args = json!({"chief_complaint": "chest pain", "symptoms": vec![unrecognised; 30]});
+    let result = run(&kb_tool(), args).await;
+    let size = result.to_string().len();
+    assert!(size <= crate::tools::text::MAX_RESULT_BYTES, "{size} bytes");
+    let reasoning = result["reasoning"].as_str().unwrap();
+    assert!(reasoning.starts_with("Ranked by") && reasoning.chars().count() <= 1501, "{}", reasoning.len());
+    assert!(!names(&result).is_empty());
 }

@@ -117,9 +117,22 @@ fn medline_date_and_elocation_doi_fallbacks() {
 }
 
 #[test]
-fn malformed_xml_is_an_error_and_empty_set_is_empty() {
+fn malformed_xml_is_an_error() {
     assert!(articles("<PubmedArticleSet><PubmedArticle></Wrong>").is_err());
-    assert_eq!(articles("<PubmedArticleSet></PubmedArticleSet>").unwrap(), vec![]);
+}
+
+#[test]
+fn efetch_answers_without_records_are_errors_but_book_records_are_not() {
+    // efetch is only asked for PMIDs esearch found: an answer with no record at all is NCBI
+    // failing, whether it says so in an `ERROR` element or not.
+    let reported = "<eFetchResult><ERROR>Empty result - nothing todo</ERROR></eFetchResult>";
+    assert_eq!(articles(reported), Err(ParseError::FetchReported));
+    assert_eq!(articles("<PubmedArticleSet></PubmedArticleSet>"), Err(ParseError::NoRecords));
+    assert_eq!(articles("<html><body>busy</body></html>"), Err(ParseError::NoRecords));
+    // A book record (a StatPearls chapter) is a record, only not one the tool lists.
+    let book = "<PubmedArticleSet><PubmedBookArticle><BookDocument><PMID>1</PMID></BookDocument>\
+        </PubmedBookArticle></PubmedArticleSet>";
+    assert_eq!(articles(book).unwrap(), vec![]);
 }
 
 /// `depth` nested `<a>` elements with text at every level, inside `prefix`…`suffix`.
