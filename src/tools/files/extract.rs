@@ -77,11 +77,27 @@ fn html_text(html: &str) -> String {
     use html5gum::{Token, Tokenizer};
     let mut out = String::new();
     let mut hidden: Option<Vec<u8>> = None;
+    // Inside a hidden `<head>`, the element there whose text is the head's own (`<title>`…).
+    let mut head_text: Option<Vec<u8>> = None;
     // A string input cannot fail: the tokenizer's error type is `Infallible`.
     for token in Tokenizer::new(html).flatten() {
         match token {
             Token::StartTag(tag) => {
                 let name = tag.name.to_ascii_lowercase();
+                // `</head>` may be omitted (HTML5): a tag that cannot be in the head ends it, as a
+                // browser's parser does. The tokenizer only splits tokens and never implies it.
+                if hidden.as_deref() == Some(b"head") && !is_head_content(&name) {
+                    hidden = None;
+                    head_text = None;
+                } else if hidden.as_deref() == Some(b"head")
+                    && !tag.self_closing
+                    && matches!(
+                        name.as_slice(),
+                        b"title" | b"noscript" | b"noframes" | b"style" | b"script" | b"template"
+                    )
+                {
+                    head_text = Some(name.clone());
+                }
                 if matches!(
                     name.as_slice(),
                     b"script" | b"style" | b"template" | b"head"
@@ -94,6 +110,9 @@ fn html_text(html: &str) -> String {
             }
             Token::EndTag(tag) => {
                 let name = tag.name.to_ascii_lowercase();
+                if head_text.as_deref() == Some(name.as_slice()) {
+                    head_text = None;
+                }
                 if hidden.as_deref() == Some(name.as_slice()) {
                     hidden = None;
                 } else if is_block(&name) {
@@ -102,6 +121,15 @@ fn html_text(html: &str) -> String {
                     out.push('\t');
                 }
             }
+            // Text outside the head's own elements also ends an unclosed head.
+            Token::String(text)
+                if hidden.as_deref() == Some(b"head")
+                    && head_text.is_none()
+                    && !text.iter().all(u8::is_ascii_whitespace) =>
+            {
+                hidden = None;
+                out.push_str(&String::from_utf8_lossy(&text))
+            }
             Token::String(text) if hidden.is_none() => {
                 out.push_str(&String::from_utf8_lossy(&text))
             }
@@ -109,6 +137,25 @@ fn html_text(html: &str) -> String {
         }
     }
     out
+}
+
+/// Elements that may stand in `<head>`; any other start tag implies `</head>`.
+fn is_head_content(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"base"
+            | b"basefont"
+            | b"bgsound"
+            | b"link"
+            | b"meta"
+            | b"title"
+            | b"noscript"
+            | b"noframes"
+            | b"style"
+            | b"script"
+            | b"template"
+            | b"head"
+    )
 }
 
 fn is_block(name: &[u8]) -> bool {
@@ -248,5 +295,26 @@ pub fn truncate_chars(text: String, max_chars: usize) -> (String, bool) {
     match text.char_indices().nth(max_chars) {
         None => (text, false),
         Some((at, _)) => (text[..at].to_string(), true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::html_text;
+
+    #[test]
+    fn an_omitted_head_end_tag_does_not_hide_the_body() {
+        // `</head>` is optional in HTML5: the body's first tag, or its first text, ends the head.
+        let text = html_text("<html><head><title>T</title><body><p>Metformin 500 mg</p></body></html>");
+        assert!(text.contains("Metformin 500 mg"), "{text:?}");
+        assert!(!text.contains('T'), "the title stays hidden: {text:?}");
+        let text = html_text("<head><meta charset=utf-8><title>T</title>\n<div>Insulin</div>");
+        assert!(text.contains("Insulin"), "{text:?}");
+        let text = html_text("<head><meta charset=utf-8><title>T</title><script>x()</script>Glucose");
+        assert_eq!(text.trim(), "Glucose");
+        let text = html_text("<head><title>T</title></head><body>Body</body>");
+        assert_eq!(text.trim(), "Body");
+        let text = html_text("<head><meta name=a>Lactate");
+        assert_eq!(text.trim(), "Lactate");
     }
 }

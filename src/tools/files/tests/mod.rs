@@ -4,3 +4,4 @@
 
 mod extract;
 mod local;
+mod pdf_guard;
