@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::backend::{DEFAULT_CALENDAR, EventQuery, EventTiming};
 use crate::tools::ToolError;
+use crate::tools::args::whole_number;
 
 /// The widest day range one `get_calendar_events` call may list (inclusive days).
 pub const MAX_RANGE_DAYS: i64 = 31;
@@ -52,8 +53,8 @@ pub fn list_query(args: &Value) -> Result<EventQuery, ToolError> {
     }
     let max_results = match args.get("max_results") {
         None | Some(Value::Null) => DEFAULT_MAX_RESULTS,
-        Some(value) => value
-            .as_u64()
+        // `whole_number`: 2.0 is the integer the schema accepted it as.
+        Some(_) => whole_number(args, "max_results")
             .filter(|n| (1..=MAX_RESULTS_LIMIT).contains(n))
             .ok_or_else(|| invalid("max_results", &format!("must be an integer from 1 to {MAX_RESULTS_LIMIT}")))?,
     };
@@ -199,9 +200,9 @@ fn timed(start: Moment, end: Option<Moment>, args: &Value, tz: Tz) -> Result<Eve
     let start = instant(start, tz, "start_datetime")?;
     let duration = match args.get("duration_minutes") {
         None | Some(Value::Null) => None,
-        Some(value) => Some(
-            value
-                .as_i64()
+        Some(_) => Some(
+            whole_number(args, "duration_minutes")
+                .and_then(|m| i64::try_from(m).ok())
                 .filter(|m| (1..=MAX_DURATION_MINUTES).contains(m))
                 .map(Duration::minutes)
                 .ok_or_else(|| {

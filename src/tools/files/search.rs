@@ -1,14 +1,19 @@
 //! Ranking a backend's candidates for `search_nextcloud_files`: by how many query words the file's
 //! path has (and, with `include_content`, its text), names before contents, newest first; and
-//! whether a bound left files out, so the answer does not read as complete when it is not.
+//! whether a bound left files out, so the answer does not read as complete when it is not. A
+//! content search reads only while the call has time left ([`http::time_left`]): the files it could
+//! not read in time are left out as at any other bound, and the names found are answered rather
+//! than lost with the whole call to a `timeout`.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use futures::StreamExt;
 
 use super::FilesError;
 use super::backend::{DocKind, FileEntry, FilesBackend};
 use super::extract::extract_text;
+use crate::tools::http;
 
 /// Query words looked at (a spoken query is short; a pasted paragraph is not a search).
 const MAX_WORDS: usize = 16;
@@ -16,6 +21,23 @@ const MAX_WORDS: usize = 16;
 pub const CONTENT_SEARCH_MAX_FILES: usize = 40;
 pub const CONTENT_SEARCH_MAX_BYTES: u64 = 4 * 1024 * 1024;
 const CONTENT_READS_AT_ONCE: usize = 4;
+/// The longest one file's read and extraction may take: the PDF worker's own wall time.
+const CONTENT_READ_MAX: Duration = Duration::from_secs(25);
+/// Of the call's time, this much is kept for ranking and answering: no read runs into it.
+const CONTENT_READ_RESERVE: Duration = Duration::from_secs(1);
+/// No read is started with less than this to run: it would hardly finish.
+const CONTENT_READ_MIN: Duration = Duration::from_secs(1);
+
+/// What became of one file's content read.
+enum ContentRead {
+    /// Its text (`None`: a format without one).
+    Text(Option<String>),
+    /// Not started for lack of time, or cut off (or the PDF worker's time ran out): its text may
+    /// match, so the answer is incomplete.
+    OutOfTime,
+    /// Damaged, refused or gone: searched as a file without text.
+    Failed,
+}
 
 /// A search as the tool asked for it.
 #[derive(Debug, Clone)]
@@ -36,8 +58,8 @@ pub struct Found {
     pub files: Vec<FileEntry>,
     /// How many matched in all, of the files looked at.
     pub total: usize,
-    /// A bound (of the listing, or of the files a content search reads) left files out: there may
-    /// be more matches than `total`.
+    /// A bound (of the listing, of the files a content search reads, or of the call's time for
+    /// reading them) left files out: there may be more matches than `total`.
     pub truncated: bool,
 }
 
@@ -81,21 +103,38 @@ pub async fn search(backend: &dyn FilesBackend, request: &SearchRequest) -> Resu
                 let path = scored[i].2.path.clone();
                 let kind = scored[i].2.kind();
                 async move {
-                    let text = match backend.read(&path, limit).await {
-                        Ok((_, bytes)) => extract_text(kind, bytes).await.ok().flatten(),
-                        Err(_) => None,
+                    // Measured when the read starts (a slot is free), not when it was queued; cut
+                    // off by dropping it, which kills a PDF worker too.
+                    let budget = http::time_left().map_or(CONTENT_READ_MAX, |left| {
+                        left.saturating_sub(CONTENT_READ_RESERVE).min(CONTENT_READ_MAX)
+                    });
+                    if budget < CONTENT_READ_MIN {
+                        return (i, ContentRead::OutOfTime);
+                    }
+                    let read = async {
+                        let (_, bytes) = backend.read(&path, limit).await?;
+                        extract_text(kind, bytes).await
                     };
-                    (i, text)
+                    let outcome = match tokio::time::timeout(budget, read).await {
+                        Ok(Ok(text)) => ContentRead::Text(text),
+                        Ok(Err(FilesError::TooSlow)) | Err(_) => ContentRead::OutOfTime,
+                        Ok(Err(_)) => ContentRead::Failed,
+                    };
+                    (i, outcome)
                 }
             })
             .buffer_unordered(CONTENT_READS_AT_ONCE)
             .collect::<Vec<_>>()
             .await;
-        for (i, text) in reads {
-            if let Some(text) = text {
-                let mut found = found_in(&scored[i].2.path.display().to_lowercase(), &words);
-                found.extend(found_in(&text.to_lowercase(), &words));
-                scored[i].0 = found.len();
+        for (i, outcome) in reads {
+            match outcome {
+                ContentRead::Text(Some(text)) => {
+                    let mut found = found_in(&scored[i].2.path.display().to_lowercase(), &words);
+                    found.extend(found_in(&text.to_lowercase(), &words));
+                    scored[i].0 = found.len();
+                }
+                ContentRead::OutOfTime => truncated = true,
+                ContentRead::Text(None) | ContentRead::Failed => {}
             }
         }
     }

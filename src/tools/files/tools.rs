@@ -14,7 +14,7 @@ use super::file_id::{MAX_FILE_ID_CHARS, RelPath};
 use super::search::{SearchRequest, search};
 use crate::tools::text::{self, MAX_RESULT_BYTES};
 use crate::tools::{
-    CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec,
+    args, CallContext, Category, DEFAULT_TOOL_TIMEOUT, Risk, Tool, ToolError, ToolOutput, ToolSpec,
 };
 
 const SEARCH: &str = "search_nextcloud_files";
@@ -117,7 +117,7 @@ impl Tool for SearchNextcloudFiles {
         }
         let request = SearchRequest {
             file_type: args["file_type"].as_str().map(str::to_string),
-            max_results: args["max_results"].as_u64().unwrap_or(DEFAULT_MAX_RESULTS) as usize,
+            max_results: args::count(&args, "max_results", DEFAULT_MAX_RESULTS, MAX_RESULTS_LIMIT) as usize,
             include_content: args["include_content"].as_bool().unwrap_or(false),
             max_file_bytes: self.max_file_bytes,
             query,
@@ -204,8 +204,7 @@ impl Tool for RetrieveNextcloudFile {
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
         let file_id = args["file_id"].as_str().unwrap_or_default();
         let extract = args["extract_text"].as_bool().unwrap_or(true);
-        let max_chars = args["max_chars"]
-            .as_u64()
+        let max_chars = args::whole_number(&args, "max_chars")
             .unwrap_or(DEFAULT_MAX_CHARS)
             .min(MAX_CHARS_LIMIT) as usize;
         let fail = |e: FilesError| to_tool_error(RETRIEVE, e);
@@ -241,8 +240,10 @@ impl Tool for RetrieveNextcloudFile {
         };
         let mut result = build(&content, truncated);
         // Escaping can make text longer than its characters: cut further until the output fits.
+        // An empty text cannot be cut further: the loop ends there whatever the other fields weigh
+        // (it never awaits, so nothing else would end it).
         while result.to_string().len() > MAX_RESULT_BYTES
-            && let Some(text) = content.take()
+            && let Some(text) = content.take_if(|text| !text.is_empty())
         {
             let keep = text.chars().count() * 3 / 4;
             content = Some(truncate_chars(text, keep).0);

@@ -105,7 +105,7 @@ impl SearchGuidelines {
             source: text("guideline_source").map(String::from),
             condition: text("condition").map(String::from),
         };
-        let max = args.get("max_results").and_then(Value::as_u64).unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS);
+        let max = crate::tools::args::count(args, "max_results", DEFAULT_RESULTS, MAX_RESULTS);
         let hits = self.index.search(query, &filters, max as usize).map_err(|err| {
             tracing::error!(error = %err, "guideline search failed");
             ToolError::Internal

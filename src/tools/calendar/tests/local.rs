@@ -74,6 +74,9 @@ async fn max_results_truncates_and_reports_the_total() {
     assert_eq!(ids(&day), ["b-allday", "a-late-utc"]);
     assert_eq!((day["count"].as_u64(), day["total_count"].as_u64()), (Some(2), Some(4)));
     assert_eq!(day["truncated"], true);
+    // 2.0 passes the schema's "integer": it is 2, not an invalid argument.
+    let as_float = f.get(json!({"start_date": "2024-01-16", "max_results": 2.0})).await;
+    assert_eq!(as_float["events"], day["events"]);
 }
 
 #[tokio::test]

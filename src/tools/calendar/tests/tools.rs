@@ -105,13 +105,16 @@ async fn a_replayed_call_creates_nothing_new() {
     }
     assert_eq!(again["end"], "2024-02-01T09:30:00+01:00");
     assert_eq!(vevent_count(&f.text()), 1);
+    // 30.0 passes the schema's "integer": it is 30 minutes, not an invalid argument.
+    let as_float = json!({"title": "Ward round", "start_datetime": "2024-02-01T11:00", "duration_minutes": 30.0});
+    assert_eq!(f.create(as_float, "s1", "call-9").await["end"], "2024-02-01T11:30:00+01:00");
 
     // Another call (or the same call id in another session) is another event.
     f.create(json!({"title": "Team meeting", "start_datetime": "2024-02-01T09:00"}), "s1", "call-8").await;
     f.create(json!({"title": "Team meeting", "start_datetime": "2024-02-01T09:00"}), "s2", "call-7").await;
-    assert_eq!(vevent_count(&f.text()), 3);
+    assert_eq!(vevent_count(&f.text()), 4);
     let listed = f.get(json!({"start_date": "2024-02-01"})).await;
-    assert_eq!(listed["total_count"], 3);
+    assert_eq!(listed["total_count"], 4);
 }
 
 #[tokio::test]

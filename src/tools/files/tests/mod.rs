@@ -5,3 +5,4 @@
 mod extract;
 mod local;
 mod pdf_guard;
+mod tools;

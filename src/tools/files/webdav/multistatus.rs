@@ -1,12 +1,18 @@
 //! Reading a WebDAV `207 Multi-Status` answer (RFC 4918 §14.16) into entries: href, whether it is a
 //! collection, length, last-modified and content type. Elements are matched by local name, so any
-//! namespace prefix the server picks (`d:`, `D:`, none) works.
+//! namespace prefix the server picks (`d:`, `D:`, none) works. A content type longer than any real
+//! one is dropped (the file's extension then names its type): it reaches the tools' results as is.
 
 use chrono::{DateTime, Utc};
 use quick_xml::events::Event;
 
 use crate::tools::files::FilesError;
 use crate::tools::files::extract::push_entity;
+
+/// The longest content type kept (RFC 6838 bounds a type and a subtype at 127 characters each; a
+/// charset parameter fits too). A longer one is no real type, and the tools return it as it is:
+/// it would crowd the text out of the result.
+const MAX_CONTENT_TYPE_BYTES: usize = 255;
 
 /// One `<response>` of a multistatus.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -105,7 +111,9 @@ fn store(resource: &mut DavResource, field: Field, value: &str) {
                 .ok()
                 .map(|t| t.with_timezone(&Utc));
         }
-        Field::ContentType if !value.is_empty() => resource.content_type = Some(value.to_string()),
+        Field::ContentType if !value.is_empty() && value.len() <= MAX_CONTENT_TYPE_BYTES => {
+            resource.content_type = Some(value.to_string())
+        }
         _ => {}
     }
 }
@@ -137,6 +145,22 @@ mod tests {
         );
         assert!(!found[1].is_collection);
         assert_eq!(found[2].href, "/dav/a&b.txt");
+    }
+
+    /// A broken or hostile server's content type of 40 KiB is not one: the extension's is used.
+    #[test]
+    fn an_overlong_content_type_is_dropped() {
+        let answer = |content_type: &str| {
+            let xml = format!(
+                "<D:multistatus xmlns:D=\"DAV:\"><D:response><D:href>/dav/a.txt</D:href><D:propstat><D:prop>\
+                 <D:getcontenttype>{content_type}</D:getcontenttype></D:prop></D:propstat></D:response></D:multistatus>"
+            );
+            parse(xml.as_bytes()).unwrap().remove(0).content_type
+        };
+        assert!(answer(&"x".repeat(40 * 1024)).is_none());
+        let longest = format!("text/{}", "x".repeat(MAX_CONTENT_TYPE_BYTES - 5));
+        assert_eq!(answer(&longest), Some(longest.clone()));
+        assert_eq!(answer(&format!("{longest}x")), None);
     }
 
     #[test]

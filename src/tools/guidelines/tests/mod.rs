@@ -151,6 +151,13 @@ async fn the_default_is_ten_results_best_first() {
     assert!(out.result["total_count"].as_u64().unwrap() > 10);
 }
 
+/// 3.0 passes the schema's "integer": it is 3, not "absent" (the default of ten).
+#[tokio::test]
+async fn a_whole_number_float_is_the_count() {
+    let out = call(&shipped_index(), json!({"query": "vaccine", "max_results": 3.0})).await;
+    assert_eq!(out.result["guidelines"].as_array().unwrap().len(), 3);
+}
+
 #[tokio::test]
 async fn the_source_filter_keeps_one_organisation() {
     let tool = shipped_index();
