@@ -137,7 +137,10 @@ fn run(mut config: Config) -> anyhow::Result<()> {
     // PDFs are read by this executable started as a worker with its own limits.
     match std::env::current_exe() {
         Ok(exe) => voxgate::tools::files::sandbox::set_worker(exe),
-        Err(err) => eprintln!("voxgate: cannot find its own executable ({err}); PDFs are read in-process"),
+        Err(err) => {
+            eprintln!("voxgate: cannot find its own executable ({err}); PDFs will not be read");
+            voxgate::tools::files::sandbox::refuse_in_process();
+        }
     }
     config.telemetry.instance_id = config.server.instance_id();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;

@@ -12,7 +12,9 @@
 //! ran out of time, else as unreadable.
 //!
 //! The server names the worker once at start ([`set_worker`]); without one (the library used on its
-//! own, unit tests) extraction runs in this process, behind [`super::pdf_guard`]'s budget only.
+//! own, unit tests) extraction runs in this process, behind [`super::pdf_guard`]'s budget only. A
+//! server that cannot name its worker ([`refuse_in_process`]) reads no PDF at all: the guard is a
+//! budget, not a proof, and a document it misjudges would abort the whole server, not a worker.
 
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -42,17 +44,41 @@ const MAX_INPUT_BYTES: u64 = 128 * 1024 * 1024;
 const EXIT_UNREADABLE: u8 = 3;
 
 static WORKER: OnceLock<PathBuf> = OnceLock::new();
+/// Set by a server that has no worker: PDFs are then refused, never read in this process.
+static NO_IN_PROCESS: OnceLock<()> = OnceLock::new();
 
 /// Name the executable to run as the worker (the server's own). Later calls change nothing.
 pub fn set_worker(executable: PathBuf) {
     let _ = WORKER.set(executable);
 }
 
-/// The text of a PDF: in the worker when one is set, else here.
+/// For a server that cannot name its worker: refuse PDFs rather than read them in this process.
+pub fn refuse_in_process() {
+    let _ = NO_IN_PROCESS.set(());
+}
+
+/// Where a PDF is read.
+#[derive(Debug, PartialEq, Eq)]
+enum Extractor<'a> {
+    Worker(&'a std::path::Path),
+    InProcess,
+    Refused,
+}
+
+fn extractor<'a>(worker: Option<&'a PathBuf>, in_process_refused: bool) -> Extractor<'a> {
+    match (worker, in_process_refused) {
+        (Some(worker), _) => Extractor::Worker(worker),
+        (None, false) => Extractor::InProcess,
+        (None, true) => Extractor::Refused,
+    }
+}
+
+/// The text of a PDF: in the worker when one is set, else here (unless that is refused).
 pub async fn extract_pdf(bytes: Vec<u8>) -> Result<String, FilesError> {
-    match WORKER.get() {
-        Some(worker) => run_worker(worker, &bytes, WORKER_TIMEOUT).await,
-        None => in_process(bytes).await,
+    match extractor(WORKER.get(), NO_IN_PROCESS.get().is_some()) {
+        Extractor::Worker(worker) => run_worker(worker, &bytes, WORKER_TIMEOUT).await,
+        Extractor::InProcess => in_process(bytes).await,
+        Extractor::Refused => Err(FilesError::Worker),
     }
 }
 
@@ -156,6 +182,14 @@ fn limit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_without_its_worker_reads_no_pdf_in_process() {
+        let worker = PathBuf::from("/usr/bin/voxgate");
+        assert_eq!(extractor(Some(&worker), true), Extractor::Worker(&worker));
+        assert_eq!(extractor(None, false), Extractor::InProcess);
+        assert_eq!(extractor(None, true), Extractor::Refused);
+    }
 
     /// A stand-in worker: a shell script doing what a worker might.
     fn script(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
