@@ -106,8 +106,10 @@ pub async fn realtime(
         ApiError::unauthorized(err.to_string())
     })?;
 
-    // The session outlives its connection's future: it counts on its shard itself.
-    let shard_load = request.extensions().get::<super::shards::ShardLoad>().cloned();
+    // The session outlives its connection's future: it counts on its shard itself, from now (not
+    // from its task's first poll, which on a busy thread comes after hyper has stopped counting
+    // the connection). Dropped with the task if it never runs.
+    let on_shard = request.extensions().get::<super::shards::ShardLoad>().map(super::shards::ShardLoad::hold);
     let on_upgrade = hyper::upgrade::on(&mut request);
     let origin = super::client_addr::origin(&state.config.server.trusted_proxies, request.extensions(), &headers, false);
     let info = SessionInfo { id, principal, user, wants_events, model: model_name, origin };
@@ -115,7 +117,7 @@ pub async fn realtime(
     state.shutdown.tracker().spawn(async move {
         let _admission = admission;
         let _seat = seat;
-        let _on_shard = shard_load.as_ref().map(super::shards::ShardLoad::hold);
+        let _on_shard = on_shard;
         let upgraded = match on_upgrade.await {
             Ok(upgraded) => upgraded,
             Err(err) => {

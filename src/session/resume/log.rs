@@ -124,7 +124,10 @@ impl ConversationLog {
         match kind {
             "conversation.item.input_audio_transcription.completed" => {
                 let item_id = event["item_id"].as_str()?;
-                if let Some(transcript) = event["transcript"].as_str() {
+                // Only an item still waiting for it: a client may have deleted the audio item and
+                // created a text one under its id before this transcript came.
+                let waiting = self.items.iter().find(|l| l.id == item_id).is_none_or(|l| matches!(&l.entry, Entry::User(text) if text.is_empty()));
+                if let Some(transcript) = event["transcript"].as_str().filter(|_| waiting) {
                     self.upsert(item_id, Entry::User(transcript.trim().to_string()));
                 }
                 Some(Transcript::Settled(item_id.to_string()))
@@ -365,8 +368,11 @@ mod tests {
         // A transcript for an item still logged fills it in.
         feed(&mut log, transcript("u4"));
         assert_eq!(entries(&log)[1], ("u4".into(), Entry::User("late".into())));
-        // A client may create a new item under a deleted item's id: that one is logged.
+        // A client may create a new item under a deleted item's id: that one is logged, and the
+        // old item's transcript, come late, does not overwrite it.
         feed(&mut log, json!({"type": "conversation.item.created", "item": {"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "new"}]}}));
+        assert_eq!(entries(&log)[1], ("u1".into(), Entry::User("new".into())));
+        feed(&mut log, transcript("u1"));
         assert_eq!(entries(&log)[1], ("u1".into(), Entry::User("new".into())));
     }
 
