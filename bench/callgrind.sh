@@ -28,8 +28,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 grind="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$work/out.%p"
 # `bench run` starts "voxgate" with a cleared environment but for the upstream's URL: the relay is
-# started in its place through the same door, so both run under the same load generator.
-printf '#!/bin/sh\nexec %s %q relay --upstream "$VOXGATE_UPSTREAM__URL"\n' "$grind" "$bench" > "$work/relay"
+# started in its place through the same door, so both run under the same load generator, on as
+# many threads (`--threads 0`: one per CPU, voxgate's default, unless the session threads are set).
+printf '#!/bin/sh\nexec %s %q relay --upstream "$VOXGATE_UPSTREAM__URL" --threads "${VOXGATE_SERVER__SESSION_THREADS:-0}"\n' "$grind" "$bench" > "$work/relay"
 printf '#!/bin/sh\nexec %s %q "$@"\n' "$grind" "$voxgate" > "$work/voxgate"
 chmod +x "$work/relay" "$work/voxgate"
 

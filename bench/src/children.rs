@@ -41,11 +41,11 @@ pub async fn echo(tmp: &Path) -> anyhow::Result<Running> {
     start("echo", command, tmp).await
 }
 
-/// `bench relay --upstream URL` as a child process.
-pub async fn relay(tmp: &Path, upstream: &str) -> anyhow::Result<Running> {
+/// `bench relay --upstream URL --threads N` as a child process.
+pub async fn relay(tmp: &Path, upstream: &str, threads: usize) -> anyhow::Result<Running> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let mut command = Command::new(exe);
-    command.args(["relay", "--upstream", upstream]);
+    command.args(["relay", "--upstream", upstream, "--threads", &threads.to_string()]);
     start("relay", command, tmp).await
 }
 

@@ -26,12 +26,15 @@ use crate::frames::{AppendTemplate, delta_stamp, fast_type};
 use crate::procfs;
 
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(20);
-/// How long after the window an echo may come back and still count as delivered (and be timed).
+/// How long after the window an echo may come back and still count as delivered (every echo is
+/// timed, a late one too: dropping them flattered the percentiles of a path that falls behind).
 const GRACE: Duration = Duration::from_secs(3);
 /// An echo later than the grace is counted as late, not lost, as long as it comes back within
 /// this: on a saturated machine the backlog drains slowly, and a late frame is a timing, not the
 /// broken behaviour a lost one is.
 const LOST_AFTER: Duration = Duration::from_secs(30);
+/// The round trip a lost frame counts as in percentiles: infinite (see `stats::Summary`).
+pub const LOST_US: u32 = u32::MAX;
 
 /// A process whose cost is read at the window's edges.
 #[derive(Debug, Clone)]
@@ -50,14 +53,18 @@ pub struct ProbeReading {
 /// What one phase measured.
 #[derive(Debug, Default)]
 pub struct PhaseResult {
-    /// Round trips of frames sent in the window, µs.
+    /// Round trips of frames sent in the window, µs, late echoes' included (lost frames have none:
+    /// the report counts them as infinite).
     pub rtt_us: Vec<u32>,
     /// How late each in-window frame left the generator, µs.
     pub lag_us: Vec<u32>,
     pub sent: u64,
     pub received: u64,
-    /// In-window frames whose echo came back after the grace (not in `received`, not timed).
+    /// In-window frames whose echo came back after the grace (not in `received`, but timed).
     pub late: u64,
+    /// In-window frames whose echo came back after the window's end: counted in CPU per frame,
+    /// though the CPU they cost after the window is not (a backlog makes a path look cheap).
+    pub after_window: u64,
     pub failed_sessions: usize,
     pub window: Duration,
     pub probes: Vec<ProbeReading>,
@@ -123,6 +130,7 @@ pub async fn run(sessions: Vec<Ws>, plan: &PhasePlan, probes: &[Probe]) -> anyho
         result.sent += session.sent;
         result.received += session.received;
         result.late += session.late;
+        result.after_window += session.after_window;
         if session.failed {
             result.failed_sessions += 1;
         }
@@ -152,6 +160,7 @@ struct SessionOutcome {
     sent: u64,
     received: u64,
     late: u64,
+    after_window: u64,
     failed: bool,
     ws: Option<Ws>,
 }
@@ -185,14 +194,14 @@ async fn drive(ws: Ws, s: Window, mut ticks: Ticks, template: Arc<AppendTemplate
 
     let reader = async {
         let mut rtt_us = Vec::new();
-        let (mut received, mut late) = (0u64, 0u64);
+        let (mut received, mut late, mut after_window) = (0u64, 0u64, 0u64);
         let grace_end = s.window_end + GRACE;
         let lost_after = s.window_end + LOST_AFTER;
         loop {
             let frame = match tokio::time::timeout_at(lost_after, stream.next()).await {
                 Ok(Some(Ok(frame))) => frame,
-                Ok(_) => return (rtt_us, received, late, true),
-                Err(_) => return (rtt_us, received, late, false),
+                Ok(_) => return (rtt_us, received, late, after_window, true),
+                Err(_) => return (rtt_us, received, late, after_window, false),
             };
             let Message::Text(text) = frame else { continue };
             let bytes = text.as_bytes();
@@ -202,21 +211,24 @@ async fn drive(ws: Ws, s: Window, mut ticks: Ticks, template: Arc<AppendTemplate
             let Some((seq, t_us)) = delta_stamp(bytes) else { continue };
             let now_us = epoch_us(Instant::now());
             if (window.0..window.1).contains(&t_us) {
+                rtt_us.push(u32::try_from(now_us.saturating_sub(t_us)).unwrap_or(LOST_US - 1));
+                if now_us >= window.1 {
+                    after_window += 1;
+                }
                 if Instant::now() <= grace_end {
-                    rtt_us.push(now_us.saturating_sub(t_us) as u32);
                     received += 1;
                 } else {
                     late += 1;
                 }
             }
             if u64::from(seq) + 1 >= total {
-                return (rtt_us, received, late, false);
+                return (rtt_us, received, late, after_window, false);
             }
         }
     };
 
-    let ((lag_us, write_failed), (rtt_us, received, late, read_failed)) = tokio::join!(writer, reader);
+    let ((lag_us, write_failed), (rtt_us, received, late, after_window, read_failed)) = tokio::join!(writer, reader);
     let failed = write_failed || read_failed;
     let ws = if failed { None } else { sink.reunite(stream).ok() };
-    Ok(SessionOutcome { rtt_us, lag_us, sent: sent_in_window.into_inner(), received, late, failed, ws })
+    Ok(SessionOutcome { rtt_us, lag_us, sent: sent_in_window.into_inner(), received, late, after_window, failed, ws })
 }

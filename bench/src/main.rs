@@ -5,7 +5,8 @@
 //!   voxgate, with round-trip percentiles, CPU per frame, memory per session, tool dispatch time
 //!   and the largest N that keeps real time. Prints Markdown; `--json FILE` keeps the raw figures.
 //! - `bench echo` — the echo upstream alone (`listening on ADDR` on stdout).
-//! - `bench relay --upstream URL` — the bare relay alone.
+//! - `bench relay --upstream URL [--threads N]` — the bare relay alone, on N threads (default: one
+//!   per CPU, voxgate's default).
 //!
 //! Each server is its own process so that the kernel's per-process accounting measures all of them
 //! the same way.
@@ -16,6 +17,7 @@ mod clock;
 mod echo;
 mod frames;
 mod load;
+mod placement;
 mod procfs;
 mod relay;
 mod report;
@@ -55,6 +57,10 @@ enum Command {
         listen: String,
         #[arg(long)]
         upstream: String,
+        /// Threads the connections are spread over (least-loaded placement, each connection on
+        /// one thread for its whole life); default one per CPU, as voxgate's session threads.
+        #[arg(long)]
+        threads: Option<usize>,
     },
 }
 
@@ -98,8 +104,9 @@ struct RunArgs {
     /// target/release/ or target/debug/ for a bench built with that profile).
     #[arg(long)]
     voxgate: Option<PathBuf>,
-    /// voxgate's `server.session_threads` (default: voxgate's own, one per CPU). 1 runs every
-    /// session on one thread, as the bare relay does and as a pod limited to one CPU does.
+    /// voxgate's `server.session_threads` and the bare relay's thread count (default: voxgate's
+    /// own, one per CPU, for both). 1 runs every session on one thread, as a pod limited to one
+    /// CPU does.
     #[arg(long)]
     session_threads: Option<usize>,
     /// How the generator times its sends: `wheel` (each session's tokio interval; its 1 ms
@@ -121,7 +128,10 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run(args),
         Command::Echo { listen } => serve_current_thread(listen, None),
-        Command::Relay { listen, upstream } => serve_current_thread(listen, Some(upstream)),
+        Command::Relay { listen, upstream, threads } => {
+            let threads = threads.filter(|&n| n > 0).unwrap_or_else(relay::default_threads);
+            serve_current_thread(listen, Some((upstream, threads)))
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -132,8 +142,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The echo and the relay run on one thread each: on two cores that is the cheaper runtime.
-fn serve_current_thread(listen: String, upstream: Option<String>) -> anyhow::Result<()> {
+/// The echo runs on one thread: on two cores that is the cheaper runtime, and its work is the same
+/// on every path. The relay accepts on this thread and relays on its own `threads`.
+fn serve_current_thread(listen: String, upstream: Option<(String, usize)>) -> anyhow::Result<()> {
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("runtime")?;
     runtime.block_on(async move {
@@ -141,7 +152,7 @@ fn serve_current_thread(listen: String, upstream: Option<String>) -> anyhow::Res
         println!("listening on {}", listener.local_addr().context("local addr")?);
         match upstream {
             None => echo::serve(listener).await,
-            Some(upstream) => relay::serve(listener, upstream).await,
+            Some((upstream, threads)) => relay::serve(listener, upstream, threads).await,
         }
     })
 }

@@ -1,11 +1,15 @@
 //! `bench run`: one complete measurement, every path in the same run so that the ratios compare
 //! like with like on a shared, noisy machine.
 //!
-//! Order: for each N, rounds of {direct, bare relay, voxgate} in a rotating order (so no path always
-//! runs first or last); then inline-tool dispatch (idle, and under N = 100 audio load in full mode);
-//! then memory per idle session; then the capacity search, and every path again at the bare
-//! relay's capacity (the latency goal is judged there too). The relay and voxgate are started fresh
-//! for every phase so each one's memory baseline is its own; the echo lives for the whole run.
+//! Order: for each N, rounds of {direct, bare relay, voxgate} in ABBA order (direct, relay, voxgate,
+//! then voxgate, relay, direct: neither server always runs first, and the two run back to back in
+//! every round); then inline-tool dispatch (idle, and under N = 100 audio load in full mode), memory
+//! per idle session and the capacity search, each path after the other in the base order (relay
+//! before voxgate); then every path again at the bare relay's capacity, in ABBA rounds (the latency
+//! goal is judged there too). The relay and voxgate are started fresh for every phase so each one's
+//! memory baseline is its own; the echo lives for the whole run. The relay runs on as many threads
+//! as voxgate's sessions (`--session-threads`, else one per CPU), and after each phase's sessions
+//! are open both servers' per-thread counts are read (`placement.rs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use crate::client;
 use crate::clock::Clock;
 use crate::frames::AppendTemplate;
 use crate::load::{self, PhasePlan, PhaseResult, Probe};
+use crate::placement;
 use crate::procfs;
 use crate::report::{CapacityStep, IdleMemory, PathPhase, Report, ToolRun};
 use crate::tools;
@@ -51,6 +56,25 @@ impl Path {
     pub fn client_answers_tools(self) -> bool {
         self != Path::Voxgate
     }
+
+    /// The series its per-thread session counts are served under, for a path that has threads.
+    fn thread_series(self) -> Option<&'static str> {
+        match self {
+            Path::Relay => Some(crate::relay::THREAD_SERIES),
+            Path::Voxgate => Some(placement::VOXGATE_SERIES),
+            Path::Direct | Path::Python => None,
+        }
+    }
+}
+
+/// The order of the paths in round `round` (from 0): the base order, then reversed (ABBA), so
+/// neither the relay nor voxgate always runs first, and adjacent paths stay adjacent.
+pub fn round_order(paths: &[Path], round: usize) -> Vec<Path> {
+    let mut order = paths.to_vec();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
 }
 
 #[derive(Debug, Clone)]
@@ -66,13 +90,21 @@ pub struct Options {
     pub capacity: bool,
     pub capacity_p99_ms: f64,
     pub voxgate: Option<PathBuf>,
-    /// voxgate's `server.session_threads`, when set.
+    /// voxgate's `server.session_threads`, when set; the relay's thread count either way.
     pub session_threads: Option<usize>,
     /// How the generator times its sends.
     pub clock: Clock,
     /// Python interpreter with `websockets`: adds the Python relay as a fourth path.
     pub python: Option<PathBuf>,
     pub setup_parallelism: usize,
+}
+
+impl Options {
+    /// The threads the relay and (by its own default when not set) voxgate run sessions on:
+    /// `--session-threads`, else one per CPU, as voxgate's `session_threads = 0`.
+    pub fn threads(&self) -> usize {
+        self.session_threads.filter(|&n| n > 0).unwrap_or_else(crate::relay::default_threads)
+    }
 }
 
 struct Ctx {
@@ -147,7 +179,7 @@ impl Ctx {
         match path {
             Path::Direct => Ok((None, self.echo.url())),
             Path::Relay => {
-                let relay = children::relay(&self.tmp, &self.echo.url()).await?;
+                let relay = children::relay(&self.tmp, &self.echo.url(), self.opts.threads()).await?;
                 let url = relay.url();
                 Ok((Some(relay), url))
             }
@@ -205,6 +237,7 @@ impl Ctx {
     async fn measure(&mut self, path: Path, n: usize, with_tools: bool, process: Option<&Running>, url: &str) -> anyhow::Result<PathPhase> {
         let fresh_rss = process.and_then(|p| procfs::rss_bytes(p.pid)).unwrap_or(0);
         let sessions = client::open_many(url, n, self.opts.setup_parallelism).await?;
+        let thread_sessions = self.thread_sessions(path, n, process).await;
         let mut probes = vec![Probe { name: "echo".into(), pid: self.echo.pid }, Probe { name: "load generator".into(), pid: std::process::id() }];
         if let Some(process) = process {
             probes.insert(0, Probe { name: process.name.clone(), pid: process.pid });
@@ -222,7 +255,29 @@ impl Ctx {
             None => None,
         };
         let expected = (n as f64 * self.opts.measure.as_secs_f64() / load::FRAME_INTERVAL.as_secs_f64()).round() as u64;
-        Ok(PathPhase::from_result(path, n, expected, fresh_rss, result, tools))
+        let mut phase = PathPhase::from_result(path, n, expected, fresh_rss, result, tools);
+        phase.rounds_thread_sessions.extend(thread_sessions);
+        Ok(phase)
+    }
+
+    /// The server's sessions per thread, read once `n` sessions are open (the scrape's own
+    /// connection taken off); an uneven spread or a failed read is a warning.
+    async fn thread_sessions(&mut self, path: Path, n: usize, process: Option<&Running>) -> Option<Vec<i64>> {
+        let (series, process) = (path.thread_series()?, process?);
+        match placement::scrape(process.addr, series).await {
+            Ok(scraped) => {
+                let counts = placement::without_scrape(&scraped);
+                eprintln!("         sessions per thread {counts:?}");
+                if let Some(warning) = placement::imbalance(&counts, n) {
+                    self.report.warnings.push(format!("{} N={n}: {warning}", path.name()));
+                }
+                Some(counts)
+            }
+            Err(err) => {
+                self.report.warnings.push(format!("{} N={n}: sessions per thread not read: {err:#}", path.name()));
+                None
+            }
+        }
     }
 
     async fn tool_dispatch(&mut self, path: Path) {
@@ -291,13 +346,10 @@ impl Ctx {
         }
     }
 
-    /// Rounds of every path at `n` sessions, in a rotating order (no path always first or last).
+    /// Rounds of every path at `n` sessions, in ABBA order ([`round_order`]).
     async fn rounds_at(&mut self, n: usize) {
         for round in 0..self.opts.rounds {
-            let mut order = self.paths();
-            let len = order.len();
-            order.rotate_left(round % len);
-            for path in order {
+            for path in round_order(&self.paths(), round) {
                 if let Some(phase) = self.phase(path, n).await {
                     self.report.add_phase(phase);
                 }

@@ -1,6 +1,8 @@
-//! The whole instrument in miniature, in-process: echo and bare relay on loopback, three sessions
-//! for half a second, then three tool calls answered by the client. Cheap enough for the test suite;
-//! the real measurement is `bench run`.
+//! The whole instrument in miniature, in-process: echo and bare relay (two threads) on loopback,
+//! three sessions for half a second, then three tool calls answered by the client. Cheap enough
+//! for the test suite; the real measurement is `bench run`. Like `bench run --quick` it judges
+//! behaviour only (sessions alive, every frame back, calls answered), never a timing: two loaded
+//! CPUs can stall the generator for tens of milliseconds at any edge of the window.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +25,7 @@ async fn frames_come_back_through_the_relay_and_tool_calls_are_timed() {
     let (echo_listener, echo_url) = bind().await;
     tokio::spawn(echo::serve(echo_listener));
     let (relay_listener, relay_url) = bind().await;
-    tokio::spawn(relay::serve(relay_listener, echo_url.clone()));
+    tokio::spawn(relay::serve(relay_listener, echo_url.clone(), 2));
 
     let plan = PhasePlan {
         warmup: Duration::from_millis(100),
@@ -36,11 +38,11 @@ async fn frames_come_back_through_the_relay_and_tool_calls_are_timed() {
     let probe = Probe { name: "load generator".into(), pid: std::process::id() };
     let result = load::run(sessions, &plan, &[probe]).await.unwrap();
     assert_eq!(result.failed_sessions, 0);
-    // 3 sessions × 400 ms / 20 ms = 60 frames in the window, give or take the window's edges.
-    assert!((57..=63).contains(&result.sent), "sent {}", result.sent);
-    assert_eq!(result.received, result.sent);
-    assert_eq!(result.rtt_us.len() as u64, result.received);
-    assert!(result.rtt_us.iter().all(|&us| us < 1_000_000));
+    // How many frames fall in the window depends on when the generator got the CPU: only that
+    // some did, and that every one came back (late or not, within load.rs's 30 s).
+    assert!(result.sent > 0);
+    assert_eq!(result.received + result.late, result.sent);
+    assert_eq!(result.rtt_us.len() as u64, result.received + result.late);
     assert!(result.probes[0].rss_end > 0);
 
     let ws = client::open(&echo_url, Duration::from_secs(5)).await.unwrap();

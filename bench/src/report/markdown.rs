@@ -1,6 +1,6 @@
 //! The run's figures as Markdown tables, the form docs/performance.md quotes: latency and its
-//! ratio to the bare relay, CPU per frame (pooled and round by round), the Python relay, tool
-//! dispatch, the fsync floor, idle memory and capacity.
+//! ratio to the bare relay, CPU per frame (pooled and round by round), sessions per thread, the
+//! Python relay, tool dispatch, the fsync floor, idle memory and capacity.
 
 use std::fmt::Write as _;
 
@@ -31,27 +31,31 @@ impl Report {
                 );
             }
         }
-        let _ = writeln!(s, "\nvoxgate's added latency as a multiple of the bare relay's:\n");
+        let _ = writeln!(s, "\nvoxgate's added latency as a multiple of the bare relay's (— where the relay added under {RATIO_FLOOR_MS} ms: no ratio to take):\n");
         let _ = writeln!(s, "| N | p50 | p99 | p99.9 |");
         let _ = writeln!(s, "|---:|---:|---:|---:|");
         for n in self.sessions() {
             let (Some(d), Some(r), Some(v)) = (self.find(Path::Direct, n), self.find(Path::Relay, n), self.find(Path::Voxgate, n)) else { continue };
-            let ratio = |f: fn(&Summary) -> f64| ratio(f(&v.rtt) - f(&d.rtt), f(&r.rtt) - f(&d.rtt));
+            let ratio = |f: fn(&Summary) -> f64| added_ratio(f(&v.rtt) - f(&d.rtt), f(&r.rtt) - f(&d.rtt));
             let _ = writeln!(s, "| {n} | {} | {} | {} |", ratio(|x| x.p50), ratio(|x| x.p99), ratio(|x| x.p999));
         }
         let _ = writeln!(s, "\nCPU seconds per 10k relayed frames (both directions counted) and machine load:\n");
-        let _ = writeln!(s, "| N | bare relay | voxgate | voxgate ÷ relay | echo | load generator | machine busy (cores) relay / voxgate run | RSS growth ÷ N relay / voxgate | RSS per session beyond the first relay / voxgate |");
+        let t = self.threads;
+        let _ = writeln!(s, "| N | bare relay ({t} thr.) | voxgate ({t} thr.) | voxgate ÷ relay | echo | load generator | machine busy (cores) relay / voxgate run | RSS growth ÷ N relay / voxgate | RSS per session beyond the first relay / voxgate |");
         let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for n in self.sessions() {
             let r = self.find(Path::Relay, n);
             let v = self.find(Path::Voxgate, n);
             let cpu = |p: Option<&PathPhase>| p.and_then(|p| p.target_cpu_s.map(|c| p.per_10k(c)));
+            let flag = |p: Option<&PathPhase>| if p.is_some_and(PathPhase::backlogged) { " †" } else { "" };
             let any = v.or(r);
             let _ = writeln!(
                 s,
-                "| {n} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} |",
+                "| {n} | {}{} | {}{} | {} | {} | {} | {} / {} | {} / {} | {} / {} |",
                 fmt3(cpu(r)),
+                flag(r),
                 fmt3(cpu(v)),
+                flag(v),
                 match (cpu(v), cpu(r)) { (Some(a), Some(b)) => ratio(a, b), _ => "—".into() },
                 fmt3(any.map(|p| p.per_10k(p.echo_cpu_s))),
                 fmt3(any.map(|p| p.per_10k(p.generator_cpu_s))),
@@ -63,7 +67,12 @@ impl Report {
                 kib(self.rss_beyond_first(Path::Voxgate.name(), n)),
             );
         }
+        let backlogged = [Path::Relay, Path::Voxgate].iter().any(|&path| self.sessions().into_iter().any(|n| self.find(path, n).is_some_and(PathPhase::backlogged)));
+        if backlogged {
+            let _ = writeln!(s, "\n† More than 1 % of the frames counted came back after the CPU window: the path fell behind, and the CPU it spent on them after the window is not counted, so the figure is too low.");
+        }
         self.cpu_rounds_markdown(&mut s);
+        self.thread_sessions_markdown(&mut s);
         if self.phases.iter().any(|p| p.path == Path::Python.name()) {
             let _ = writeln!(s, "\nAgainst the Python relay (websockets, `json.loads` per event), same run:\n");
             let _ = writeln!(s, "| N | path | added p99 (ms) | CPU s per 10k frames | CPU ÷ bare relay | RSS per active session | delivered |");
@@ -120,6 +129,9 @@ impl Report {
                 let _ = writeln!(s, "\nLargest N that held real time, {path}: {n}.");
             }
         }
+        for w in &self.warnings {
+            let _ = writeln!(s, "\nWARNING: {w}");
+        }
         for e in &self.errors {
             let _ = writeln!(s, "\nERROR: {e}");
         }
@@ -139,7 +151,7 @@ impl Report {
         if rows.is_empty() {
             return;
         }
-        let _ = writeln!(s, "\nvoxgate ÷ relay CPU per 10k frames, round by round (each round's two phases ran back to back), and the echo's own ratio in the same phases (its work is the same on both paths):\n");
+        let _ = writeln!(s, "\nvoxgate ÷ relay CPU per 10k frames, round by round (each round's two phases ran back to back, relay first in odd-numbered rounds and voxgate first in even-numbered ones), and the echo's own ratio in the same phases (its work is the same on both paths):\n");
         let _ = writeln!(s, "| N | per round | median | lowest – highest | echo: median | echo: lowest – highest |");
         let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|");
         for (n, ratios, echo) in rows {
@@ -149,6 +161,32 @@ impl Report {
             let _ = writeln!(s, "| {n} | {listed} | {median:.2}× | {low:.2}× – {high:.2}× | {echo_median:.2}× | {echo_low:.2}× – {echo_high:.2}× |");
         }
     }
+
+    /// How the relay's and voxgate's sessions were spread over their threads once open, round by
+    /// round: an even spread is what makes their thread counts (in the CPU table) comparable.
+    fn thread_sessions_markdown(&self, s: &mut String) {
+        let rows: Vec<&PathPhase> = self.phases.iter().filter(|p| !p.rounds_thread_sessions.is_empty()).collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "\nSessions per thread once the phase's sessions were open (from the server's own counts, the reading's connection taken off), round by round:\n");
+        let _ = writeln!(s, "| N | path | threads | sessions per thread |");
+        let _ = writeln!(s, "|---:|---|---:|---|");
+        for p in rows {
+            let threads = p.rounds_thread_sessions.iter().map(Vec::len).max().unwrap_or(0);
+            let listed = p.rounds_thread_sessions.iter().map(|c| c.iter().map(i64::to_string).collect::<Vec<_>>().join(" / ")).collect::<Vec<_>>().join("; ");
+            let _ = writeln!(s, "| {} | {} | {threads} | {listed} |", p.sessions, p.path);
+        }
+    }
+}
+
+/// Below this added latency (ms) the relay's figure is noise around zero (its p99 can fall under
+/// direct's): a ratio to it would read as anything from negative to huge.
+const RATIO_FLOOR_MS: f64 = 0.02;
+
+/// voxgate's added latency over the relay's, or "—" when the relay's is under [`RATIO_FLOOR_MS`].
+fn added_ratio(voxgate_ms: f64, relay_ms: f64) -> String {
+    if relay_ms < RATIO_FLOOR_MS { "—".into() } else { ratio(voxgate_ms, relay_ms) }
 }
 
 /// Median, lowest and highest (NaN for none).

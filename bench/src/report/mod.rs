@@ -27,6 +27,9 @@ pub struct PathPhase {
     pub received: u64,
     /// Echoes that came back after the grace: counted neither as delivered nor as lost.
     pub late: u64,
+    /// Echoes (of frames sent in the window) that came back after the window's end, when the
+    /// CPU was no longer read.
+    pub after_window: u64,
     pub expected: u64,
     pub failed_sessions: usize,
     pub window_s: f64,
@@ -40,12 +43,16 @@ pub struct PathPhase {
     pub tools_under_load: Option<ToolRun>,
     /// The target's CPU seconds per 10k relayed frames in each round, in round order: the pooled
     /// figure hides how far rounds run apart, and the relay's and voxgate's phases of one round
-    /// ran back to back, so their ratio is the least disturbed by the machine's drift.
+    /// ran back to back (ABBA: relay first in even rounds, voxgate first in odd ones), so their
+    /// ratio is the least disturbed by the machine's drift.
     rounds_cpu_per_10k: Vec<f64>,
     /// The echo's CPU seconds per 10k frames in the same rounds. The echo does the same work on
     /// every path, so its ratio between two phases is the machine's (or the path's effect on its
     /// neighbours), not the path's own cost: the control for `rounds_cpu_per_10k`.
     rounds_echo_per_10k: Vec<f64>,
+    /// The target's sessions on each of its threads once they were open, one list per round
+    /// (relay and voxgate only; empty where they could not be read).
+    pub rounds_thread_sessions: Vec<Vec<i64>>,
     rtt_samples: Vec<u32>,
     lag_samples: Vec<u32>,
 }
@@ -56,6 +63,9 @@ impl PathPhase {
         // The process serving the path (none for direct): every probe but the two always there.
         let target = r.probes.iter().find(|p| p.name != "echo" && p.name != "load generator");
         let rss_per_active = target.map(|t| (t.rss_end.saturating_sub(fresh_rss)) as f64 / n.max(1) as f64);
+        // Percentiles over every frame sent: a lost frame's round trip is infinite.
+        let lost = r.sent.saturating_sub(r.received + r.late);
+        r.rtt_us.extend(std::iter::repeat_n(crate::load::LOST_US, lost as usize));
         let mut phase = Self {
             path: path.name(),
             sessions: n,
@@ -64,6 +74,7 @@ impl PathPhase {
             sent: r.sent,
             received: r.received,
             late: r.late,
+            after_window: r.after_window,
             expected,
             failed_sessions: r.failed_sessions,
             window_s: r.window.as_secs_f64(),
@@ -75,6 +86,7 @@ impl PathPhase {
             tools_under_load: tools.map(|t| ToolRun::new(path, "under N=100 audio load", t)),
             rounds_cpu_per_10k: Vec::new(),
             rounds_echo_per_10k: Vec::new(),
+            rounds_thread_sessions: Vec::new(),
             rtt_samples: r.rtt_us,
             lag_samples: r.lag_us,
         };
@@ -88,6 +100,7 @@ impl PathPhase {
     fn merge(&mut self, mut other: PathPhase) {
         self.rounds_cpu_per_10k.append(&mut other.rounds_cpu_per_10k);
         self.rounds_echo_per_10k.append(&mut other.rounds_echo_per_10k);
+        self.rounds_thread_sessions.append(&mut other.rounds_thread_sessions);
         self.rtt_samples.append(&mut other.rtt_samples);
         self.lag_samples.append(&mut other.lag_samples);
         self.rtt = Summary::of(&mut self.rtt_samples);
@@ -95,6 +108,7 @@ impl PathPhase {
         self.sent += other.sent;
         self.received += other.received;
         self.late += other.late;
+        self.after_window += other.after_window;
         self.expected += other.expected;
         self.failed_sessions += other.failed_sessions;
         let w = self.window_s + other.window_s;
@@ -125,6 +139,13 @@ impl PathPhase {
     /// Frames relayed in the window, both directions counted (one round trip = 2 frames).
     fn relayed_frames(&self) -> f64 {
         (self.sent + self.received) as f64
+    }
+
+    /// Did more than 1 % of the frames counted in CPU per frame come back after the CPU window
+    /// (a backlog: their CPU was spent after it, uncounted)? An echo of the window's last
+    /// frames always comes back a round trip late; 1 % of a 6 s window is 60 ms of them.
+    pub fn backlogged(&self) -> bool {
+        self.after_window as f64 > 0.01 * self.relayed_frames()
     }
 
     fn per_10k(&self, cpu_s: f64) -> f64 {
@@ -177,6 +198,10 @@ pub struct Report {
     pub machine: String,
     pub frame_bytes: usize,
     pub options: String,
+    /// Threads the bare relay ran on, and voxgate's sessions unless `--session-threads` said otherwise.
+    pub threads: usize,
+    /// `--session-threads` as given (`None`: voxgate's own default, one per CPU).
+    pub session_threads: Option<usize>,
     pub phases: Vec<PathPhase>,
     pub tools: Vec<ToolRun>,
     pub idle: Vec<IdleMemory>,
@@ -189,14 +214,19 @@ pub struct Report {
     /// The same, one every `IDLE_TOOL_GAP` as the idle tool calls come, ms.
     pub fsync_spaced: Option<Summary>,
     pub errors: Vec<String>,
+    /// What looks wrong but is no broken behaviour (an uneven spread of sessions over threads):
+    /// printed, never an exit failure.
+    pub warnings: Vec<String>,
     pub elapsed_s: f64,
 }
 
 impl Report {
     pub fn new(opts: &Options, frame_bytes: usize) -> Self {
-        let threads = match opts.session_threads {
-            Some(n) => format!("voxgate on {n} session thread(s)"),
-            None => "voxgate on its default session threads (one per CPU)".to_string(),
+        let session_threads = opts.session_threads.filter(|&n| n > 0);
+        let t = opts.threads();
+        let threads = match session_threads {
+            Some(_) => format!("bare relay on {t} thread(s), voxgate on {t} session thread(s) (`--session-threads`)"),
+            None => format!("bare relay on {t} thread(s), voxgate on its default session threads (one per CPU: {t})"),
         };
         let options = format!(
             "N = {:?}, {} round(s) × {:.0} s measured after {:.0} s warm-up, {} audio bytes per frame, send clock `{}`, {threads}",
@@ -212,6 +242,8 @@ impl Report {
             machine: crate::procfs::machine(),
             frame_bytes,
             options,
+            threads: t,
+            session_threads,
             phases: Vec::new(),
             tools: Vec::new(),
             idle: Vec::new(),
@@ -221,6 +253,7 @@ impl Report {
             fsync: None,
             fsync_spaced: None,
             errors: Vec::new(),
+            warnings: Vec::new(),
             elapsed_s: 0.0,
         }
     }
@@ -245,7 +278,7 @@ impl Report {
     }
 
     /// voxgate's CPU per frame over the relay's, round by round (round i of each path ran in the
-    /// same rotation, back to back): one ratio per round, for runs of two rounds or more.
+    /// same round, back to back): one ratio per round, for runs of two rounds or more.
     fn cpu_round_ratios(&self, n: usize) -> Vec<f64> {
         self.round_ratios(n, |p| &p.rounds_cpu_per_10k)
     }
@@ -318,16 +351,19 @@ impl Report {
             "machine": self.machine,
             "options": self.options,
             "frame_bytes": self.frame_bytes,
+            "relay_threads": self.threads,
+            "voxgate_session_threads": self.session_threads,
             "elapsed_s": self.elapsed_s,
             "phases": self.phases.iter().map(|p| json!({
                 "path": p.path, "sessions": p.sessions, "rtt": summary(&p.rtt), "send_lag": summary(&p.lag),
-                "sent": p.sent, "received": p.received, "late": p.late, "expected": p.expected, "failed_sessions": p.failed_sessions,
+                "sent": p.sent, "received": p.received, "late": p.late, "echoes_after_window": p.after_window, "cpu_window_backlogged": p.backlogged(), "expected": p.expected, "failed_sessions": p.failed_sessions,
                 "window_s": p.window_s, "target_cpu_s": p.target_cpu_s, "echo_cpu_s": p.echo_cpu_s,
                 "generator_cpu_s": p.generator_cpu_s, "machine_busy_cores": p.machine_busy_cores,
                 "rss_per_active_bytes": p.rss_per_active,
                 "rss_beyond_first_bytes": self.rss_beyond_first(p.path, p.sessions),
                 "rounds_cpu_per_10k": p.rounds_cpu_per_10k,
                 "rounds_echo_cpu_per_10k": p.rounds_echo_per_10k,
+                "rounds_thread_sessions": p.rounds_thread_sessions,
             })).collect::<Vec<_>>(),
             "tools": self.tools.iter().map(|t| json!({"path": t.path, "condition": t.condition, "times": summary(&t.times), "error_outputs": t.not_ok})).collect::<Vec<_>>(),
             "idle": self.idle.iter().map(|m| json!({"path": m.path, "sessions": m.sessions, "rss_before": m.before, "rss_after": m.after, "per_session_bytes": m.per_session()})).collect::<Vec<_>>(),
@@ -336,6 +372,7 @@ impl Report {
             "fsync": self.fsync.as_ref().map(summary),
             "fsync_spaced": self.fsync_spaced.as_ref().map(summary),
             "errors": self.errors,
+            "warnings": self.warnings,
         })
     }
 }
