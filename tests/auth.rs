@@ -384,3 +384,55 @@ async fn an_admin_body_that_never_arrives_does_not_hold_the_connection() {
         assert!(admin.as_deref().is_some_and(|l| l.contains(" 408 ")), "{path} with the token: {admin:?}");
     }
 }
+
+/// RFC 7235: the auth scheme is case-insensitive. Session auth accepted `bearer`; the admin API
+/// refused it with 401.
+#[tokio::test]
+async fn the_admin_token_scheme_is_case_insensitive() {
+    let proxy = TestProxy::start(&jwt_toml()).await;
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/admin/tools", proxy.addr);
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let response = http.get(&url).header("authorization", format!("{scheme} {ADMIN}")).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{scheme}");
+    }
+    // Still the token that counts, and still a scheme.
+    for value in [format!("bearer {ADMIN}x"), format!("Basic {ADMIN}"), format!("bearer{ADMIN}"), ADMIN.to_string()] {
+        let response = http.get(&url).header("authorization", &value).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{value}");
+    }
+}
+
+/// An admin-invoked call is one tool call like a session's: its `voxgate.tool_call` span gets the
+/// outcome and the "tool call finished" line is logged (docs/operations.md, Logs).
+#[tokio::test]
+async fn an_admin_call_logs_its_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{}[audit]\npath = \"{}\"\n[backends.calendar]\npath = \"{}\"\n",
+        jwt_toml(),
+        dir.path().join("audit.jsonl").display(),
+        dir.path().join("cal.ics").display()
+    );
+    let (mut child, addr, logs) = support::spawn_voxgate_logged(&config, dir.path(), Some("info"), &[]).await;
+    let invoke = reqwest::Client::new()
+        .post(format!("http://{addr}/admin/tools/calculate_medical_score/invoke"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"arguments": {"calculator_name": "bmi", "parameters": {"weight_kg": 64, "height_cm": 160}}, "sub": "ops", "roles": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(invoke.status(), 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let finished = loop {
+        let text = logs.lock().unwrap().clone();
+        let lines: Vec<String> = text.lines().filter(|l| l.contains("tool call finished")).map(str::to_string).collect();
+        if !lines.is_empty() || tokio::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(finished.len(), 1, "one line per call: {finished:?}");
+    assert!(finished[0].contains("completed"), "{}", finished[0]);
+    child.kill().await.unwrap();
+}

@@ -228,3 +228,22 @@ fn pdf_file(objects: &[Vec<u8>]) -> Vec<u8> {
     out.extend_from_slice(format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes());
     out
 }
+
+/// gRPC to an `https://` collector cannot work in this build (no TLS in the gRPC exporter): it is
+/// refused as a config error, exit 2 for `check-config` and `run` alike, never printing the URL's
+/// credentials.
+#[test]
+fn a_grpc_collector_over_https_is_a_config_error() {
+    let file = write_config(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[telemetry]\notlp_protocol = \"grpc\"\n\
+         otlp_endpoint = \"https://collector:TOPSECRET9@otel.example:4317\"\n",
+    );
+    for args in [vec!["check-config".to_string(), file.path().display().to_string()], vec!["--config".into(), file.path().display().to_string()]] {
+        let out = std::process::Command::new(binary()).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("invalid configuration: telemetry.otlp_endpoint:"), "{stderr}");
+        assert!(stderr.contains("http/protobuf"), "{stderr}");
+        assert!(!stderr.contains("TOPSECRET9"), "{stderr}");
+    }
+}

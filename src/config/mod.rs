@@ -397,6 +397,14 @@ impl Config {
 
     /// Deserialise a TOML table, naming the dotted key of the first problem.
     pub fn from_table(mut table: toml::Table) -> Result<Config, ConfigError> {
+        // Azure's preview form (`deployment` + `api_version`) speaks the beta protocol: there an
+        // unset `protocol` means beta, not the GA default (`validate` refuses a `ga` written out).
+        if let Some(toml::Value::Table(upstream)) = table.get_mut("upstream")
+            && (upstream.contains_key("deployment") || upstream.contains_key("api_version"))
+            && !upstream.contains_key("protocol")
+        {
+            upstream.insert("protocol".into(), toml::Value::String("beta".into()));
+        }
         let tools = table.remove("tools");
         let mut config: Config = deserialize_at("", toml::Value::Table(table))?;
         match tools {

@@ -309,3 +309,47 @@ fn a_quoted_value_holding_the_word_expected_is_not_printed() {
         "invalid value: string, expected a port"
     );
 }
+
+/// This build's gRPC exporter has no TLS: an `https://` gRPC collector used to pass `check-config`
+/// and then stop `run` (exit 1, the URL and its credentials on stderr). It is a config error now,
+/// which never prints the URL.
+#[test]
+fn a_grpc_collector_over_https_is_refused_without_its_credentials() {
+    let text = "[telemetry]\notlp_protocol = \"grpc\"\notlp_endpoint = \"https://u:SECRET7@c.example:4317\"\n";
+    let err = load_toml(text, &[]).unwrap_err();
+    assert_eq!(err.key, "telemetry.otlp_endpoint", "{err}");
+    assert!(err.reason.contains("http/protobuf"), "{err}");
+    assert!(!err.to_string().contains("SECRET7"), "{err}");
+    // gRPC over plain http, and https over http/protobuf (reqwest with rustls), stay accepted.
+    load_toml("[telemetry]\notlp_protocol = \"grpc\"\notlp_endpoint = \"http://c.example:4317\"\n", &[]).unwrap();
+    load_toml("[telemetry]\notlp_endpoint = \"https://u:SECRET7@c.example:4318\"\n", &[]).unwrap();
+}
+
+/// The Azure preview form (`deployment` + `api_version`) speaks the beta protocol: with the GA
+/// default, voxgate's own tool injection (`session.type`) was refused by Azure and the session
+/// ran without server tools. Unset, the protocol is beta there; `ga` written out is refused.
+#[test]
+fn the_azure_preview_form_speaks_the_beta_protocol() {
+    let preview = "[upstream]\nkind = \"azure\"\napi_key = \"k\"\nurl = \"wss://az.example/openai/realtime\"\n\
+                   deployment = \"d\"\napi_version = \"2025-04-01-preview\"\n";
+    assert_eq!(load_toml(preview, &[]).unwrap().upstream.protocol, UpstreamProtocol::Beta, "unset: beta");
+    let beta = format!("{preview}protocol = \"beta\"\n");
+    assert_eq!(load_toml(&beta, &[]).unwrap().upstream.protocol, UpstreamProtocol::Beta);
+    let err = load_toml(&format!("{preview}protocol = \"ga\"\n"), &[]).unwrap_err();
+    assert_eq!(err.key, "upstream.protocol", "{err}");
+    assert!(err.reason.contains("beta"), "{err}");
+    let err = load_toml(preview, &[("VOXGATE_UPSTREAM__PROTOCOL", "ga")]).unwrap_err();
+    assert_eq!(err.key, "upstream.protocol", "{err}");
+    // Set through the environment alone, the preview form gets beta too.
+    let vars = [
+        ("VOXGATE_UPSTREAM__KIND", "azure"),
+        ("VOXGATE_UPSTREAM__API_KEY", "k"),
+        ("VOXGATE_UPSTREAM__URL", "wss://az.example/openai/realtime"),
+        ("VOXGATE_UPSTREAM__DEPLOYMENT", "d"),
+        ("VOXGATE_UPSTREAM__API_VERSION", "2025-04-01-preview"),
+    ];
+    assert_eq!(Config::load(None, &env(&vars)).unwrap().upstream.protocol, UpstreamProtocol::Beta);
+    // The GA form keeps the GA default.
+    let ga = "[upstream]\nkind = \"azure\"\napi_key = \"k\"\nurl = \"wss://az.example/openai/v1/realtime\"\nmodel = \"d\"\n";
+    assert_eq!(load_toml(ga, &[]).unwrap().upstream.protocol, UpstreamProtocol::Ga);
+}

@@ -1,6 +1,6 @@
 //! Cross-field checks run after parsing. Every error names the dotted key and the reason.
 
-use super::{AuthMode, CalendarKind, Config, ConfigError, UpstreamKind};
+use super::{AuthMode, CalendarKind, Config, ConfigError, OtlpProtocol, UpstreamKind, UpstreamProtocol};
 use crate::tools::KNOWN_TOOLS;
 use crate::tools::calendar::MIN_CREATE_TIMEOUT;
 
@@ -85,6 +85,17 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
                 "the Azure preview form needs both upstream.deployment and upstream.api_version",
             ));
         }
+        // Azure's preview endpoint speaks the beta protocol: with `ga` it refuses voxgate's own
+        // tool injection (`session.type`) and the session runs without server tools. Unset, the
+        // protocol is beta for this form already (`Config::from_table`); only a `ga` written out
+        // reaches here.
+        if upstream.deployment.is_some() && upstream.protocol != UpstreamProtocol::Beta {
+            return Err(ConfigError::new(
+                "upstream.protocol",
+                "the Azure preview form (upstream.deployment, upstream.api_version) speaks the beta protocol: \
+                 set upstream.protocol = \"beta\" or leave it unset (or use the GA form: upstream.model, no deployment)",
+            ));
+        }
     }
     if upstream.model.is_empty() && upstream.deployment.is_none() {
         return Err(ConfigError::new("upstream.model", "must not be empty"));
@@ -166,9 +177,18 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
     if let Some(endpoint) = &config.telemetry.otlp_endpoint {
-        let ok = url::Url::parse(endpoint).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
-        if !ok {
+        let scheme = url::Url::parse(endpoint).ok().map(|u| u.scheme().to_string());
+        if !matches!(scheme.as_deref(), Some("http" | "https")) {
             return Err(ConfigError::new("telemetry.otlp_endpoint", "must be an http(s) URL"));
+        }
+        // This build's gRPC exporter has no TLS: `run` would fail to build it. OTLP/HTTP goes
+        // through reqwest, which has (rustls, the system's roots).
+        if scheme.as_deref() == Some("https") && config.telemetry.otlp_protocol == OtlpProtocol::Grpc {
+            return Err(ConfigError::new(
+                "telemetry.otlp_endpoint",
+                "https:// needs telemetry.otlp_protocol = \"http/protobuf\" (the collector's OTLP/HTTP port, \
+                 usually 4318): gRPC is only supported over http://",
+            ));
         }
     }
 

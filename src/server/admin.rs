@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use super::error::ApiError;
 use super::state::AppState;
+use crate::audit::AuditEvent;
 use crate::config::AuditOnError;
 use crate::cluster::KillOutcome;
 use crate::policy::Principal;
@@ -157,12 +158,23 @@ impl Invocation {
     async fn run(mut self, mut pending: Vec<Action>) -> Option<String> {
         let deps = &self.deps;
         let mut output = None;
+        // The call's `voxgate.tool_call` span, from its `call_started` record to its outcome, as a
+        // session's (`tool_actions::observe`).
+        let mut span: Option<tracing::Span> = None;
         while !pending.is_empty() {
             let mut next = Vec::new();
             for action in pending {
                 match action {
                     Action::Audit { record, gates } => {
-                        count(&deps.metrics, &record);
+                        let tool_span = || crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(&record.tool), &record.call_id);
+                        if record.event == AuditEvent::CallStarted {
+                            span = Some(tool_span());
+                        }
+                        if let Some(c) = count(&deps.metrics, &record) {
+                            // A call refused before it started has no span yet: it still gets its line.
+                            let span = span.take().unwrap_or_else(tool_span);
+                            crate::telemetry::record_tool_outcome(&span, c.status, c.confirmation, c.error_code, c.duration);
+                        }
                         let written = deps.audit.record(record).await;
                         if let Err(err) = &written {
                             tracing::error!(error = %err, "audit record could not be written");
@@ -186,7 +198,9 @@ impl Invocation {
                         }
                     }
                     Action::Spawn { call_id, tool, args } => {
-                        let span = crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(tool.name()), &call_id);
+                        let span = span
+                            .clone()
+                            .unwrap_or_else(|| crate::telemetry::tool_span(&tracing::Span::current(), deps.metrics.tool_label(tool.name()), &call_id));
                         let ctx = CallContext {
                             session_id: self.session_id.clone(),
                             call_id: call_id.clone(),

@@ -62,7 +62,7 @@ impl AppState {
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_credentials)
             .unwrap_or_default();
         use subtle::ConstantTimeEq;
         if bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes())) {
@@ -79,6 +79,13 @@ impl AppState {
             UpstreamKind::Simulated => "simulated",
         }
     }
+}
+
+/// The credentials of a `Bearer` authorization value. The scheme is case-insensitive (RFC 7235
+/// §2.1), as session auth already takes `bearer`; the token itself is compared by the caller.
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_at_checked("Bearer ".len())?;
+    scheme.eq_ignore_ascii_case("Bearer ").then_some(token)
 }
 
 /// An authenticated session opener; a ticket is spent only by [`Authenticated::spend`].

@@ -95,7 +95,37 @@ fn exporter(protocol: OtlpProtocol, endpoint: &str) -> Result<SpanExporter, Tele
             .with_timeout(EXPORT_REQUEST_TIMEOUT)
             .build(),
     };
-    built.map_err(|err| TelemetryError::Exporter(err.to_string()))
+    built.map_err(|err| TelemetryError::Exporter(without_credentials(&err.to_string(), endpoint)))
+}
+
+/// `message` without the credentials `endpoint` may carry (user info, query, fragment): the
+/// exporter's errors quote the endpoint as written, and URLs are only ever printed without them
+/// (docs/config.md). Should any still show, the exporter's details are left out altogether.
+fn without_credentials(message: &str, endpoint: &str) -> String {
+    const HIDDEN: &str = "***";
+    let Ok(url) = url::Url::parse(endpoint) else {
+        // Validation accepts only http(s) URLs; nothing to match the message against otherwise.
+        return "(details hidden)".into();
+    };
+    let user = url.username();
+    let mut text = message.to_string();
+    if let Some(password) = url.password() {
+        text = text.replace(&format!("{user}:{password}@"), &format!("{HIDDEN}@"));
+    }
+    if !user.is_empty() {
+        text = text.replace(&format!("//{user}@"), &format!("//{HIDDEN}@"));
+    }
+    if let Some(query) = url.query().filter(|q| !q.is_empty()) {
+        text = text.replace(&format!("?{query}"), &format!("?{HIDDEN}"));
+    }
+    if let Some(fragment) = url.fragment().filter(|f| !f.is_empty()) {
+        text = text.replace(&format!("#{fragment}"), &format!("#{HIDDEN}"));
+    }
+    let secrets = [url.password(), url.query(), url.fragment()];
+    if secrets.into_iter().flatten().any(|secret| !secret.is_empty() && text.contains(secret)) {
+        return "(details hidden: they quote the endpoint's credentials)".into();
+    }
+    text
 }
 
 /// Flushes and shuts the provider down on a plain thread, waiting at most `limit`.
@@ -132,5 +162,21 @@ pub(crate) async fn shutdown_provider(provider: SdkTracerProvider, limit: Durati
             );
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exporter's own errors may quote the endpoint (tonic's "endpoint '…' uses HTTPS but no
+    /// TLS feature is enabled"): what reaches stderr must not carry its credentials.
+    #[tokio::test]
+    async fn an_exporter_error_never_carries_the_endpoints_credentials() {
+        let Err(TelemetryError::Exporter(message)) = exporter(OtlpProtocol::Grpc, "https://collector:SECRET5@otel.example:4317/?token=SECRET6#SECRET7") else {
+            panic!("gRPC over https cannot be built in this build");
+        };
+        assert!(!message.contains("SECRET"), "{message}");
+        assert!(message.contains("otel.example"), "still says which endpoint: {message}");
     }
 }
