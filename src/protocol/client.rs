@@ -1,6 +1,6 @@
 //! The client events voxgate reads: `session.update` and `response.create` (server tools are
 //! merged in and guarded, provider-hosted `mcp` tools refused unless allowed; a `response.create`
-//! may not carry a server call's items in its `input`; a `session.update`'s `tool_choice` is noted),
+//! may not carry a server call's items in its `input`),
 //! `conversation.item.create` (nobody but voxgate answers a server call) and
 //! `voxgate.tool_call.confirm`. Each is parsed only when its `type` says so.
 
@@ -168,61 +168,21 @@ pub fn merge_session_update(
     server_tools: &[Value],
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
 ) -> Result<Option<MergedUpdate>, Refusal> {
-    read_session_update(bytes, server_tools, guard, None).map(|update| update.merged)
+    read_session_update(bytes, server_tools, guard, None)
 }
 
-/// `session.tool_choice` as far as voxgate's own `response.create` is concerned.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ToolChoice {
-    /// `"auto"`, the API's default: the model decides.
-    #[default]
-    Auto,
-    /// `"none"`: the model calls no tool.
-    Off,
-    /// `"required"`, or one tool named (`{"type": "function", "name": …}`): every response must
-    /// call a tool.
-    Forced,
-}
-
-impl ToolChoice {
-    /// `None` for a value the API does not take (the upstream refuses such an update).
-    fn of(value: &Value) -> Option<Self> {
-        match value {
-            Value::String(mode) => match mode.as_str() {
-                "auto" => Some(Self::Auto),
-                "none" => Some(Self::Off),
-                "required" => Some(Self::Forced),
-                _ => None,
-            },
-            Value::Object(_) => Some(Self::Forced),
-            _ => None,
-        }
-    }
-}
-
-/// What voxgate reads of a client `session.update`.
-#[derive(Debug)]
-pub struct SessionUpdate {
-    /// The frame with the server tools merged in; `None` when the update does not set
-    /// `session.tools` (it is then forwarded unchanged).
-    pub merged: Option<MergedUpdate>,
-    /// `session.tool_choice`, when the update sets it.
-    pub tool_choice: Option<ToolChoice>,
-}
-
-/// [`merge_session_update`], and the update's `tool_choice`. A frame voxgate rewrites without a
-/// string `event_id` gets `own_event_id`: an upstream `error` refusing it then names an id voxgate
-/// can match (the client's frame had none to name).
+/// [`merge_session_update`]; a frame voxgate rewrites without a string `event_id` gets
+/// `own_event_id`: an upstream `error` refusing it then names an id voxgate can match (the
+/// client's frame had none to name).
 pub fn read_session_update(
     bytes: &[u8],
     server_tools: &[Value],
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
     own_event_id: Option<&str>,
-) -> Result<SessionUpdate, Refusal> {
+) -> Result<Option<MergedUpdate>, Refusal> {
     let mut event = parse_guarded(bytes)?;
-    let tool_choice = event.get("session").and_then(|s| s.get("tool_choice")).and_then(ToolChoice::of);
     let Some(tools) = event.get_mut("session").and_then(|s| s.get_mut("tools")) else {
-        return Ok(SessionUpdate { merged: None, tool_choice });
+        return Ok(None);
     };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
     if let (Some(id), Some(fields)) = (own_event_id, event.as_object_mut())
@@ -230,7 +190,7 @@ pub fn read_session_update(
     {
         fields.insert("event_id".into(), Value::from(id));
     }
-    Ok(SessionUpdate { merged: Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }), tool_choice })
+    Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
 }
 
 #[cfg(test)]
@@ -297,30 +257,19 @@ mod tests {
     }
 
     #[test]
-    fn the_tool_choice_is_read_and_a_rewritten_frame_gets_an_event_id() {
+    fn a_rewritten_frame_without_an_event_id_gets_voxgates() {
         let none: fn(&str) -> bool = |_| false;
-        let choice = |session: Value| {
-            let frame = json!({"type": "session.update", "session": session}).to_string();
-            read_session_update(frame.as_bytes(), &[], &guard(none), None).unwrap().tool_choice
-        };
-        assert_eq!(choice(json!({"tool_choice": "required"})), Some(ToolChoice::Forced));
-        assert_eq!(choice(json!({"tool_choice": {"type": "function", "name": "a"}, "tools": []})), Some(ToolChoice::Forced));
-        assert_eq!(choice(json!({"tool_choice": "none"})), Some(ToolChoice::Off));
-        assert_eq!(choice(json!({"tool_choice": "auto"})), Some(ToolChoice::Auto));
-        assert_eq!(choice(json!({"instructions": "x"})), None);
-        assert_eq!(choice(json!({"tool_choice": 3})), None);
-
         let server = vec![json!({"type": "function", "name": "a"})];
         let id_of = |frame: Value| {
-            let update = read_session_update(frame.to_string().as_bytes(), &server, &guard(none), Some("voxgate_1")).unwrap();
-            serde_json::from_str::<Value>(&update.merged.unwrap().frame).unwrap()["event_id"].clone()
+            let merged = read_session_update(frame.to_string().as_bytes(), &server, &guard(none), Some("voxgate_1")).unwrap();
+            serde_json::from_str::<Value>(&merged.unwrap().frame).unwrap()["event_id"].clone()
         };
         assert_eq!(id_of(json!({"type": "session.update", "session": {"tools": []}})), "voxgate_1");
         assert_eq!(id_of(json!({"type": "session.update", "event_id": null, "session": {"tools": []}})), "voxgate_1");
         assert_eq!(id_of(json!({"type": "session.update", "event_id": "c1", "session": {"tools": []}})), "c1");
         // Not rewritten, not touched.
         let plain = br#"{"type":"session.update","session":{"instructions":"x"}}"#;
-        assert!(read_session_update(plain, &server, &guard(none), Some("voxgate_1")).unwrap().merged.is_none());
+        assert!(read_session_update(plain, &server, &guard(none), Some("voxgate_1")).unwrap().is_none());
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub fn parse_item(bytes: &[u8]) -> Result<Option<Item<'_>>, FrameError> {
 #[derive(Debug, Deserialize)]
 pub struct ArgumentsEvent<'a> {
     #[serde(borrow, default)]
+    pub response_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     pub item_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub call_id: Option<Cow<'a, str>>,
@@ -101,6 +103,26 @@ pub fn parse_error(bytes: &[u8]) -> Result<ErrorEvent<'_>, FrameError> {
     serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)
 }
 
+/// What `response.created` says of its response: its `id`, and whether it is out of band
+/// (`conversation: "none"`: `conversation_id` is `null`; a server that sends no such field runs
+/// every response in the default conversation).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ResponseCreated {
+    pub id: Option<String>,
+    pub out_of_band: bool,
+}
+
+/// Read `response.created` (forwarded as it came whatever it holds: one that does not read says
+/// nothing).
+pub fn parse_response_created(bytes: &[u8]) -> ResponseCreated {
+    let Ok(event) = serde_json::from_slice::<Value>(bytes) else { return ResponseCreated::default() };
+    let response = &event["response"];
+    ResponseCreated {
+        id: response["id"].as_str().map(str::to_string),
+        out_of_band: response.get("conversation_id").is_some_and(Value::is_null),
+    }
+}
+
 /// A function call listed in `response.done`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DoneCall {
@@ -113,6 +135,10 @@ pub struct DoneCall {
 /// What `response.done` says, and the frame rewritten without server-owned calls when it held any.
 #[derive(Debug)]
 pub struct ResponseDone {
+    /// The response's `id`, when it has one.
+    pub id: Option<String>,
+    /// Its `status` is `completed`: not cut off (`cancelled`, `incomplete`, `failed`).
+    pub completed: bool,
     pub calls: Vec<DoneCall>,
     /// `Some` when owned calls were removed: forward this instead of the original bytes.
     pub rewritten: Option<String>,
@@ -125,12 +151,14 @@ pub fn rewrite_response_done(
     is_owned: impl Fn(&str, &str) -> bool,
 ) -> Result<ResponseDone, FrameError> {
     let mut event: Value = serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)?;
+    let id = event["response"]["id"].as_str().map(str::to_string);
+    let completed = event["response"]["status"].as_str() == Some("completed");
     let Some(output) = event
         .get_mut("response")
         .and_then(|r| r.get_mut("output"))
         .and_then(Value::as_array_mut)
     else {
-        return Ok(ResponseDone { calls: Vec::new(), rewritten: None });
+        return Ok(ResponseDone { id, completed, calls: Vec::new(), rewritten: None });
     };
     let mut calls = Vec::new();
     let before = output.len();
@@ -150,7 +178,52 @@ pub fn rewrite_response_done(
         !owned
     });
     let rewritten = (output.len() != before).then(|| event.to_string());
-    Ok(ResponseDone { calls, rewritten })
+    Ok(ResponseDone { id, completed, calls, rewritten })
+}
+
+/// `session.tool_choice` as far as voxgate's own `response.create` is concerned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// `"auto"`, the API's default: the model decides.
+    #[default]
+    Auto,
+    /// `"none"`: the model calls no tool.
+    Off,
+    /// `"required"`, or one tool named (`{"type": "function", "name": …}`): every response must
+    /// call a tool.
+    Forced,
+}
+
+/// What a `session.created` or `session.updated` says of the session (the upstream's own account:
+/// a client update it refused changed nothing).
+pub struct SessionState {
+    /// `session.tool_choice`, when the event carries one voxgate reads.
+    pub tool_choice: Option<ToolChoice>,
+    /// The names in `session.tools`.
+    pub tool_names: Vec<String>,
+}
+
+/// Read a `session.created` / `session.updated`; `None` when it is not JSON.
+pub fn parse_session_state(bytes: &[u8]) -> Option<SessionState> {
+    let event: Value = serde_json::from_slice(bytes).ok()?;
+    let session = &event["session"];
+    let tool_choice = match &session["tool_choice"] {
+        Value::String(mode) => match mode.as_str() {
+            "auto" => Some(ToolChoice::Auto),
+            "none" => Some(ToolChoice::Off),
+            "required" => Some(ToolChoice::Forced),
+            _ => None,
+        },
+        Value::Object(_) => Some(ToolChoice::Forced),
+        _ => None,
+    };
+    let tool_names = session["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_string))
+        .collect();
+    Some(SessionState { tool_choice, tool_names })
 }
 
 #[cfg(test)]
@@ -175,6 +248,15 @@ mod tests {
     }
 
     #[test]
+    fn an_out_of_band_response_is_told_by_its_null_conversation() {
+        let created = |frame: &[u8]| parse_response_created(frame);
+        let oob = created(br#"{"type":"response.created","response":{"id":"r1","conversation_id":null}}"#);
+        assert_eq!(oob, ResponseCreated { id: Some("r1".into()), out_of_band: true });
+        assert!(!created(br#"{"type":"response.created","response":{"id":"r2","conversation_id":"conv_1"}}"#).out_of_band);
+        assert!(!created(br#"{"type":"response.created","response":{"id":"r3"}}"#).out_of_band, "beta: no field");
+    }
+
+    #[test]
     fn items_and_arguments_parse_borrowed() {
         let frame = br#"{"type":"response.output_item.added","item":{"id":"i","type":"function_call","call_id":"c","name":"n","arguments":""}}"#;
         let item = parse_item(frame).unwrap().unwrap();
@@ -183,5 +265,18 @@ mod tests {
         let args = parse_arguments(br#"{"type":"response.function_call_arguments.done","item_id":"i","call_id":"c","arguments":"{\"q\":\"x\"}"}"#).unwrap();
         assert_eq!(args.arguments.as_deref(), Some("{\"q\":\"x\"}"));
         assert!(args.name.is_none());
+    }
+
+    #[test]
+    fn the_session_state_is_read_from_the_upstreams_account() {
+        let state = |session: Value| parse_session_state(serde_json::json!({"type": "session.updated", "session": session}).to_string().as_bytes()).unwrap();
+        assert_eq!(state(serde_json::json!({"tool_choice": "required"})).tool_choice, Some(ToolChoice::Forced));
+        assert_eq!(state(serde_json::json!({"tool_choice": {"type": "function", "name": "a"}})).tool_choice, Some(ToolChoice::Forced));
+        assert_eq!(state(serde_json::json!({"tool_choice": "none"})).tool_choice, Some(ToolChoice::Off));
+        assert_eq!(state(serde_json::json!({"tool_choice": "auto"})).tool_choice, Some(ToolChoice::Auto));
+        assert_eq!(state(serde_json::json!({"instructions": "x"})).tool_choice, None);
+        let tools = state(serde_json::json!({"tools": [{"type": "function", "name": "a"}, {"type": "mcp"}]}));
+        assert_eq!(tools.tool_names, vec!["a".to_string()]);
+        assert!(parse_session_state(b"not json").is_none());
     }
 }

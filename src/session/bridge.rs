@@ -36,7 +36,7 @@ use super::resume::{Connect, Reason, Resume};
 use super::turns::ResponseGate;
 use super::{SessionDeps, SessionInfo, SessionOutcome};
 use crate::audit::AuditError;
-use crate::protocol::client::ToolChoice;
+use crate::protocol::server::ToolChoice;
 use crate::protocol::voxgate as events;
 use crate::telemetry::metrics::FrameCounters;
 use crate::tools::{ToolError, ToolOutput};
@@ -98,13 +98,15 @@ pub(super) struct Bridge {
     /// none). The upstream rejects an update as a whole: an `error` naming it means voxgate
     /// injects them itself.
     pub merged_update: Option<String>,
-    /// The session's `tool_choice`, as the client's last `session.update` that set it: voxgate's
-    /// own `response.create` must not inherit a forced one (`events::response_create`).
+    /// The session's `tool_choice`, as the upstream's last `session.created`/`.updated` that
+    /// carried one: voxgate's own `response.create` must not inherit a forced one
+    /// (`events::response_create`).
     pub tool_choice: ToolChoice,
     pub tool_tasks: JoinSet<Result<ToolOutput, ToolError>>,
     pub task_calls: HashMap<tokio::task::Id, String>,
-    /// Confirmation deadlines; created on the first one, as an empty timer wheel is ≈ 6 KiB and
-    /// most sessions never park a call.
+    /// Confirmation deadlines, and the wait of a call held until its item ends (calls/settle.rs);
+    /// created on the first, as an empty timer wheel is ≈ 6 KiB and most sessions never make a
+    /// server call.
     pub deadlines: Option<DelayQueue<String>>,
     pub audit_acks: FuturesUnordered<AuditAck>,
     pub closing: Option<Closing>,

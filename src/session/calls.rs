@@ -5,7 +5,8 @@
 //!     │           │            │       └► awaiting_confirmation ─┬► approved (recorded) ─┘
 //!     └───────────┴────────────┴─► failed                         └► declined | expired ─► declined
 //! ```
-//! Every transition returns [`Action`]s for the session loop to perform. The rate limit is
+//! A call is accepted once its item completed (see `settle`: one cut off with its response never
+//! is). Every transition returns [`Action`]s for the session loop to perform. The rate limit is
 //! charged once, before the user is asked ([`Action::CheckLimit`]): a user is never asked to
 //! approve a call that would then be refused. An approval is written to the audit log
 //! (`call_approved`) and flushed before the tool runs, so a crash after a side effect is known to
@@ -117,6 +118,8 @@ pub struct CallTable {
     /// third-party tools would send.
     taint: TaintSet,
     calls: HashMap<String, Call>,
+    /// Calls whose arguments are final and whose item has not ended yet (see `settle`).
+    held: HashMap<String, settle::Held>,
     /// Who and from where, on every record of this table.
     origin: Arc<Origin>,
     /// Asked at accept whether the audit log refuses new calls (see [`Self::with_audit`]).
@@ -142,6 +145,7 @@ impl CallTable {
             registry,
             taint: TaintSet::default(),
             calls: HashMap::new(),
+            held: HashMap::new(),
             origin: Arc::new(Origin::default()),
             audit: None,
         }
@@ -187,9 +191,11 @@ impl CallTable {
         self.calls.values().filter(|c| matches!(c.state, State::Running | State::Approving)).count()
     }
 
-    /// The model finished a call's arguments: accept it and take it as far as it can go now.
-    /// A repeated call id is ignored (the same call is announced by several events).
+    /// The model's call is complete: accept it and take it as far as it can go now. A repeated
+    /// call id is ignored (the same call is announced by several events).
     pub fn accept(&mut self, call_id: &str, name: &str, raw_args: &str, now: Instant) -> Vec<Action> {
+        // Held until its item ended, it is settled now (`response.done` listing it completed).
+        self.held.remove(call_id);
         if self.calls.contains_key(call_id) {
             return Vec::new();
         }
@@ -303,8 +309,12 @@ impl CallTable {
         Ok(vec![Action::Audit { record: Box::new(record), gates: Some(call_id.to_string()) }])
     }
 
-    /// A parked call's confirmation window closed.
+    /// A parked call's confirmation window closed (or a held call's wait for its item's end, see
+    /// `settle`).
     pub fn on_expired(&mut self, call_id: &str) -> Vec<Action> {
+        if let Some(actions) = self.settle_expired(call_id) {
+            return actions;
+        }
         match self.calls.get_mut(call_id) {
             Some(call) if call.state == State::AwaitingConfirmation => {
                 call.confirmation = Confirmation::Expired;
@@ -464,5 +474,6 @@ mod closing;
 mod decline;
 pub mod observe;
 pub mod recover;
+mod settle;
 #[cfg(test)]
 mod tests;

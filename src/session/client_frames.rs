@@ -1,7 +1,6 @@
 //! Frames from the client. Most are forwarded upstream as the same bytes; voxgate reads only
 //! `session.update` and `response.create` (to keep the server tools, refuse hosted MCP tools and
-//! server-call items; and a session's `tool_choice`, which voxgate's own `response.create` must
-//! not inherit when it forces a tool), `conversation.item.create` (nobody but voxgate answers a
+//! server-call items), `conversation.item.create` (nobody but voxgate answers a
 //! server call) and its own `voxgate.*` events; of the audio buffer's events it notes only the type
 //! (push-to-talk audio not yet committed holds off a recycle, resume/). Bad frames get an `error`
 //! event and the session goes on; frames past the per-session rate ceiling are dropped; text that
@@ -173,18 +172,15 @@ impl Bridge {
         // A frame voxgate rewrites gets an id of its own if it has none, so that an upstream
         // `error` refusing it can be told from others (upstream_frames.rs).
         let own_event_id = event_id.is_none().then(events::event_id);
-        let update = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), own_event_id.as_deref());
-        let update = match update {
-            Ok(update) => update,
+        let merged = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), own_event_id.as_deref());
+        let merged = match merged {
+            Ok(merged) => merged,
             Err(refusal) => {
                 self.refuse(refusal, "session.update", event_id).await;
                 return;
             }
         };
-        if let Some(choice) = update.tool_choice {
-            self.tool_choice = choice;
-        }
-        match update.merged {
+        match merged {
             None => {
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(text.as_bytes(), |name| registry.is_server_tool_name(name));
@@ -212,6 +208,8 @@ impl Bridge {
         match guarded {
             Ok(None) => {
                 self.resume.note_client_request(text.as_str(), event_id);
+                // Until it is answered, voxgate asks for no response of its own (turns.rs).
+                self.gate.on_client_request(event_id, tokio::time::Instant::now());
                 self.send_upstream(Message::Text(text)).await;
             }
             Ok(Some(merged)) => {
@@ -221,6 +219,7 @@ impl Bridge {
                     return;
                 }
                 self.resume.note_client_request(&merged.frame, event_id);
+                self.gate.on_client_request(event_id, tokio::time::Instant::now());
                 self.forward_merged(merged, event_id).await;
             }
             Err(refusal) => self.refuse(refusal, "response.create", event_id).await,

@@ -11,6 +11,13 @@
 //! Coverage follows the server's order, not ours: a response the server started on its own (server
 //! VAD) covers only the outputs it had acknowledged (`conversation.item.created/added`) before it
 //! began; an output still in flight when it starts needs a turn of its own.
+//!
+//! Responses are told apart by id: an out-of-band one (`conversation: "none"`, `conversation_id:
+//! null`) may run beside the default conversation's, and its end is not that one's; it holds the
+//! gate too (it may be speaking), but covers no output and answers no request of voxgate's. The
+//! client's own `response.create` holds the gate until a response starts, the upstream refuses it,
+//! or [`REQUEST_ANSWER_TIMEOUT`] passes: a request of voxgate's meanwhile would race it into
+//! `conversation_already_has_active_response`.
 
 use std::time::Duration;
 
@@ -28,9 +35,18 @@ pub const REQUEST_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 /// asking: the outputs are in the conversation, and the next response covers them anyway.
 const MAX_REFUSALS: u8 = 2;
 
+/// Responses under way remembered at most: an upstream that starts responses and never ends them
+/// must not grow the gate without bound (the oldest is forgotten).
+const MAX_ACTIVE: usize = 8;
+
 #[derive(Debug, Default)]
 pub struct ResponseGate {
-    response_active: bool,
+    /// Responses under way (`response.created` with no `response.done` yet), by id; `""` for one
+    /// whose id voxgate does not know (none given, or the upstream's refusal says one runs).
+    active: Vec<String>,
+    /// The client's own `response.create` that no `response.created` has followed yet: its
+    /// `event_id`, and when voxgate stops waiting for it.
+    client_request: Option<(Option<String>, Instant)>,
     user_speaking: bool,
     /// Outputs voxgate added that no response has started after yet.
     uncovered: usize,
@@ -67,8 +83,16 @@ impl ResponseGate {
         self.unacknowledged = self.unacknowledged.saturating_sub(1);
     }
 
-    pub fn on_response_created(&mut self) {
-        self.response_active = true;
+    /// A response started (`id`; `out_of_band` when its `conversation_id` is null).
+    pub fn on_response_created(&mut self, id: Option<&str>, out_of_band: bool) {
+        self.mark_active(id.unwrap_or_default());
+        // The client's request started, or gave way to this response: either way, no race now.
+        self.client_request = None;
+        if out_of_band {
+            // Not voxgate's request (always the default conversation's), and what it says goes
+            // into no conversation: it covers nothing.
+            return;
+        }
         self.uncovered = if self.pending_request.is_some() {
             // Our own request: the server read it after every output sent before it, so its
             // response covers them; outputs sent after the request do not make it in.
@@ -84,8 +108,43 @@ impl ResponseGate {
         self.pending_until = None;
     }
 
-    pub fn on_response_done(&mut self) {
-        self.response_active = false;
+    /// Response `id` ended; `None` when its `response.done` could not be read (then which one
+    /// ended is unknown, and none is taken to run any more).
+    pub fn on_response_done(&mut self, id: Option<&str>) {
+        let Some(id) = id else {
+            self.active.clear();
+            return;
+        };
+        let at = self.active.iter().position(|a| a == id).or_else(|| self.active.iter().position(String::is_empty));
+        if let Some(at) = at {
+            self.active.remove(at);
+        }
+    }
+
+    fn mark_active(&mut self, id: &str) {
+        if self.active.len() >= MAX_ACTIVE {
+            self.active.remove(0);
+        }
+        self.active.push(id.to_string());
+    }
+
+    /// The client sent its own `response.create` (`event_id`) upstream.
+    pub fn on_client_request(&mut self, event_id: Option<&str>, now: Instant) {
+        self.client_request = Some((event_id.map(str::to_string), now + REQUEST_ANSWER_TIMEOUT));
+    }
+
+    /// The upstream answered a client event with an `error` naming `event_id` (code `code`): the
+    /// client's request is over if it was that one, or if the error is the active-response refusal
+    /// with no `event_id` (only a `response.create` gets it, and voxgate's always carry an id).
+    pub fn on_client_error(&mut self, event_id: Option<&str>, code: Option<&str>) {
+        let ends = match (&self.client_request, event_id) {
+            (Some((Some(ours), _)), Some(id)) => ours == id,
+            (Some(_), None) => code == Some("conversation_already_has_active_response"),
+            _ => false,
+        };
+        if ends {
+            self.client_request = None;
+        }
     }
 
     pub fn on_speech_started(&mut self) {
@@ -104,7 +163,9 @@ impl ResponseGate {
             Some((id, count)) if id == event_id => {
                 self.release_pending(event_id);
                 self.uncovered += count;
-                self.response_active = true;
+                if self.active.is_empty() {
+                    self.mark_active("");
+                }
                 true
             }
             other => {
@@ -136,6 +197,9 @@ impl ResponseGate {
 
     /// Nothing answered the pending request in time (see [`Self::wake_at`]): stop waiting for it.
     pub fn on_tick(&mut self, now: Instant) {
+        if self.client_request.as_ref().is_some_and(|(_, until)| now >= *until) {
+            self.client_request = None;
+        }
         if self.pending_until.is_some_and(|t| now >= t)
             && let Some(id) = self.pending_request.clone()
         {
@@ -156,7 +220,7 @@ impl ResponseGate {
     /// still commit that speech and answer it), no request of voxgate's waiting for an answer: a
     /// moment the upstream session can be replaced without cutting anything off.
     pub fn is_quiet(&self, now: Instant) -> bool {
-        !self.response_active
+        self.active.is_empty()
             && !self.user_speaking
             && self.pending_request.is_none()
             && self.not_before.is_none_or(|t| now >= t)
@@ -170,7 +234,7 @@ impl ResponseGate {
     /// The upstream was replaced (a resume): its response and speech state are gone with it. A
     /// request it never answered is due again on the new upstream.
     pub fn on_upstream_replaced(&mut self) {
-        self.response_active = false;
+        self.active.clear();
         self.user_speaking = false;
         self.not_before = None;
         if let Some(id) = self.pending_request.clone() {
@@ -182,20 +246,28 @@ impl ResponseGate {
     }
 
     /// The next instant at which time alone changes what the gate decides: the end of the
-    /// speech grace when nothing else holds the gate shut, or the give-up time of an unanswered
-    /// request. `None` when only an event can open it: a timer armed then would fire at once,
-    /// change nothing, and fire again (a spinning loop).
+    /// speech grace or the give-up time of the client's request when nothing else holds the gate
+    /// shut, or the give-up time of voxgate's unanswered request. `None` when only an event can
+    /// open it: a timer armed then would fire at once, change nothing, and fire again (a spinning
+    /// loop).
     pub fn wake_at(&self) -> Option<Instant> {
         if let Some(until) = self.pending_until {
             return Some(until);
         }
-        let held_by_events = self.response_active || self.user_speaking;
-        if self.uncovered > 0 && !held_by_events { self.not_before } else { None }
+        let held_by_events = !self.active.is_empty() || self.user_speaking;
+        if self.uncovered > 0 && !held_by_events {
+            self.not_before.max(self.client_request.as_ref().map(|(_, until)| *until))
+        } else {
+            None
+        }
     }
 
     /// Should voxgate send `response.create` now? If so, the caller sends it with `event_id`.
     pub fn try_request(&mut self, now: Instant, event_id: impl FnOnce() -> String) -> Option<String> {
-        if self.uncovered == 0 || self.response_active || self.user_speaking || self.pending_request.is_some() {
+        if self.client_request.as_ref().is_some_and(|(_, until)| now >= *until) {
+            self.client_request = None;
+        }
+        if self.uncovered == 0 || !self.active.is_empty() || self.user_speaking || self.pending_request.is_some() || self.client_request.is_some() {
             return None;
         }
         if self.not_before.is_some_and(|t| now < t) {
@@ -232,7 +304,7 @@ mod tests {
         assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"), "the unanswered request is due again");
 
         let mut gate = ResponseGate::default();
-        gate.on_response_created();
+        gate.on_response_created(Some("r"), false);
         gate.on_upstream_replaced();
         assert!(gate.is_quiet(now));
 
@@ -250,20 +322,20 @@ mod tests {
         let now = Instant::now();
         let mut gate = ResponseGate::default();
         assert!(gate.try_request(now, id).is_none(), "nothing to answer");
-        gate.on_response_created();
+        gate.on_response_created(Some("r"), false);
         gate.on_output_sent();
         gate.on_output_sent();
         assert!(gate.try_request(now, id).is_none(), "a response is active");
-        gate.on_response_done();
+        gate.on_response_done(Some("r"));
         assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"));
         gate.on_output_sent();
         assert!(gate.try_request(now, id).is_none(), "our request is still pending");
-        gate.on_response_created();
+        gate.on_response_created(Some("r"), false);
         assert!(gate.try_request(now, id).is_none(), "a response is active");
-        gate.on_response_done();
+        gate.on_response_done(Some("r"));
         assert!(gate.try_request(now, id).is_some(), "the output sent after our request needs its own turn");
-        gate.on_response_created();
-        gate.on_response_done();
+        gate.on_response_created(Some("r"), false);
+        gate.on_response_done(Some("r"));
         assert!(gate.try_request(now, id).is_none(), "covered");
     }
 
@@ -288,8 +360,8 @@ mod tests {
         gate.on_output_sent();
         gate.on_output_acknowledged();
         gate.on_speech_stopped(now);
-        gate.on_response_created();
-        gate.on_response_done();
+        gate.on_response_created(Some("r"), false);
+        gate.on_response_done(Some("r"));
         assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_none());
     }
 
@@ -301,9 +373,9 @@ mod tests {
         let sent = gate.try_request(now, id).unwrap();
         // Server VAD started a response just before our request arrived: it may have missed the
         // output, so the refused request is retried after it.
-        gate.on_response_created();
+        gate.on_response_created(Some("r"), false);
         assert!(gate.on_request_refused(&sent));
-        gate.on_response_done();
+        gate.on_response_done(Some("r"));
         assert!(gate.try_request(now, id).is_some(), "retried after the racing response");
 
         let mut gate = ResponseGate::default();
@@ -311,7 +383,7 @@ mod tests {
         let sent = gate.try_request(now, id).unwrap();
         assert!(gate.on_request_refused(&sent));
         assert!(gate.try_request(now, id).is_none(), "still active");
-        gate.on_response_done();
+        gate.on_response_done(Some("r"));
         assert!(gate.try_request(now, id).is_some(), "retried");
         assert!(!gate.on_request_refused("someone_else"));
     }
@@ -323,9 +395,9 @@ mod tests {
         gate.on_output_sent();
         gate.on_speech_started();
         gate.on_speech_stopped(now);
-        gate.on_response_created();
+        gate.on_response_created(Some("r"), false);
         assert_eq!(gate.wake_at(), None, "an active response holds the gate: no timer");
-        gate.on_response_done();
+        gate.on_response_done(Some("r"));
         assert_eq!(gate.wake_at(), Some(now + AFTER_SPEECH_GRACE));
         gate.on_speech_started();
         assert_eq!(gate.wake_at(), None, "a speaking user holds the gate: no timer");
@@ -352,6 +424,64 @@ mod tests {
     }
 
     #[test]
+    fn the_clients_own_request_in_flight_holds_the_gate() {
+        let now = Instant::now();
+        let mut gate = ResponseGate::default();
+        gate.on_client_request(Some("client_1"), now);
+        gate.on_output_sent();
+        assert!(gate.try_request(now, id).is_none(), "the client's request would race ours");
+        // Its response began before our output was in: the output needs a turn of its own.
+        gate.on_response_created(Some("r_client"), false);
+        gate.on_response_done(Some("r_client"));
+        assert!(gate.try_request(now, id).is_some());
+
+        // Refused by name, or with no name by the active-response code: over.
+        let mut gate = ResponseGate::default();
+        gate.on_client_request(Some("client_1"), now);
+        gate.on_output_sent();
+        gate.on_client_error(Some("someone_else"), Some("invalid_value"));
+        assert!(gate.try_request(now, id).is_none());
+        gate.on_client_error(Some("client_1"), Some("invalid_value"));
+        assert!(gate.try_request(now, id).is_some());
+        let mut gate = ResponseGate::default();
+        gate.on_client_request(None, now);
+        gate.on_output_sent();
+        gate.on_client_error(None, Some("invalid_value"));
+        assert!(gate.try_request(now, id).is_none(), "an error with no id may be about anything");
+        gate.on_client_error(None, Some("conversation_already_has_active_response"));
+        assert!(gate.try_request(now, id).is_some());
+
+        // Never answered: given up, and time alone opens the gate then.
+        let mut gate = ResponseGate::default();
+        gate.on_client_request(Some("client_1"), now);
+        gate.on_output_sent();
+        assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
+        gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
+        assert!(gate.try_request(now + REQUEST_ANSWER_TIMEOUT, id).is_some());
+    }
+
+    #[test]
+    fn responses_are_told_apart_by_id() {
+        let now = Instant::now();
+        let mut gate = ResponseGate::default();
+        gate.on_response_created(Some("r_main"), false);
+        gate.on_response_created(Some("r_oob"), true);
+        gate.on_output_sent();
+        gate.on_response_done(Some("r_oob"));
+        assert!(gate.try_request(now, id).is_none(), "the default conversation's response still runs");
+        assert_eq!(gate.wake_at(), None);
+        gate.on_response_done(Some("r_main"));
+        assert!(gate.try_request(now, id).is_some());
+
+        // Started and never ended, again and again: bounded.
+        let mut gate = ResponseGate::default();
+        for i in 0..100 {
+            gate.on_response_created(Some(&format!("r{i}")), true);
+        }
+        assert_eq!(gate.active.len(), MAX_ACTIVE);
+    }
+
+    #[test]
     fn a_vad_response_covers_only_acknowledged_outputs() {
         let now = Instant::now();
         let mut gate = ResponseGate::default();
@@ -361,9 +491,9 @@ mod tests {
         gate.on_output_acknowledged();
         gate.on_speech_stopped(now);
         // The server started a response after acknowledging one output only.
-        gate.on_response_created();
+        gate.on_response_created(Some("r"), false);
         gate.on_output_acknowledged();
-        gate.on_response_done();
+        gate.on_response_done(Some("r"));
         assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the late output gets its own turn");
     }
 }

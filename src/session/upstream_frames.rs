@@ -50,11 +50,8 @@ impl Bridge {
                         return true;
                     }
                     Ok(kind) => {
-                        if self.merged_update.is_some() && kind == "session.updated" && self.lists_server_tools(text.as_bytes()) {
-                            // The client's update with the server tools merged in was accepted (a
-                            // `session.updated` without them answers an update sent before it).
-                            self.merged_update = None;
-                            self.injected = true;
+                        if kind == "session.created" || kind == "session.updated" {
+                            self.note_session_state(&kind, text.as_bytes());
                         }
                         events_in::needs_inspection(&kind).then(|| kind.into_owned())
                     }
@@ -101,7 +98,8 @@ impl Bridge {
                 self.inject_tools().await;
             }
             "response.created" => {
-                self.gate.on_response_created();
+                let created = events_in::parse_response_created(text.as_bytes());
+                self.gate.on_response_created(created.id.as_deref(), created.out_of_band);
                 self.send_client(Message::Text(text)).await;
             }
             "response.done" => self.handle_response_done(text).await,
@@ -142,20 +140,27 @@ impl Bridge {
         self.send_client_event(ready).await;
     }
 
-    /// Does a `session.updated` list the server tools? Only then does it answer the update they
-    /// were merged into: they were in no update before it (it is merged only while voxgate has
-    /// not injected them), so one that lists none answers an earlier update. Any one of them is
-    /// enough, as the allowed set may change meanwhile (an MCP server coming up). Read only while
-    /// such an update is unanswered.
-    fn lists_server_tools(&self, frame: &[u8]) -> bool {
-        let Ok(event) = serde_json::from_slice::<serde_json::Value>(frame) else { return false };
-        let mut allowed = self.deps.registry.allowed_for(&self.info.principal).peekable();
-        if allowed.peek().is_none() {
-            return true;
+    /// What the upstream says its session is (`session.created`/`.updated`, rare): the
+    /// `tool_choice` voxgate's own `response.create` must not inherit when it forces a tool (taken
+    /// from here, not from the client's update, which the upstream may refuse), and whether the
+    /// client's update the server tools were merged into was accepted: a `session.updated` that
+    /// lists them. They were in no update before it (it is merged only while voxgate has not
+    /// injected them), so one listing none answers an earlier update; any one of them is enough,
+    /// as the allowed set may change meanwhile (an MCP server coming up).
+    fn note_session_state(&mut self, kind: &str, frame: &[u8]) {
+        let Some(state) = events_in::parse_session_state(frame) else { return };
+        if let Some(choice) = state.tool_choice {
+            self.tool_choice = choice;
         }
-        let listed: Vec<&str> =
-            event["session"]["tools"].as_array().into_iter().flatten().filter_map(|tool| tool["name"].as_str()).collect();
-        allowed.any(|tool| listed.contains(&tool.name()))
+        if self.merged_update.is_none() || kind != "session.updated" {
+            return;
+        }
+        let mut allowed = self.deps.registry.allowed_for(&self.info.principal).peekable();
+        let accepted = allowed.peek().is_none() || allowed.any(|tool| state.tool_names.iter().any(|n| n == tool.name()));
+        if accepted {
+            self.merged_update = None;
+            self.injected = true;
+        }
     }
 
     /// voxgate's own `session.update` with the server tools this user may call.
@@ -174,22 +179,32 @@ impl Bridge {
     }
 
     async fn handle_response_done(&mut self, text: tungstenite::Utf8Bytes) {
-        self.gate.on_response_done();
         let parsed = events_in::rewrite_response_done(text.as_bytes(), |call_id, name| {
             self.owned_calls.contains_key(call_id) || self.calls.owns(call_id) || self.is_owned_name(name)
         });
         let Ok(done) = parsed else {
+            self.gate.on_response_done(None);
             self.drop_unreadable("response.done").await;
             return;
         };
+        self.gate.on_response_done(done.id.as_deref());
         // Servers that announce calls only here (no argument events) are handled the same way.
+        // A call's item decides, as in `handle_item_event`: one that completed before the response
+        // was cut off is complete.
+        let now = Instant::now();
         for call in &done.calls {
             let owned = self.owned_calls.contains_key(&call.call_id) || self.is_owned_name(&call.name);
             if owned && call.completed && !self.calls.owns(&call.call_id) {
                 self.owned_calls.insert(call.call_id.clone(), call.name.clone());
                 self.accept_call(&call.call_id.clone(), &call.name.clone(), &call.arguments.clone()).await;
+            } else if !call.completed {
+                let actions = self.calls.settle(&call.call_id, false, now);
+                self.perform(actions).await;
             }
         }
+        // Calls held at `.done` that it does not list end with the response.
+        let actions = self.calls.settle_response(done.id.as_deref(), done.completed, now);
+        self.perform(actions).await;
         match done.rewritten {
             Some(frame) => self.send_client(Message::text(frame)).await,
             None => self.send_client(Message::Text(text)).await,
@@ -203,6 +218,7 @@ impl Bridge {
                 self.upstream_lost(Reason::UpstreamError, None).await;
                 return;
             }
+            self.gate.on_client_error(error.error.event_id.as_deref(), error.error.code.as_deref());
             let rejected_merge = self.merged_update.is_some() && self.merged_update.as_deref() == error.error.event_id.as_deref();
             if rejected_merge {
                 // The whole update was rejected, server tools too: voxgate injects them itself.
@@ -214,7 +230,7 @@ impl Bridge {
             if ours {
                 let code = error.error.code.as_deref().unwrap_or_default();
                 let event_id = error.error.event_id.as_deref().unwrap_or_default();
-                tracing::debug!(parent: &self.span, code, "upstream refused an event voxgate sent");
+                tracing::warn!(parent: &self.span, code, "upstream refused an event voxgate sent");
                 if self.on_output_refused(event_id) {
                     // An output, not a request: the gate's request state is not concerned.
                     self.send_client(Message::Text(text)).await;
@@ -232,8 +248,9 @@ impl Bridge {
         self.send_client(Message::Text(text)).await;
     }
 
-    /// `response.function_call_arguments.delta/.done`: hidden when the call is server-owned; the
-    /// `.done` of an owned call is where it is accepted.
+    /// `response.function_call_arguments.delta/.done`: hidden when the call is server-owned; at the
+    /// `.done` of an owned call it is held until its item ends (`calls::settle`): the API sends
+    /// `.done` for a call cut off with its response too.
     async fn handle_arguments(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
         let Ok(event) = events_in::parse_arguments(text.as_bytes()) else {
             self.drop_unreadable(kind).await;
@@ -266,15 +283,20 @@ impl Bridge {
         {
             let arguments = event.arguments.as_deref().unwrap_or("{}").to_string();
             self.owned_calls.insert(call_id.clone(), name.clone());
-            self.accept_call(&call_id, &name, &arguments).await;
+            let actions = self.calls.hold(&call_id, &name, &arguments, event.response_id.as_deref());
+            self.perform(actions).await;
         }
     }
 
-    /// Item-bearing events: hide those that carry a server-owned call or its output.
+    /// Item-bearing events: hide those that carry a server-owned call or its output. The end of a
+    /// server call's item settles the call held at its `.done`: accepted if it completed.
     async fn handle_item_event(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
-        let hide = match events_in::parse_item(text.as_bytes()) {
-            Ok(Some(item)) => self.track_item(kind, &item),
-            Ok(None) => false,
+        let (hide, ended) = match events_in::parse_item(text.as_bytes()) {
+            Ok(Some(item)) => {
+                let hide = self.track_item(kind, &item);
+                (hide, if hide { self.ended_call(kind, &item) } else { None })
+            }
+            Ok(None) => (false, None),
             Err(_) => {
                 self.drop_unreadable(kind).await;
                 return;
@@ -283,6 +305,21 @@ impl Bridge {
         if !hide {
             self.send_client(Message::Text(text)).await;
         }
+        if let Some((call_id, completed)) = ended {
+            let actions = self.calls.settle(&call_id, completed, Instant::now());
+            self.perform(actions).await;
+        }
+    }
+
+    /// A function-call item that ended (`conversation.item.done`, `response.output_item.done`):
+    /// its call id, and whether it `completed` (not `incomplete`: cut off with its response).
+    fn ended_call(&self, kind: &str, item: &Item<'_>) -> Option<(String, bool)> {
+        if !matches!(kind, "conversation.item.done" | "response.output_item.done") || !item.is_function_call() {
+            return None;
+        }
+        let status = item.status.as_deref().filter(|s| *s != "in_progress")?;
+        let call_id = item.call_id.as_deref().map(str::to_string).or_else(|| item.id.as_deref().and_then(|i| self.owned_items.get(i).cloned()))?;
+        Some((call_id, status == "completed"))
     }
 
     /// An event voxgate reads to hide server calls did not parse. Forwarded as it came, it could

@@ -438,3 +438,42 @@ async fn a_tools_own_error_text_reaches_only_the_model_and_taints_like_a_result(
 }
 
 mod taint;
+
+/// A call is held from its `.done` until its item ends: accepted when it completed (or when no end
+/// ever comes), forgotten with no record when it was cut off with its response.
+#[test]
+fn a_held_call_is_accepted_only_when_its_item_completed() {
+    let mut t = table(true);
+    let now = Instant::now();
+    let held = t.hold("c1", "calculate_medical_score", "{}", Some("r1"));
+    let Some(Action::Expire { call_id: key, .. }) = held.first() else { panic!("{held:?}") };
+    assert!(t.hold("c1", "calculate_medical_score", "{}", Some("r1")).is_empty(), "held once");
+    assert!(t.settle("c1", false, now).is_empty(), "cut off: no record, nothing run");
+    assert!(!t.owns("c1"));
+    assert!(t.on_expired(key).is_empty(), "a settled call's wait ends with nothing");
+
+    t.hold("c2", "calculate_medical_score", "{}", Some("r1"));
+    assert!(audits(&t.settle("c2", true, now)).iter().any(|r| r.event == AuditEvent::CallStarted));
+    t.hold("c3", "calculate_medical_score", "{}", Some("r2"));
+    t.hold("c4", "calculate_medical_score", "{}", Some("r3"));
+    assert!(t.settle_response(Some("r2"), false, now).is_empty(), "its response was cancelled");
+    assert!(!t.owns("c3"));
+    let key = match &t.hold("c5", "calculate_medical_score", "{}", None)[..] {
+        [Action::Expire { call_id, .. }] => call_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(!audits(&t.on_expired(&key)).is_empty(), "no end ever came: accepted");
+    assert!(!t.owns("c4"), "another response's call is still held");
+    assert!(!audits(&t.settle_response(Some("r3"), true, now)).is_empty(), "its response completed");
+}
+
+/// The upstream picks call ids: one spelled like a held call's deadline key still has its
+/// confirmation expire.
+#[tokio::test(start_paused = true)]
+async fn a_call_id_spelled_like_a_settle_key_still_expires() {
+    let mut t = table(true);
+    let id = "\u{0}settle\u{0}x";
+    accept(&mut t, id, "create_calendar_event", r#"{"text":"a"}"#);
+    let actions = t.on_expired(id);
+    assert_eq!(audits(&actions)[0].status, Some(AuditStatus::Expired));
+}

@@ -194,6 +194,26 @@ async fn voxgates_response_create_does_not_inherit_a_forced_tool_choice() {
     }
 }
 
+/// The choice is the upstream's account of its session, not the client's update: one the
+/// upstream refuses leaves the session forcing a tool, and voxgate still asks for `auto`.
+#[tokio::test(start_paused = true)]
+async fn a_refused_update_does_not_change_the_tool_choice_voxgate_sees() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let required = json!({"type": "realtime", "tool_choice": "required"});
+    h.browser_sends(json!({"type": "session.update", "event_id": "c1", "session": required})).await;
+    h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "u1", "session": required})).await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c2", "session": {"type": "realtime", "tool_choice": "auto", "temperature": 0.8}})).await;
+    h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error",
+        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": "c2"}}))
+    .await;
+    h.browser_expects("error").await;
+    h.tool_call("call_1").await;
+    let create = h.model_expects("response.create").await;
+    assert_eq!(create["response"], json!({"tool_choice": "auto"}), "{create}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_response_create_is_given_up_and_retried() {
     let mut h = start(|_| {}, 1 << 20).await;

@@ -44,6 +44,8 @@ mod batching;
 mod bounds;
 mod closing;
 mod guards;
+mod interrupted;
+mod responses;
 
 pub(super) const TOOL: &str = "calculate_medical_score";
 
@@ -295,7 +297,8 @@ impl Harness {
         expect(&mut self.browser, kind).await
     }
 
-    /// The model calls the server tool; returns once voxgate has sent the output.
+    /// The model calls the server tool; returns once voxgate has sent the output (its item's end
+    /// never comes: the call is accepted after `calls::settle::SETTLE_WAIT`).
     pub(super) async fn tool_call(&mut self, call_id: &str) -> Value {
         self.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
             "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
