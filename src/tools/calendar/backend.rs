@@ -92,7 +92,10 @@ pub struct CalendarEvent {
 pub struct CreateOutcome {
     /// The stored event: the new one, or the one that already had this UID.
     pub event: CalendarEvent,
-    /// `false` when an event with the UID already existed and nothing was written.
+    /// Whether this call stored the event. `false` when an event with the UID was already there
+    /// (a replay) and nothing was written; `true` also when the one found is taken to be what an
+    /// earlier attempt of this call's own write stored, an attempt that got no answer saying what
+    /// happened (CalDAV: a retry met `412`, or the event was looked for after that attempt).
     pub created: bool,
 }
 
@@ -128,7 +131,8 @@ pub trait CalendarBackend: Send + Sync + 'static {
     /// Events overlapping the query's days, filtered, sorted by start and truncated.
     async fn list_events(&self, query: &EventQuery) -> Result<EventPage, CalendarError>;
 
-    /// Create `event` unless an event with its UID exists; then return that one, `created: false`.
+    /// Create `event` unless an event with its UID exists; then return that one, with `created`
+    /// saying whether this call stored it (see [`CreateOutcome::created`]).
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError>;
 
     /// The stored event with this UID (a repeating one by its first occurrence), if any: how a

@@ -215,7 +215,7 @@ fn bounded(result: &Value) -> Value {
 
 /// Shorten a finished result, the LLM's or the knowledge base's, until it serialises to at most
 /// [`MAX_RESULT_BYTES`]: the feature and next-step lists first (to five items, two, one, none),
-/// then the reasoning (the knowledge base's quotes the leader's findings whole), the last-ranked
+/// then the reasoning's end (where the knowledge base's quotes the case's statements), the last-ranked
 /// diagnoses only if that is not enough. Marks the result `truncated` when anything was dropped.
 pub fn fit(result: &mut Value) {
     let too_big = |result: &Value| result.to_string().len() > MAX_RESULT_BYTES;

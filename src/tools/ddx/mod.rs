@@ -246,13 +246,12 @@ fn reasoning(kb: &KnowledgeBase, chosen: &[Ranked<'_>], recognised: &Recognised)
             kb.conditions.len()
         );
     };
+    // The case's own words come last: a result too large for one output is cut at the reasoning's
+    // end (`llm::fit`), and the red flags are said nowhere else.
     let mut text = format!(
         "Ranked by how much of each condition's typical picture is present ({} findings recognised, {} stated \
-         absent), weighted by risk factors, age and sex. Leading: {} ({}).",
-        recognised.present,
-        recognised.absent,
-        lead.condition.name,
-        lead.key_features.join(", ")
+         absent), weighted by risk factors, age and sex. Leading: {}.",
+        recognised.present, recognised.absent, lead.condition.name,
     );
     let mnm: Vec<&str> = chosen
         .iter()
@@ -270,6 +269,7 @@ fn reasoning(kb: &KnowledgeBase, chosen: &[Ranked<'_>], recognised: &Recognised)
     {
         text.push_str(&format!(" Red flags to check: {}.", flags.join("; ")));
     }
+    text.push_str(&format!(" Findings for the leading diagnosis: {}.", lead.key_features.join(", ")));
     if !recognised.unrecognised.is_empty() {
         text.push_str(&format!(
             " Not recognised by the knowledge base: {}.",
@@ -313,11 +313,12 @@ impl Tool for DifferentialDiagnosis {
             }
             Err(reason) => {
                 tracing::warn!(%reason, "differential LLM not used; returning the knowledge-base ranking");
-                // The model is told what it got: the explanation service was not used.
+                // The model is told what it got: the explanation service was not used. First, since
+                // `fit` cuts the reasoning's end.
                 let mut result = fallback;
-                let note = " (The re-ranking service was unavailable; this is the knowledge-base ranking.)";
+                let note = "The re-ranking service was unavailable; this is the knowledge-base ranking.";
                 if let Some(text) = result["reasoning"].as_str() {
-                    result["reasoning"] = json!(format!("{text}{note}"));
+                    result["reasoning"] = json!(format!("{note} {text}"));
                 }
                 Ok(kb_output(result))
             }

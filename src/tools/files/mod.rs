@@ -10,6 +10,7 @@
 mod backend;
 mod error;
 mod extract;
+mod pdf_dict;
 mod pdf_guard;
 pub mod sandbox;
 mod file_id;

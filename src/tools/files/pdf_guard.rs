@@ -15,14 +15,15 @@
 //! decoded, and a stream cannot hide from the count by lying about where it ends. The data is
 //! borrowed, never copied, so the work grows with the file, not with streams × file.
 //!
-//! The filters are read from the dictionary between the object's `obj` and the keyword, tokenised
-//! as lopdf tokenises it (`#xx` escapes in names, strings, nested dictionaries, the last key of
-//! the outer dictionary). A dictionary that cannot be read with certainty — a comment, an `obj`
-//! that is not the object's own, a `/Filter` that is not names, a repeated key — is taken as
-//! possibly any filter chain: its stream is decoded by every filter, up to [`GUESSED_CHAIN`] deep,
-//! and counted by the largest result.
+//! The filters (and LZW's `/EarlyChange`) are read from the dictionary between the object's `obj`
+//! and the keyword, as lopdf reads it ([`super::pdf_dict`]). A dictionary that cannot be read with
+//! certainty is taken as possibly any filter chain, however long: its stream is decoded by every
+//! filter, each output again by every filter, and counted by the largest result (see
+//! [`decode_any`]).
 
 use std::io::{self, Write};
+
+use super::pdf_dict::{Filter, Unsure, filters};
 
 /// Why a PDF is refused before parsing.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -31,19 +32,19 @@ pub enum PdfGuardError {
     TooLarge { limit: u64 },
 }
 
-/// A filter lopdf applies; others (images' DCT, JPX, CCITT) it leaves encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Filter {
-    Flate,
-    Lzw,
-    Ascii85,
-}
-
-/// How many filters deep a stream with an unreadable dictionary is decoded: a bomb needs at most
-/// two (Flate of Flate reaches terabytes), and ASCII85 may wrap either.
+/// How many filters deep every output of a stream with an unreadable dictionary is decoded again.
 const GUESSED_CHAIN: u32 = 3;
-/// How far before `stream` its dictionary is looked for; a longer one is not read with certainty.
-const MAX_DICTIONARY: usize = 64 * 1024;
+/// Past [`GUESSED_CHAIN`], an output of at least this many bytes is decoded again too: lopdf
+/// applies as many filters as the dictionary names, and wrappers that do not compress (stored
+/// deflate blocks, ASCII85) cost a bomb nothing. What a filter makes of data it does not fit is
+/// almost always shorter; a bomb's layers are longer (zlib of zlib of 64 MiB of zeros is ≈ 250
+/// bytes, and one more zlib does not shrink it).
+const FURTHER_LAYER: u64 = 16;
+/// A stream still decoding to a further layer this deep is refused; no real PDF nests filters so.
+const MAX_GUESSED_CHAIN: u32 = 8;
+/// The most decodes guessed for one stream, so that data several filters read at every depth
+/// cannot make the work grow exponentially; a stream that needs more is refused.
+const MAX_GUESSES: u32 = 256;
 
 /// Refuse `pdf` when its streams together decode to more than `budget` bytes.
 pub fn check(pdf: &[u8], budget: u64) -> Result<(), PdfGuardError> {
@@ -64,239 +65,11 @@ pub fn check(pdf: &[u8], budget: u64) -> Result<(), PdfGuardError> {
         };
         left = match filters(&pdf[..at]) {
             Ok(filters) => decode_chain(data, &filters, left),
-            Err(Unsure) => decode_any(data, GUESSED_CHAIN, left),
+            Err(Unsure) => decode_any(data, 1, left, &mut { MAX_GUESSES }).map(|most| left - most),
         }
         .ok_or(PdfGuardError::TooLarge { limit: budget })?;
     }
     Ok(())
-}
-
-/// The dictionary before a `stream` keyword cannot be read with certainty.
-#[derive(Debug)]
-struct Unsure;
-
-/// The `/Filter` of the stream whose `stream` keyword ends `head`, in decoding order, read from
-/// the dictionary after the object's `obj`. lopdf decodes only when that is one name or an array
-/// of names; names it does not decode are dropped.
-fn filters(head: &[u8]) -> Result<Vec<Filter>, Unsure> {
-    let window = &head[head.len().saturating_sub(MAX_DICTIONARY)..];
-    let at = rfind(window, b"obj").ok_or(Unsure)?;
-    // An `obj` after a `%` on its line is in a comment, and lopdf skips what follows on the line.
-    match window[..at].iter().rposition(|&b| b == b'\n' || b == b'\r') {
-        Some(eol) if !window[eol..at].contains(&b'%') => {}
-        None if window.len() == head.len() && !window[..at].contains(&b'%') => {}
-        _ => return Err(Unsure),
-    }
-    // Strings, names and nesting are tokenised as lopdf does, and the text from this `obj` must
-    // hold exactly one dictionary: were the `obj` inside a string, name or the dictionary, lopdf's
-    // dictionary would close after a `)` or `>>` this reading does not expect, or not at all.
-    let mut lexer = Lexer { text: &window[at + b"obj".len()..], at: 0 };
-    let Some(Token::DictOpen) = lexer.next()? else { return Err(Unsure) };
-    let filter = dictionary(&mut lexer, 1)?;
-    if lexer.next()?.is_some() {
-        return Err(Unsure);
-    }
-    let names = match filter {
-        None => return Ok(Vec::new()),
-        Some(Value::Name(name)) => vec![name],
-        Some(Value::Names(Some(names))) => names,
-        Some(_) => return Err(Unsure),
-    };
-    Ok(names
-        .iter()
-        .filter_map(|name| match name.as_slice() {
-            b"FlateDecode" | b"Fl" => Some(Filter::Flate),
-            b"LZWDecode" | b"LZW" => Some(Filter::Lzw),
-            b"ASCII85Decode" | b"A85" => Some(Filter::Ascii85),
-            _ => None,
-        })
-        .collect())
-}
-
-/// A dictionary value, as far as a `/Filter` goes.
-enum Value {
-    Name(Vec<u8>),
-    /// An array: its names when it holds nothing else.
-    Names(Option<Vec<Vec<u8>>>),
-    Other,
-}
-
-/// The rest of a dictionary after its `<<`, through its `>>`; its `/Filter` value at `depth` 1.
-fn dictionary(lexer: &mut Lexer, depth: usize) -> Result<Option<Value>, Unsure> {
-    let mut filter = None;
-    loop {
-        match lexer.next()?.ok_or(Unsure)? {
-            Token::DictClose => return Ok(filter),
-            Token::Name(key) => {
-                let token = lexer.next()?.ok_or(Unsure)?;
-                let value = value(lexer, token, depth)?;
-                if depth == 1 && key == b"Filter" {
-                    // lopdf keeps the last of repeated keys; two are a sign of mischief.
-                    if filter.replace(value).is_some() {
-                        return Err(Unsure);
-                    }
-                }
-            }
-            _ => return Err(Unsure),
-        }
-    }
-}
-
-/// The value that starts with `token`.
-fn value(lexer: &mut Lexer, token: Token, depth: usize) -> Result<Value, Unsure> {
-    const MAX_DEPTH: usize = 64;
-    if depth > MAX_DEPTH {
-        return Err(Unsure);
-    }
-    Ok(match token {
-        Token::Name(name) => Value::Name(name),
-        Token::Text => Value::Other,
-        Token::Word(word) => {
-            // `12 0 R` is one value, a reference.
-            let back = lexer.at;
-            let is_number = |word: &[u8]| word.iter().all(u8::is_ascii_digit);
-            match (lexer.next()?, lexer.next()?) {
-                (Some(Token::Word(generation)), Some(Token::Word(b"R")))
-                    if is_number(word) && is_number(generation) => {}
-                _ => lexer.at = back,
-            }
-            Value::Other
-        }
-        Token::DictOpen => {
-            dictionary(lexer, depth + 1)?;
-            Value::Other
-        }
-        Token::ArrayOpen => {
-            let mut names = Some(Vec::new());
-            loop {
-                match lexer.next()?.ok_or(Unsure)? {
-                    Token::ArrayClose => break Value::Names(names),
-                    token => match value(lexer, token, depth + 1)? {
-                        Value::Name(name) => {
-                            if let Some(names) = &mut names {
-                                names.push(name);
-                            }
-                        }
-                        _ => names = None,
-                    },
-                }
-            }
-        }
-        Token::DictClose | Token::ArrayClose => return Err(Unsure),
-    })
-}
-
-/// A PDF token, as lopdf's parser splits them.
-enum Token<'a> {
-    DictOpen,
-    DictClose,
-    ArrayOpen,
-    ArrayClose,
-    /// A name, its `#xx` escapes decoded.
-    Name(Vec<u8>),
-    /// A literal or hexadecimal string.
-    Text,
-    /// A number, `true`, `false`, `null` or `R`.
-    Word(&'a [u8]),
-}
-
-struct Lexer<'a> {
-    text: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Lexer<'a> {
-    /// The next token, `None` at the end; `Unsure` on a comment or a character lopdf would not
-    /// read the same way in every context.
-    fn next(&mut self) -> Result<Option<Token<'a>>, Unsure> {
-        while self.text.get(self.at).is_some_and(|&b| is_space(b)) {
-            self.at += 1;
-        }
-        let rest = &self.text[self.at..];
-        let Some(&first) = rest.first() else { return Ok(None) };
-        self.at += 1;
-        Ok(Some(match first {
-            b'<' if rest.starts_with(b"<<") => {
-                self.at += 1;
-                Token::DictOpen
-            }
-            b'>' if rest.starts_with(b">>") => {
-                self.at += 1;
-                Token::DictClose
-            }
-            b'[' => Token::ArrayOpen,
-            b']' => Token::ArrayClose,
-            b'(' => {
-                self.literal_string()?;
-                Token::Text
-            }
-            b'<' => {
-                let end = rest.iter().position(|&b| b == b'>').ok_or(Unsure)?;
-                if !rest[1..end].iter().all(|&b| b.is_ascii_hexdigit() || is_space(b)) {
-                    return Err(Unsure);
-                }
-                self.at += end;
-                Token::Text
-            }
-            b'/' => Token::Name(self.name()?),
-            b'%' | b')' | b'>' | b'{' | b'}' => return Err(Unsure),
-            _ => {
-                let len = rest.iter().position(|&b| !is_regular(b)).unwrap_or(rest.len());
-                // Numbers, `true`, `false`, `null`, `R`: nothing else is an object to lopdf. A
-                // `\` must not pass: inside lopdf's string it escapes the `(` this would start.
-                if !rest[..len].iter().all(|&b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) {
-                    return Err(Unsure);
-                }
-                self.at += len - 1;
-                Token::Word(&rest[..len])
-            }
-        }))
-    }
-
-    /// The rest of a literal string after its `(`: nested parentheses balance, `\` escapes one.
-    fn literal_string(&mut self) -> Result<(), Unsure> {
-        let mut depth = 1usize;
-        while let Some(&b) = self.text.get(self.at) {
-            self.at += 1;
-            match b {
-                b'\\' => self.at += 1,
-                b'(' => depth += 1,
-                b')' => depth -= 1,
-                _ => {}
-            }
-            if depth == 0 {
-                return Ok(());
-            }
-        }
-        Err(Unsure)
-    }
-
-    /// The rest of a name after its `/`, `#xx` decoded.
-    fn name(&mut self) -> Result<Vec<u8>, Unsure> {
-        let mut name = Vec::new();
-        while let Some(&b) = self.text.get(self.at).filter(|&&b| is_regular(b)) {
-            if b == b'#' {
-                // As lopdf: `#` and two hex digits; its name ends at any other `#`, and what
-                // follows is then no object it can read.
-                let hex = self.text.get(self.at + 1..self.at + 3).ok_or(Unsure)?;
-                let digit = |b: u8| (b as char).to_digit(16).ok_or(Unsure);
-                name.push((digit(hex[0])? * 16 + digit(hex[1])?) as u8);
-                self.at += 3;
-            } else {
-                name.push(b);
-                self.at += 1;
-            }
-        }
-        Ok(name)
-    }
-}
-
-fn is_space(b: u8) -> bool {
-    b" \t\n\r\0\x0C".contains(&b)
-}
-
-fn is_regular(b: u8) -> bool {
-    !is_space(b) && !b"()<>[]{}/%".contains(&b)
 }
 
 /// Decode `data` through `filters`, with at most `left` bytes out of each step; the budget left
@@ -315,20 +88,30 @@ fn decode_chain(data: &[u8], filters: &[Filter], left: u64) -> Option<u64> {
     Some(left - counted.written)
 }
 
-/// For a stream whose filters are unknown: `data` decoded by every filter, and what came out by
-/// every filter again, `depth` deep; the budget left after the largest result, or `None` when any
-/// passed it. Data a filter does not fit usually stops it within a few bytes.
-fn decode_any(data: &[u8], depth: u32, left: u64) -> Option<u64> {
+/// For a stream whose filters are unknown, at `depth` in the chain lopdf might apply: `data`
+/// decoded by every filter (LZW both ways), and each output again — every non-empty one down to
+/// [`GUESSED_CHAIN`] deep, below that those of [`FURTHER_LAYER`] bytes or more, down to
+/// [`MAX_GUESSED_CHAIN`]. Data a filter does not fit usually stops it within a few bytes. The
+/// largest output, or `None` when one passed `left`, a chain went on past the deepest, or the
+/// `guesses` ran out. The outputs on one path are held at once, so they share `left`.
+fn decode_any(data: &[u8], depth: u32, left: u64, guesses: &mut u32) -> Option<u64> {
+    const ALL: [Filter; 4] =
+        [Filter::Flate, Filter::Lzw { early_change: true }, Filter::Lzw { early_change: false }, Filter::Ascii85];
     let mut most = 0;
-    for filter in [Filter::Flate, Filter::Lzw, Filter::Ascii85] {
-        let mut out = if depth > 1 { Capped::keeping(left) } else { Capped::counting(left) };
+    for filter in ALL {
+        *guesses = guesses.checked_sub(1)?;
+        let mut out = Capped::keeping(left);
         decode(filter, data, &mut out)?;
         most = most.max(out.written);
-        if depth > 1 && out.written > 0 {
-            most = most.max(left - decode_any(&out.kept, depth - 1, left)?);
+        let further = if depth < GUESSED_CHAIN { out.written > 0 } else { out.written >= FURTHER_LAYER };
+        if further {
+            if depth == MAX_GUESSED_CHAIN {
+                return None;
+            }
+            most = most.max(decode_any(&out.kept, depth + 1, left - out.written, guesses)?);
         }
     }
-    Some(left - most)
+    Some(most)
 }
 
 /// Run one decoder into `out`; `None` when `out`'s cap was reached. A decoder error ends the
@@ -336,7 +119,7 @@ fn decode_any(data: &[u8], depth: u32, left: u64) -> Option<u64> {
 fn decode(filter: Filter, input: &[u8], out: &mut Capped) -> Option<()> {
     let result = match filter {
         Filter::Flate => flate(input, out),
-        Filter::Lzw => lzw(input, out),
+        Filter::Lzw { early_change } => lzw(input, early_change, out),
         Filter::Ascii85 => ascii85(input, out),
     };
     // Any other decoder error ends the stream where lopdf would end it too.
@@ -353,9 +136,14 @@ fn flate(input: &[u8], out: &mut Capped) -> io::Result<u64> {
     zlib
 }
 
-fn lzw(input: &[u8], out: &mut Capped) -> io::Result<u64> {
-    // As lopdf decodes (EarlyChange, its default, does not change how much comes out).
-    let mut decoder = weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
+fn lzw(input: &[u8], early_change: bool, out: &mut Capped) -> io::Result<u64> {
+    // As lopdf decodes: codes widen one entry early unless `/EarlyChange 0`. Read the other way, a
+    // stream goes wrong where the code width changes and stops with an error, a few KiB in.
+    let mut decoder = if early_change {
+        weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8)
+    } else {
+        weezl::decode::Decoder::new(weezl::BitOrder::Msb, 8)
+    };
     let stream = decoder.into_stream(out);
     stream.decode_all(input).status.map(|_| 0)
 }
@@ -440,8 +228,4 @@ impl Write for Capped {
 
 pub(super) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
-}
-
-fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::rfind(haystack, needle)
 }

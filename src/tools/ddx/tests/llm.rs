@@ -215,3 +215,34 @@ fn assert_fell_back(result: &serde_json::Value) {
     let reasoning = result["reasoning"].as_str().unwrap();
     assert!(reasoning.contains("re-ranking service was unavailable"), "{reasoning}");
 }
+
+/// An oversized knowledge-base answer loses the quotes of the case's own words, not the closing
+/// sentences: the must-not-miss conditions, their red flags (said nowhere else) and the note that
+/// the re-ranking service was unavailable.
+#[tokio::test]
+async fn a_cut_reasoning_keeps_the_red_flags_and_the_fallback_note() {
+    // Statements it recognises, quoted whole as the leader's key features, and ones it does not,
+    // listed whole, in control characters (six bytes each once escaped).
+    let pad = "\u{1}".repeat(170);
+    let mut symptoms: Vec<String> = ["substernal chest pressure", "shortness of breath", "diaphoresis", "pain radiating to left arm"]
+        .iter()
+        .map(|s| format!("{s} {pad}"))
+        .collect();
+    symptoms.extend((0..26).map(|n| format!("qq{n} {}", "\u{1}".repeat(190))));
+    let history: Vec<String> =
+        ["hypertension", "smoker", "diabetes", "high cholesterol"].iter().map(|s| format!("{s} {pad}")).collect();
+    let args = json!({"chief_complaint": "chest pain", "symptoms": symptoms, "relevant_history": history,
+        "patient_age": 65, "patient_sex": "M"});
+    let (tool, _fake) = llm_tool(Reply::Raw("{not json".into())).await;
+    for (result, fell_back) in [(run(&tool, args.clone()).await, true), (run(&kb_tool(), args).await, false)] {
+        assert!(result.to_string().len() <= crate::tools::text::MAX_RESULT_BYTES);
+        assert_eq!(names(&result)[0], name_of("acute_coronary_syndrome"));
+        let reasoning = result["reasoning"].as_str().unwrap();
+        assert!(reasoning.chars().count() <= 1501, "{}", reasoning.chars().count());
+        assert!(reasoning.starts_with("Ranked by") != fell_back, "{reasoning}");
+        assert!(reasoning.contains("Must not miss: ") && reasoning.contains("Red flags to check: "), "{reasoning}");
+        if fell_back {
+            assert_fell_back(&result);
+        }
+    }
+}

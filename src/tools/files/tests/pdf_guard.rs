@@ -242,3 +242,60 @@ mod basics {
         assert_eq!(check(b"%PDF-1.7\nno streams here\n%%EOF", 1 << 20), Ok(()));
     }
 }
+
+/// `/a\(`: to lopdf the `\(` is an escape inside a string that began before the guard's `obj`.
+#[test]
+fn a_backslash_in_a_name_makes_the_dictionary_unsure() {
+    assert!(refused(&pdf("1 0 obj\n<< /Filter /FlateDecode /S (obj << /a\\( ) >>\nstream\n", &bomb())));
+}
+
+fn stored(data: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::none());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[test]
+fn an_unreadable_dictionary_does_not_hide_more_layers_than_the_guard_guesses() {
+    let head = "1 0 obj\n<< /Filter [/FlateDecode /FlateDecode /FlateDecode /FlateDecode] %c\n >>\nstream\n";
+    assert!(refused(&pdf(head, &zlib(&zlib(&zlib(&bomb()))))));
+    // Wrappers that do not compress at all, around a small two-layer bomb.
+    let mut data = zlib(&bomb());
+    for _ in 0..6 {
+        data = stored(&data);
+    }
+    assert!(refused(&pdf(head, &data)));
+}
+
+#[test]
+fn ordinary_streams_with_an_unreadable_dictionary_pass() {
+    // A content stream without `w`, `x`, `y` or `z` decodes as ASCII85 too, to bytes no filter reads.
+    let content: String = (0..200).map(|n| format!("BT /F1 12 Tf 72 {n} Td (Hello) Tj ET\n")).collect();
+    let flate = zlib(content.as_bytes());
+    for (head, data) in [
+        ("1 0 obj\n<< /Filter /FlateDecode %c\n >>\nstream\n", flate.clone()),
+        ("1 0 obj\n<< /Filter [/ASCII85Decode /FlateDecode] %c\n >>\nstream\n", ascii85(&flate)),
+        ("1 0 obj\n<< /Filter /FlateDecode /Length 5 0 R /X (obj) >>\nstream\n", flate.clone()),
+    ] {
+        assert_eq!(check(&pdf(head, &data), 1 << 20), Ok(()), "{head}");
+    }
+}
+
+/// LZW written without early change, as `/EarlyChange 0` tells lopdf to read it.
+#[test]
+fn lzw_without_early_change_is_counted() {
+    let mut lzw = Vec::new();
+    weezl::encode::Encoder::new(weezl::BitOrder::Msb, 8)
+        .into_stream(&mut lzw)
+        .encode_all(&vec![0u8; 32 << 20][..])
+        .status
+        .unwrap();
+    for head in [
+        "1 0 obj\n<< /Filter /LZWDecode /DecodeParms << /EarlyChange 0 >> >>\nstream\n",
+        "1 0 obj\n<< /DecodeParms << /EarlyChange -0 /Predictor 1 >> /Filter [/LZWDecode] >>\nstream\n",
+        "1 0 obj\n<< /Filter /LZWDecode /DecodeParms << /EarlyChange 0 >> %c\n >>\nstream\n",
+    ] {
+        assert!(refused(&pdf(head, &lzw)), "{head}");
+    }
+    assert_eq!(check(&pdf("1 0 obj\n<< /Filter /LZWDecode /DecodeParms << /EarlyChange 0 >> >>\nstream\n", &lzw), 64 << 20), Ok(()));
+}
