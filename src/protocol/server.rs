@@ -137,11 +137,18 @@ pub struct DoneCall {
 pub struct ResponseDone {
     /// The response's `id`, when it has one.
     pub id: Option<String>,
-    /// Its `status` is `completed`: not cut off (`cancelled`, `incomplete`, `failed`).
+    /// Not cut off: its `status` is not `cancelled`, `incomplete` or `failed` (a peer that sends
+    /// none has its calls taken as complete, as before calls were held at all).
     pub completed: bool,
     pub calls: Vec<DoneCall>,
     /// `Some` when owned calls were removed: forward this instead of the original bytes.
     pub rewritten: Option<String>,
+}
+
+/// Does a response's or an item's `status` say it was cut off? Only an explicit one does: a
+/// missing status decides nothing.
+pub fn cut_off(status: Option<&str>) -> bool {
+    matches!(status, Some("cancelled" | "incomplete" | "failed"))
 }
 
 /// Read `response.done`, removing the items of calls `is_owned` claims. This is the one upstream
@@ -152,7 +159,7 @@ pub fn rewrite_response_done(
 ) -> Result<ResponseDone, FrameError> {
     let mut event: Value = serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)?;
     let id = event["response"]["id"].as_str().map(str::to_string);
-    let completed = event["response"]["status"].as_str() == Some("completed");
+    let completed = !cut_off(event["response"]["status"].as_str());
     let Some(output) = event
         .get_mut("response")
         .and_then(|r| r.get_mut("output"))
@@ -171,7 +178,7 @@ pub fn rewrite_response_done(
             call_id: field("call_id"),
             name: field("name"),
             arguments: field("arguments"),
-            completed: item.get("status").and_then(Value::as_str) == Some("completed"),
+            completed: !cut_off(item.get("status").and_then(Value::as_str)),
         };
         let owned = is_owned(&call.call_id, &call.name);
         calls.push(call);
@@ -278,5 +285,15 @@ mod tests {
         let tools = state(serde_json::json!({"tools": [{"type": "function", "name": "a"}, {"type": "mcp"}]}));
         assert_eq!(tools.tool_names, vec!["a".to_string()]);
         assert!(parse_session_state(b"not json").is_none());
+    }
+
+    #[test]
+    fn only_an_explicit_status_cuts_a_call_off() {
+        let done = |frame: &str| rewrite_response_done(frame.as_bytes(), |_, _| true).unwrap();
+        let silent = done(r#"{"type":"response.done","response":{"id":"r","output":[{"type":"function_call","call_id":"c","name":"n","arguments":"{}"}]}}"#);
+        assert!(silent.completed && silent.calls[0].completed, "no status decides nothing");
+        let cut = done(r#"{"type":"response.done","response":{"id":"r","status":"cancelled","output":[{"type":"function_call","status":"incomplete","call_id":"c","name":"n","arguments":"{}"}]}}"#);
+        assert!(!cut.completed && !cut.calls[0].completed);
+        assert!(!cut_off(Some("completed")) && !cut_off(None) && cut_off(Some("failed")));
     }
 }

@@ -101,6 +101,7 @@ impl Bridge {
             upstream_close,
             deadline: Instant::now() + self.deps.settings.drain_timeout,
         });
+        self.calls.forget_held();
         let actions = self.calls.close_parked();
         self.perform(actions).await;
     }

@@ -319,7 +319,7 @@ impl Bridge {
         }
         let status = item.status.as_deref().filter(|s| *s != "in_progress")?;
         let call_id = item.call_id.as_deref().map(str::to_string).or_else(|| item.id.as_deref().and_then(|i| self.owned_items.get(i).cloned()))?;
-        Some((call_id, status == "completed"))
+        Some((call_id, !events_in::cut_off(Some(status))))
     }
 
     /// An event voxgate reads to hide server calls did not parse. Forwarded as it came, it could

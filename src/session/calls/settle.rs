@@ -69,6 +69,14 @@ impl CallTable {
         of_it.iter().flat_map(|call_id| self.settle(call_id, completed, now)).collect()
     }
 
+    /// The session is closing: nothing more is read from the upstream, so no held call's item
+    /// can end. They are forgotten, not accepted by their timers while the session closes (a
+    /// call accepted then would start after the parked ones were declined, and could outlive the
+    /// close with no `call_finished`).
+    pub fn forget_held(&mut self) {
+        self.held.clear();
+    }
+
     /// A deadline came due: a held call's ([`SETTLE_WAIT`]), accepted now; `None` for any other.
     /// Only while that call is held: the upstream picks call ids, and one spelled like a key must
     /// still have its confirmation expire.

@@ -467,6 +467,20 @@ fn a_held_call_is_accepted_only_when_its_item_completed() {
     assert!(!audits(&t.settle_response(Some("r3"), true, now)).is_empty(), "its response completed");
 }
 
+/// A closing session reads no more of the upstream, so no held call's item can end: held calls
+/// are forgotten, and their waits coming due accept nothing.
+#[test]
+fn a_closing_session_forgets_its_held_calls() {
+    let mut t = table(true);
+    let key = match &t.hold("c1", "calculate_medical_score", "{}", Some("r1"))[..] {
+        [Action::Expire { call_id, .. }] => call_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    t.forget_held();
+    assert!(t.on_expired(&key).is_empty(), "accepted after the close began");
+    assert!(!t.owns("c1"));
+}
+
 /// The upstream picks call ids: one spelled like a held call's deadline key still has its
 /// confirmation expire.
 #[tokio::test(start_paused = true)]

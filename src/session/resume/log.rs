@@ -160,6 +160,12 @@ impl ConversationLog {
     /// later event about it, its `.done` with `transcript: null` again, owes nothing new).
     fn observe_item(&mut self, item: &Value) -> Option<Transcript> {
         let id = item["id"].as_str()?;
+        if item["type"] == "function_call" && crate::protocol::server::cut_off(item["status"].as_str()) {
+            // A call cut off with its response is not run and gets no output (calls/settle.rs):
+            // restored, it would be a call the new upstream's model waits on forever.
+            self.remove(id);
+            return None;
+        }
         let entry = entry_of(item)?;
         let owed = matches!(&entry, Entry::User(text) if text.is_empty()) && awaits_transcript(item);
         (self.upsert(id, entry) && owed).then(|| Transcript::Owed(id.to_string()))
@@ -374,6 +380,21 @@ mod tests {
         assert_eq!(entries(&log)[1], ("u1".into(), Entry::User("new".into())));
         feed(&mut log, transcript("u1"));
         assert_eq!(entries(&log)[1], ("u1".into(), Entry::User("new".into())));
+    }
+
+    #[test]
+    fn a_call_cut_off_with_its_response_is_not_kept() {
+        let mut log = ConversationLog::new(10, 10_000);
+        let call = |status: &str| json!({"id": "fc1", "type": "function_call", "status": status, "call_id": "c1", "name": "search_pubmed", "arguments": "{}"});
+        feed(&mut log, json!({"type": "conversation.item.added", "item": call("in_progress")}));
+        assert_eq!(log.len(), 1);
+        feed(&mut log, json!({"type": "response.output_item.done", "item": call("incomplete")}));
+        feed(&mut log, json!({"type": "response.done", "response": {"status": "cancelled", "output": [call("incomplete")]}}));
+        assert_eq!(log.len(), 0);
+        // A completed one is kept.
+        let done = json!({"id": "fc2", "type": "function_call", "status": "completed", "call_id": "c2", "name": "search_pubmed", "arguments": "{}"});
+        feed(&mut log, json!({"type": "response.output_item.done", "item": done}));
+        assert_eq!(log.len(), 1);
     }
 
     #[test]
