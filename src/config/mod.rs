@@ -399,7 +399,10 @@ impl Config {
     pub fn from_table(mut table: toml::Table) -> Result<Config, ConfigError> {
         // Azure's preview form (`deployment` + `api_version`) speaks the beta protocol: there an
         // unset `protocol` means beta, not the GA default (`validate` refuses a `ga` written out).
+        // Only for `kind = "azure"` (the effective kind is Azure only when written so): any other
+        // kind ignores those keys, and api.openai.com has retired beta.
         if let Some(toml::Value::Table(upstream)) = table.get_mut("upstream")
+            && upstream.get("kind").and_then(toml::Value::as_str) == Some("azure")
             && (upstream.contains_key("deployment") || upstream.contains_key("api_version"))
             && !upstream.contains_key("protocol")
         {

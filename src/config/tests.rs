@@ -353,3 +353,22 @@ fn the_azure_preview_form_speaks_the_beta_protocol() {
     let ga = "[upstream]\nkind = \"azure\"\napi_key = \"k\"\nurl = \"wss://az.example/openai/v1/realtime\"\nmodel = \"d\"\n";
     assert_eq!(load_toml(ga, &[]).unwrap().upstream.protocol, UpstreamProtocol::Ga);
 }
+
+/// `deployment` and `api_version` mean something only to `kind = "azure"` (`upstream::openai`):
+/// left over in another kind's config they change neither its protocol default (beta would be
+/// refused by api.openai.com) nor what may be written.
+#[test]
+fn deployment_keys_set_the_protocol_only_for_azure() {
+    let leftovers = "deployment = \"d\"\napi_version = \"2025-04-01-preview\"\n";
+    let openai = format!("[upstream]\nkind = \"openai\"\napi_key = \"k\"\n{leftovers}");
+    let implied = format!("[upstream]\napi_key = \"k\"\n{leftovers}");
+    let simulated = format!("[upstream]\nkind = \"simulated\"\n{leftovers}");
+    for config in [&openai, &implied, &simulated] {
+        assert_eq!(load_toml(config, &[]).unwrap().upstream.protocol, UpstreamProtocol::Ga, "unset: {config}");
+        let ga = format!("{config}protocol = \"ga\"\n");
+        assert_eq!(load_toml(&ga, &[]).unwrap().upstream.protocol, UpstreamProtocol::Ga, "written: {config}");
+    }
+    // Through the environment alone: an API key implies openai.
+    let vars = [("OPENAI_API_KEY", "k"), ("VOXGATE_UPSTREAM__DEPLOYMENT", "d"), ("VOXGATE_UPSTREAM__API_VERSION", "2025-04-01-preview")];
+    assert_eq!(Config::load(None, &env(&vars)).unwrap().upstream.protocol, UpstreamProtocol::Ga);
+}

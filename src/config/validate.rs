@@ -88,8 +88,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         // Azure's preview endpoint speaks the beta protocol: with `ga` it refuses voxgate's own
         // tool injection (`session.type`) and the session runs without server tools. Unset, the
         // protocol is beta for this form already (`Config::from_table`); only a `ga` written out
-        // reaches here.
-        if upstream.deployment.is_some() && upstream.protocol != UpstreamProtocol::Beta {
+        // reaches here. Azure has no GA form with a deployment and an api-version (its GA URL is
+        // `/openai/v1/realtime?model=…`, without one), so `ga` is never right with them. Other
+        // kinds ignore both keys (`upstream::openai`).
+        if kind == UpstreamKind::Azure && upstream.deployment.is_some() && upstream.protocol != UpstreamProtocol::Beta {
             return Err(ConfigError::new(
                 "upstream.protocol",
                 "the Azure preview form (upstream.deployment, upstream.api_version) speaks the beta protocol: \

@@ -19,9 +19,8 @@ pub fn client_addr(
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
 ) -> Option<String> {
-    // An IPv4 peer on a dual-stack listener arrives as `::ffff:a.b.c.d`.
     let peer = peer?.ip().to_canonical();
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(&ip.to_canonical()));
+    let is_trusted = |ip: &IpAddr| is_trusted(trusted, ip);
     if !is_trusted(&peer) {
         return Some(peer.to_string());
     }
@@ -42,6 +41,13 @@ pub fn client_addr(
         // A hop that is not an address: the chain cannot be trusted past it; record the proxy.
         Some(Err(_)) | None => Some(peer.to_string()),
     }
+}
+
+/// Whether `ip` is in `server.trusted_proxies` (the listener lets these hold more connections).
+pub(crate) fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
+    // An IPv4 peer on a dual-stack listener arrives as `::ffff:a.b.c.d`.
+    let ip = ip.to_canonical();
+    trusted.iter().any(|net| net.contains(&ip))
 }
 
 /// Who and from where, for a request's records (`admin` for the admin API).

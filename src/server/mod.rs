@@ -150,7 +150,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let drained = state.shutdown.token().clone();
     let handshake_timeout = Duration::from_millis(config.server.handshake_timeout_ms);
     let shards = shards::Shards::start(config.server.session_threads, &state.deps.metrics)?;
-    let serve = tokio::spawn(listener::serve(listener, app, handshake_timeout, drained, shards));
+    let serve = tokio::spawn(listener::serve(listener, app, handshake_timeout, config.server.trusted_proxies.clone(), drained, shards));
     Ok(RunningServer { local_addr, state, serve, audit_writer })
 }
 

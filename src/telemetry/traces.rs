@@ -100,32 +100,77 @@ fn exporter(protocol: OtlpProtocol, endpoint: &str) -> Result<SpanExporter, Tele
 
 /// `message` without the credentials `endpoint` may carry (user info, query, fragment): the
 /// exporter's errors quote the endpoint as written, and URLs are only ever printed without them
-/// (docs/config.md). Should any still show, the exporter's details are left out altogether.
+/// (docs/config.md). Each is looked for as written in `endpoint` (the form the exporter quotes),
+/// as the URL parser gives it (percent-encoded: `^` becomes `%5E`) and percent-decoded. Should
+/// any still show, the exporter's details are left out altogether.
 fn without_credentials(message: &str, endpoint: &str) -> String {
     const HIDDEN: &str = "***";
     let Ok(url) = url::Url::parse(endpoint) else {
         // Validation accepts only http(s) URLs; nothing to match the message against otherwise.
         return "(details hidden)".into();
     };
-    let user = url.username();
+    let raw = RawParts::of(endpoint);
     let mut text = message.to_string();
-    if let Some(password) = url.password() {
-        text = text.replace(&format!("{user}:{password}@"), &format!("{HIDDEN}@"));
+    // The user name too: the whole user info as written, then as the parser gives it.
+    let user = url.username();
+    let parsed_userinfo = url.password().map_or_else(|| user.to_string(), |password| format!("{user}:{password}"));
+    for userinfo in [raw.userinfo, Some(parsed_userinfo.as_str())].into_iter().flatten().filter(|u| !u.is_empty()) {
+        text = text.replace(&format!("{userinfo}@"), &format!("{HIDDEN}@"));
     }
-    if !user.is_empty() {
-        text = text.replace(&format!("//{user}@"), &format!("//{HIDDEN}@"));
-    }
-    if let Some(query) = url.query().filter(|q| !q.is_empty()) {
+    let passwords = forms([raw.password, url.password()]);
+    let queries = forms([raw.query, url.query()]);
+    let fragments = forms([raw.fragment, url.fragment()]);
+    for query in &queries {
         text = text.replace(&format!("?{query}"), &format!("?{HIDDEN}"));
     }
-    if let Some(fragment) = url.fragment().filter(|f| !f.is_empty()) {
+    for fragment in &fragments {
         text = text.replace(&format!("#{fragment}"), &format!("#{HIDDEN}"));
     }
-    let secrets = [url.password(), url.query(), url.fragment()];
-    if secrets.into_iter().flatten().any(|secret| !secret.is_empty() && text.contains(secret)) {
+    let secrets = passwords.iter().chain(&queries).chain(&fragments);
+    if secrets.into_iter().any(|secret| text.contains(secret.as_str())) {
         return "(details hidden: they quote the endpoint's credentials)".into();
     }
     text
+}
+
+/// The non-empty forms of a secret: as written and as parsed (`given`), and each percent-decoded;
+/// the longest first, so that a form that contains another is replaced whole.
+fn forms<const N: usize>(given: [Option<&str>; N]) -> Vec<String> {
+    let mut forms: Vec<String> = given.into_iter().flatten().flat_map(|form| {
+        let decoded = percent_encoding::percent_decode_str(form).decode_utf8_lossy().into_owned();
+        [form.to_string(), decoded]
+    }).filter(|form| !form.is_empty()).collect();
+    forms.sort_by_key(|form| std::cmp::Reverse(form.len()));
+    forms.dedup();
+    forms
+}
+
+/// An endpoint's user info, password, query and fragment as written, before any parser
+/// normalises them.
+struct RawParts<'a> {
+    userinfo: Option<&'a str>,
+    password: Option<&'a str>,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> RawParts<'a> {
+    fn of(endpoint: &'a str) -> RawParts<'a> {
+        let (rest, fragment) = match endpoint.split_once('#') {
+            Some((rest, fragment)) => (rest, Some(fragment)),
+            None => (endpoint, None),
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        // The authority runs from `://` to the path (a `\` starts it too in an http(s) URL); the
+        // user info is what precedes its last `@`.
+        let authority = rest.split_once("://").map(|(_, after)| after.split(['/', '\\']).next().unwrap_or(after));
+        let userinfo = authority.and_then(|authority| authority.rsplit_once('@')).map(|(userinfo, _)| userinfo);
+        let password = userinfo.and_then(|userinfo| userinfo.split_once(':')).map(|(_, password)| password);
+        RawParts { userinfo, password, query, fragment }
+    }
 }
 
 /// Flushes and shuts the provider down on a plain thread, waiting at most `limit`.
@@ -178,5 +223,24 @@ mod tests {
         };
         assert!(!message.contains("SECRET"), "{message}");
         assert!(message.contains("otel.example"), "still says which endpoint: {message}");
+    }
+
+    /// The URL parser percent-encodes these in a password, the exporter quotes the endpoint as
+    /// written (and refuses it: `http::Uri` does not take them): the written form is what must go.
+    #[tokio::test]
+    async fn a_password_the_url_parser_would_encode_is_hidden_as_written() {
+        for special in ["^", "{", "|", "\"", "`"] {
+            let password = format!("p{special}ss");
+            let endpoint = format!("https://u:{password}@otel.example:4318/?k=q{special}S#f{special}F");
+            let message = match exporter(OtlpProtocol::HttpProtobuf, &endpoint) {
+                Err(TelemetryError::Exporter(message)) => message,
+                Err(other) => panic!("{other:?}"),
+                Ok(_) => panic!("{endpoint} was taken"),
+            };
+            assert!(!message.contains(&password), "{message}");
+            assert!(!message.contains(&format!("q{special}S")), "{message}");
+            assert!(!message.contains(&format!("f{special}F")), "{message}");
+            assert!(message.contains("https://***@otel.example:4318"), "still says which endpoint: {message}");
+        }
     }
 }
