@@ -195,7 +195,7 @@ async fn sessions_opened_one_after_another_spread_over_the_session_threads() {
 
 /// `listener::MAX_HTTP_CONNECTIONS_PER_PEER`: connections from one address (not a trusted proxy)
 /// that have not upgraded (or closed) yet.
-const HTTP_CONNECTIONS_PER_PEER: usize = 64;
+const HTTP_CONNECTIONS_PER_PEER: usize = 256;
 
 /// A socket from `from` (a loopback address: Linux routes all of 127/8 to `lo`) to `to`.
 async fn connect_from(from: [u8; 4], to: std::net::SocketAddr) -> tokio::net::TcpStream {

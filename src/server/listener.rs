@@ -41,17 +41,19 @@ use super::shards::{ShardLoad, Shards};
 /// what unauthenticated clients can hold to this many descriptors and at most about 256 MiB of
 /// read buffers (under 128 KiB each, see there; a quarter of the 1 GiB memory limit in
 /// `deploy/k8s`), and to fill it takes [`MAX_HTTP_CONNECTIONS`] / [`MAX_HTTP_CONNECTIONS_PER_PEER`]
-/// = 32 addresses (or trusted proxies). Past it a new connection is shed: accepted and closed.
+/// = 8 addresses (or trusted proxies). Past it a new connection is shed: accepted and closed.
 const MAX_HTTP_CONNECTIONS: usize = 2048;
 
 /// Connections not yet upgraded nor closed from one address (an IPv6 peer's /64: a host is given
 /// a whole /64) that is not in `server.trusted_proxies`. A browser opens at most six per host,
 /// and keeps them for `server.handshake_timeout_ms` at most once idle; the workstations behind
-/// one NAT share the bound, and 64 leaves room for about ten loading the page at the same moment
-/// (a session's connection leaves the count at its upgrade), while one host holding partial
-/// request heads cannot take the slots everyone else (the kubelet's probes included) needs. A trusted proxy (an ingress) carries many clients and reads their heads
-/// itself, so only [`MAX_HTTP_CONNECTIONS`] bounds it. Past it the new connection is shed.
-const MAX_HTTP_CONNECTIONS_PER_PEER: usize = 64;
+/// one NAT share the bound, and 256 leaves room for a ward's worth loading the page at the same
+/// moment, or a load test opening sessions 64 at a time (a session's connection leaves the count
+/// at its upgrade), while one host holding partial request heads cannot take the slots everyone
+/// else (the kubelet's probes included) needs. A trusted proxy (an ingress) carries many clients
+/// and reads their heads itself, so only [`MAX_HTTP_CONNECTIONS`] bounds it. Past it the new
+/// connection is shed.
+const MAX_HTTP_CONNECTIONS_PER_PEER: usize = 256;
 
 /// The largest request head, and hyper's read buffer limit per connection (a limit on growth:
 /// hyper reads into whatever its buffer's allocation holds, at most about twice this). A
