@@ -178,7 +178,8 @@ pub fn rewrite_response_done(
             call_id: field("call_id"),
             name: field("name"),
             arguments: field("arguments"),
-            completed: !cut_off(item.get("status").and_then(Value::as_str)),
+            // An item without a status of its own takes the response's.
+            completed: item.get("status").and_then(Value::as_str).map_or(completed, |status| !cut_off(Some(status))),
         };
         let owned = is_owned(&call.call_id, &call.name);
         calls.push(call);
@@ -295,5 +296,7 @@ mod tests {
         let cut = done(r#"{"type":"response.done","response":{"id":"r","status":"cancelled","output":[{"type":"function_call","status":"incomplete","call_id":"c","name":"n","arguments":"{}"}]}}"#);
         assert!(!cut.completed && !cut.calls[0].completed);
         assert!(!cut_off(Some("completed")) && !cut_off(None) && cut_off(Some("failed")));
+        let cancelled = done(r#"{"type":"response.done","response":{"id":"r","status":"cancelled","output":[{"type":"function_call","call_id":"c","name":"n","arguments":"{}"}]}}"#);
+        assert!(!cancelled.calls[0].completed, "an item without a status takes its response's");
     }
 }

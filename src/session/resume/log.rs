@@ -201,6 +201,10 @@ impl ConversationLog {
     }
 
     fn forget(&mut self, id: String) {
+        // Several events may report one item gone: it is held once.
+        if self.gone.contains(&id) {
+            return;
+        }
         if self.gone.len() == GONE_KEPT {
             self.gone.pop_front();
         }
@@ -391,6 +395,7 @@ mod tests {
         feed(&mut log, json!({"type": "response.output_item.done", "item": call("incomplete")}));
         feed(&mut log, json!({"type": "response.done", "response": {"status": "cancelled", "output": [call("incomplete")]}}));
         assert_eq!(log.len(), 0);
+        assert_eq!(log.gone.len(), 1, "held once, though reported gone twice");
         // A completed one is kept.
         let done = json!({"id": "fc2", "type": "function_call", "status": "completed", "call_id": "c2", "name": "search_pubmed", "arguments": "{}"});
         feed(&mut log, json!({"type": "response.output_item.done", "item": done}));

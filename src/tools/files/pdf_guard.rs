@@ -40,10 +40,13 @@ const GUESSED_CHAIN: u32 = 3;
 /// almost always shorter; a bomb's layers are longer (zlib of zlib of 64 MiB of zeros is ≈ 250
 /// bytes, and one more zlib does not shrink it).
 const FURTHER_LAYER: u64 = 16;
-/// A stream still decoding to a further layer this deep is refused; no real PDF nests filters so.
+/// Outputs are not decoded again below this depth; no real PDF nests filters so. (Refusing a
+/// stream that still decodes here refused real ones: LZW keeps most of a run of zeros, layer
+/// after layer. A bomb hidden deeper is left to the extraction worker's limits.)
 const MAX_GUESSED_CHAIN: u32 = 8;
 /// The most decodes guessed for one stream, so that data several filters read at every depth
-/// cannot make the work grow exponentially; a stream that needs more is refused.
+/// cannot make the work grow exponentially; past it the guessing stops (the worker's limits
+/// again, not a refusal).
 const MAX_GUESSES: u32 = 256;
 
 /// Refuse `pdf` when its streams together decode to more than `budget` bytes.
@@ -91,23 +94,30 @@ fn decode_chain(data: &[u8], filters: &[Filter], left: u64) -> Option<u64> {
 /// For a stream whose filters are unknown, at `depth` in the chain lopdf might apply: `data`
 /// decoded by every filter (LZW both ways), and each output again — every non-empty one down to
 /// [`GUESSED_CHAIN`] deep, below that those of [`FURTHER_LAYER`] bytes or more, down to
-/// [`MAX_GUESSED_CHAIN`]. Data a filter does not fit usually stops it within a few bytes. The
-/// largest output, or `None` when one passed `left`, a chain went on past the deepest, or the
-/// `guesses` ran out. The outputs on one path are held at once, so they share `left`.
+/// [`MAX_GUESSED_CHAIN`], while `guesses` last. Data a filter does not fit usually stops it within
+/// a few bytes. The largest output, or `None` when one passed `left`. The outputs on one path are
+/// held at once, so they share `left`.
 fn decode_any(data: &[u8], depth: u32, left: u64, guesses: &mut u32) -> Option<u64> {
     const ALL: [Filter; 4] =
         [Filter::Flate, Filter::Lzw { early_change: true }, Filter::Lzw { early_change: false }, Filter::Ascii85];
     let mut most = 0;
+    let mut lzw_before: Option<Vec<u8>> = None;
     for filter in ALL {
-        *guesses = guesses.checked_sub(1)?;
+        let Some(fewer) = guesses.checked_sub(1) else { return Some(most) };
+        *guesses = fewer;
         let mut out = Capped::keeping(left);
         decode(filter, data, &mut out)?;
         most = most.max(out.written);
         let further = if depth < GUESSED_CHAIN { out.written > 0 } else { out.written >= FURTHER_LAYER };
-        if further {
-            if depth == MAX_GUESSED_CHAIN {
-                return None;
-            }
+        // Zeros decode to nothing more by any filter but LZW, which keeps most of them; and the
+        // two LZW readings of one stream often agree: the same output is followed once. Both
+        // only save work.
+        let all_zero = out.kept.iter().all(|&b| b == 0);
+        let repeated = matches!(filter, Filter::Lzw { early_change: false }) && lzw_before.as_deref() == Some(&out.kept[..]);
+        if matches!(filter, Filter::Lzw { early_change: true }) {
+            lzw_before = Some(out.kept.clone());
+        }
+        if further && depth < MAX_GUESSED_CHAIN && !all_zero && !repeated {
             most = most.max(decode_any(&out.kept, depth + 1, left - out.written, guesses)?);
         }
     }
