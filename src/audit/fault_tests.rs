@@ -1,6 +1,6 @@
 //! The writer on a disk that fails, hangs or fills, through the test-only fault hooks
 //! (`files::Faults`): health, refusal at accept, the backlog's limit, a rotation that cannot open
-//! its new file, and the time a held record keeps.
+//! its new file or sync its directory, and the time a held record keeps.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,19 +69,6 @@ async fn a_commit_that_hangs_makes_the_writer_unhealthy_and_is_gauged() {
     writer.join().await.unwrap();
 }
 
-/// A do-nothing tool for the call table.
-struct Quiet(crate::tools::ToolSpec);
-
-#[async_trait::async_trait]
-impl crate::tools::Tool for Quiet {
-    fn spec(&self) -> &crate::tools::ToolSpec {
-        &self.0
-    }
-    async fn call(&self, _: serde_json::Value, _: crate::tools::CallContext) -> Result<crate::tools::ToolOutput, crate::tools::ToolError> {
-        Ok(crate::tools::ToolOutput::new(serde_json::json!({})))
-    }
-}
-
 fn quiet_table(audit: &AuditHandle) -> crate::session::calls::CallTable {
     let spec = crate::tools::ToolSpec {
         name: "search_pubmed",
@@ -95,7 +82,7 @@ fn quiet_table(audit: &AuditHandle) -> crate::session::calls::CallTable {
         rate_limit_per_minute: 10,
         timeout: std::time::Duration::from_secs(1),
     };
-    let tools: Vec<Arc<dyn crate::tools::Tool>> = vec![Arc::new(Quiet(spec))];
+    let tools: Vec<Arc<dyn crate::tools::Tool>> = vec![Arc::new(crate::tools::test_support::Quiet(spec))];
     let registry = Arc::new(crate::tools::registry::ToolRegistry::from_tools(tools, &Default::default()).unwrap());
     let principal = crate::policy::Principal::new("dr.test", vec!["clinician".into()]);
     let timeout = std::time::Duration::from_secs(60);
@@ -235,4 +222,44 @@ async fn a_record_held_through_an_outage_keeps_the_time_it_was_made() {
     let ts: chrono::DateTime<chrono::Utc> = lines(&cfg)[0]["ts"].as_str().unwrap().parse().unwrap();
     assert!(ts < healed, "{ts} is when it was written, not made ({made})");
     assert!(ts >= made - chrono::Duration::milliseconds(1));
+}
+
+/// A rotation's new file whose name cannot be made durable (the directory's fsync fails) is not
+/// written to: a power loss could lose the name and the records with it. The next commit is held,
+/// like one after a failed open, and lands once the directory syncs.
+#[tokio::test]
+async fn a_failed_directory_sync_after_rotation_holds_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 1500);
+    let fail_sync = Arc::new(AtomicBool::new(true));
+    let faults: files::Faults = {
+        let fail_sync = fail_sync.clone();
+        Arc::new(move |op| {
+            if op == files::FileOp::SyncDir && fail_sync.load(Ordering::SeqCst) {
+                Err(std::io::Error::other("injected: directory fsync failed"))
+            } else {
+                Ok(())
+            }
+        })
+    };
+    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(faults)).await.unwrap();
+    let mut n = 0;
+    while verify::rotated_files(&cfg.path).unwrap().is_empty() {
+        let call = format!("c{n}");
+        n += 1;
+        handle.record(record(AuditEvent::CallStarted, &call)).await.unwrap();
+        handle.record(record(AuditEvent::CallFinished, &call)).await.unwrap();
+        assert!(n < 20, "no rotation");
+    }
+    assert_eq!(handle.record(record(AuditEvent::CallStarted, "after")).await, Err(AuditError::Unavailable));
+    assert!(!handle.is_healthy());
+    fail_sync.store(false, Ordering::SeqCst);
+    until("writable", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
+    handle.record(record(AuditEvent::CallFinished, "after")).await.unwrap();
+    drop(handle);
+    writer.join().await.unwrap();
+    let current = lines(&cfg);
+    assert_eq!(current.iter().filter(|l| l["call_id"] == "after").count(), 2, "{current:?}");
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
+    assert!(report.is_ok(), "{report}");
 }

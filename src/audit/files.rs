@@ -15,6 +15,8 @@ pub(super) enum FileOp {
     Write,
     /// Opening the new file after a rotation.
     Open,
+    /// The fsync of the log's directory that makes a new file's name durable.
+    SyncDir,
 }
 
 /// Called before each [`FileOp`]: an error fails the operation, blocking stalls it. Only tests
@@ -36,12 +38,12 @@ pub(super) fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
     std::fs::OpenOptions::new().create(true).append(true).read(true).open(path).map_err(io)
 }
 
-pub(super) fn sync_dir(path: &Path) {
-    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
-        && let Ok(dir) = std::fs::File::open(dir)
-    {
-        let _ = dir.sync_all();
-    }
+/// Make the entries of `path`'s directory durable (a file just created there, or renamed):
+/// `fsync` on a file covers its data, not its name, and a power loss could drop a name never
+/// synced, with every acknowledged record in it.
+pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
 }
 
 pub(super) fn first_seq(path: &Path) -> Result<Option<u64>, AuditError> {

@@ -4,7 +4,9 @@
 //! may have had its side effect: the tool is asked ([`Recovery`]) and the finish says `completed`
 //! when the backend holds the call's result (an idempotent write keyed by the call), `abandoned`
 //! otherwise. The tools are asked concurrently under one deadline for all of them (the listener
-//! waits for this): a call still unanswered then is `abandoned` too.
+//! waits for this): a call still unanswered then is `abandoned` too. An interrupted call that was
+//! not approved says `confirmation: session_closed` only when its tool asks for confirmation (it
+//! may have been parked waiting for the user), `not_required` otherwise.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
@@ -16,7 +18,7 @@ use futures::StreamExt;
 use super::AuditError;
 use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
-use super::files::{io, open_append};
+use super::files::{io, open_append, sync_dir};
 
 /// How long start-up waits in all for the tools to say what became of interrupted calls.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
@@ -66,6 +68,14 @@ pub enum Recovered {
 #[async_trait::async_trait]
 pub trait Recovery: Send + Sync {
     async fn recover(&self, tool: &str, session_id: &str, call_id: &str) -> Recovered;
+
+    /// Whether `tool` puts its calls to the user before they run; `None` when it cannot tell (a
+    /// tool no longer configured). The log does not say whether an interrupted call was parked:
+    /// a call of a tool that asks no confirmation never was, so its finish says `not_required`,
+    /// not `session_closed`.
+    fn requires_confirmation(&self, _tool: &str) -> Option<bool> {
+        None
+    }
 }
 
 /// Keep what is known of calls that have not finished.
@@ -107,10 +117,16 @@ fn rotated_predecessor_state(path: &Path, chain: &Chain) -> Result<ChainState, A
 
 /// Read the existing log: continue its chain and cut a torn last line.
 pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainState), AuditError> {
-    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
         std::fs::create_dir_all(dir).map_err(io)?;
+        sync_dir(dir).map_err(io)?;
     }
     let mut file = open_append(path)?;
+    // A file just created (a fresh volume, or a crash between a rotation's rename and the new
+    // file's open) keeps its name through a power loss only once its directory is synced.
+    sync_dir(path).map_err(io)?;
     let mut state = rotated_predecessor_state(path, chain)?;
     let mut good_len = 0u64;
     let mut reader = BufReader::new(&file);
@@ -244,7 +260,10 @@ async fn close_open_calls_within(
                 Confirmation::NotRequired
             } else if call.approved {
                 Confirmation::Approved
+            } else if recovery.and_then(|r| r.requires_confirmation(&start.tool)) == Some(false) {
+                Confirmation::NotRequired
             } else {
+                // It was, or may have been, parked waiting for the user.
                 Confirmation::SessionClosed
             }),
             duration_ms: None,

@@ -133,3 +133,40 @@ async fn an_admin_call_a_crash_interrupted_is_looked_up_in_its_backend() {
     assert_eq!(parked.status, Some(AuditStatus::Abandoned), "a session's call never approved is not looked up");
     assert!(verify(&cfg.path, &chain).unwrap().is_ok());
 }
+
+/// A do-nothing tool, asking for confirmation or not.
+fn quiet(name: &'static str, requires_confirmation: bool) -> std::sync::Arc<dyn crate::tools::Tool> {
+    std::sync::Arc::new(crate::tools::test_support::Quiet(crate::tools::ToolSpec {
+        name,
+        description: "quiet".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        category: crate::tools::Category::Search,
+        phi: false,
+        risk: crate::tools::Risk::Low,
+        requires_confirmation,
+        third_party: false,
+        rate_limit_per_minute: 10,
+        timeout: Duration::from_secs(1),
+    }))
+}
+
+/// `session_closed` says the call was parked waiting for the user: an interrupted call of a tool
+/// that asks no confirmation was never parked, so its recovered finish says `not_required`.
+#[tokio::test]
+async fn an_interrupted_call_of_a_tool_without_confirmation_is_not_required() {
+    let started = |tool: &str, call: &str| AuditRecord { tool: tool.into(), ..record(AuditEvent::CallStarted, call) };
+    let (_dir, cfg) = crashed_log(vec![started("lookup", "running"), started("book", "parked")]).await;
+    let tools = vec![quiet("lookup", false), quiet("book", true)];
+    let registry = std::sync::Arc::new(crate::tools::registry::ToolRegistry::from_tools(tools, &Default::default()).unwrap());
+    let recovery = crate::session::calls::recover::ToolRecovery(registry);
+
+    let chain = Chain::default();
+    let (file, state) = read(&cfg.path, &chain).unwrap();
+    close_open_calls_within(file, state, &chain, "i", Some(&recovery), Duration::from_secs(5)).await.unwrap();
+    let finishes = finishes(&cfg.path);
+    let confirmation = |call: &str| finishes.iter().find(|f| f.call_id == call).unwrap().confirmation;
+    assert_eq!(confirmation("running"), Some(Confirmation::NotRequired));
+    assert_eq!(confirmation("parked"), Some(Confirmation::SessionClosed));
+    assert!(finishes.iter().all(|f| f.status == Some(AuditStatus::Abandoned)));
+    assert!(verify(&cfg.path, &chain).unwrap().is_ok());
+}

@@ -2,7 +2,10 @@
 //! predecessors (keyed with `audit.chain_key` when it is set), sequence numbers have no gap,
 //! checkpoints name the head they stand at, and every call has exactly one `call_started`
 //! followed by exactly one `call_finished`. Only open calls are held, so a call id started again
-//! after its finish is not flagged (docs/audit.md says why that is acceptable).
+//! after its finish is not flagged (docs/audit.md says why that is acceptable). Rotated files
+//! archived away are not a break: the chain starts at the first line left, and finishes (or
+//! approvals) whose start was in an archived file are reported as information, as is a current
+//! file missing after a crash between a rotation's rename and the new file's open (it is empty).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,6 +26,9 @@ pub struct VerifyReport {
     pub abandoned: u64,
     /// Every break found, with its file and line number. Empty = the log is sound.
     pub problems: Vec<String>,
+    /// Information, not breaks: where the chain starts when earlier files are not present, the
+    /// calls whose start was in them, a missing current file.
+    pub notes: Vec<String>,
 }
 
 impl VerifyReport {
@@ -41,6 +47,9 @@ impl fmt::Display for VerifyReport {
         )?;
         for problem in &self.problems {
             writeln!(f, "  - {problem}")?;
+        }
+        for note in &self.notes {
+            writeln!(f, "  note: {note}")?;
         }
         Ok(())
     }
@@ -79,18 +88,34 @@ pub fn verify(path: &Path, chain: &Chain) -> Result<VerifyReport, AuditError> {
 /// rotations needs memory for the calls in flight, not for the history.
 pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize), AuditError> {
     let mut files = rotated_files(path)?;
+    let rotated = files.len();
     files.push(path.to_path_buf());
     let mut report = VerifyReport { files: files.len(), ..VerifyReport::default() };
-    let mut prev = GENESIS.to_string();
+    // The link the next line must carry; `None` before the first line, which sets where the chain
+    // starts: genesis, or (the oldest rotations archived) wherever the first file left begins.
+    let mut prev: Option<String> = None;
+    // The chain does not start at genesis: a finish may have its start in a file not present.
+    let mut archived = false;
     let mut expected_seq: Option<u64> = None;
     // Each open call, with where it started.
     let mut calls: HashMap<(String, String), String> = HashMap::new();
     let mut most = 0;
     let mut raw = Vec::new();
-    for file in &files {
+    for (i, file) in files.iter().enumerate() {
         let failed = |e: std::io::Error| AuditError::Io(format!("{}: {}", file.display(), e.kind()));
-        let mut reader = BufReader::new(File::open(file).map_err(failed)?);
         let label = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+        let opened = match File::open(file) {
+            Ok(opened) => opened,
+            // A crash between a rotation's rename and the new file's open: nothing is lost, the
+            // next start creates it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && i == rotated && rotated > 0 => {
+                report.files -= 1;
+                report.notes.push(format!("{label}: not present (a crash after a rotation); taken as empty"));
+                continue;
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        let mut reader = BufReader::new(opened);
         let mut index = 0;
         loop {
             raw.clear();
@@ -110,12 +135,23 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
                 Ok(line) => line,
                 Err(_) => {
                     report.problems.push(format!("{at}: not a valid audit record"));
-                    prev = chain.link(&raw);
+                    prev = Some(chain.link(&raw));
                     continue;
                 }
             };
-            if line.prev_sha256 != prev {
-                report.problems.push(format!("{at}: hash chain broken (prev_sha256 does not match the previous line)"));
+            match &prev {
+                None if line.prev_sha256 != GENESIS => {
+                    archived = true;
+                    report.notes.push(format!(
+                        "{at}: chain starts at seq {} (prev_sha256 {}): earlier files not present",
+                        line.seq, line.prev_sha256
+                    ));
+                }
+                None => {}
+                Some(prev) if *prev != line.prev_sha256 => {
+                    report.problems.push(format!("{at}: hash chain broken (prev_sha256 does not match the previous line)"));
+                }
+                Some(_) => {}
             }
             if let Some(expected) = expected_seq
                 && line.seq != expected
@@ -123,7 +159,7 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
                 report.problems.push(format!("{at}: seq {} where {expected} was expected (lines missing or reordered)", line.seq));
             }
             expected_seq = Some(line.seq + 1);
-            prev = chain.link(&raw);
+            prev = Some(chain.link(&raw));
             let call = (line.session_id, line.call_id);
             match line.event {
                 AuditEvent::Checkpoint => {
@@ -143,7 +179,11 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
                 AuditEvent::CallFinished => {
                     // The call is over: let it go. A second finish then finds no start.
                     if calls.remove(&call).is_none() {
-                        report.problems.push(format!("{at}: call {} finished twice, or without a start", call.1));
+                        if archived {
+                            report.notes.push(format!("{at}: call {} finished; its start is in an earlier file not present", call.1));
+                        } else {
+                            report.problems.push(format!("{at}: call {} finished twice, or without a start", call.1));
+                        }
                     }
                     if line.status == Some(AuditStatus::Abandoned) {
                         report.abandoned += 1;
@@ -151,7 +191,11 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
                 }
                 AuditEvent::CallApproved => {
                     if !calls.contains_key(&call) {
-                        report.problems.push(format!("{at}: call {} approved outside its start and finish", call.1));
+                        if archived {
+                            report.notes.push(format!("{at}: call {} approved; its start is in an earlier file not present", call.1));
+                        } else {
+                            report.problems.push(format!("{at}: call {} approved outside its start and finish", call.1));
+                        }
                     }
                 }
             }

@@ -397,7 +397,8 @@ impl Writer {
         let rotated = rotated_name(&self.path, first, self.seq);
         std::fs::rename(&self.path, &rotated).map_err(io)?;
         // From here `file` is the rotated file, whose name ends at this seq: nothing more goes
-        // into it. Should the new file not open (EMFILE), records are held until it does.
+        // into it. Should the new file not open (EMFILE), or its directory not sync, records are
+        // held until it does.
         self.reopen = true;
         self.reopen_if_rotated()?;
         tracing::info!(last_seq = self.seq, "audit log rotated");
@@ -411,11 +412,13 @@ impl Writer {
         }
         self.fault(FileOp::Open).map_err(io)?;
         let file = open_append(&self.path)?;
+        // The rename and the new name are durable only once the directory is: until then nothing
+        // is acknowledged into the new file (`reopen` stays set, the records are held).
+        self.fault(FileOp::SyncDir).and_then(|()| sync_dir(&self.path)).map_err(io)?;
         // Whatever is there already is kept, never cut (it is new: the old file was renamed).
         self.len = file.metadata().map_err(io)?.len();
         self.file = file;
         self.reopen = false;
-        sync_dir(&self.path);
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Test helpers for tools that call an HTTP backend: a fake service on 127.0.0.1 that answers every
 //! GET with one body (after planned failures, each with an optional `Retry-After`) and records what
-//! it was sent, and a call context.
+//! it was sent, and a call context; and [`Quiet`], a tool that does nothing, for tests of what
+//! surrounds a call (the call table, audit recovery).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -94,5 +95,19 @@ pub fn ctx() -> CallContext {
         session_id: "s".into(),
         call_id: "c".into(),
         principal: Principal::new("u", vec![]),
+    }
+}
+
+/// A tool that answers `{}` at once: its spec is all a test of the call table or of audit recovery
+/// needs.
+pub struct Quiet(pub super::ToolSpec);
+
+#[async_trait::async_trait]
+impl super::Tool for Quiet {
+    fn spec(&self) -> &super::ToolSpec {
+        &self.0
+    }
+    async fn call(&self, _: serde_json::Value, _: CallContext) -> Result<super::ToolOutput, super::ToolError> {
+        Ok(super::ToolOutput::new(serde_json::json!({})))
     }
 }

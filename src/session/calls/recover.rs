@@ -1,5 +1,6 @@
 //! The audit log's recovery asks the tools what became of approved calls a crash interrupted:
-//! this connects [`crate::audit::Recovery`] to each tool's [`crate::tools::Tool::recover`] hook.
+//! this connects [`crate::audit::Recovery`] to each tool's [`crate::tools::Tool::recover`] hook,
+//! and says whether a tool asks for confirmation (the confirmation its recovered finish records).
 
 use std::sync::Arc;
 
@@ -28,5 +29,9 @@ impl Recovery for ToolRecovery {
             Ok(found) => found,
             Err(_) => Recovered::Unknown,
         }
+    }
+
+    fn requires_confirmation(&self, tool: &str) -> Option<bool> {
+        self.0.get(tool).map(|tool| tool.policy.requires_confirmation)
     }
 }
