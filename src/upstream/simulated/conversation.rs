@@ -1,6 +1,9 @@
 //! The default conversation of a simulated session: the ordered items (messages, function calls,
 //! function-call outputs) that `previous_item_id`, retrieve/truncate/delete and the next response
-//! work from. Audio bytes are never kept, only item metadata, so a long session stays small.
+//! work from. Audio bytes are never kept, only item metadata (and how much audio the model sent for
+//! its items, which a truncate is measured against), so a long session stays small.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -27,11 +30,14 @@ pub struct Conversation {
     /// `conv_…`, reported in every response object.
     pub id: String,
     items: Vec<Value>,
+    /// Milliseconds of audio the model sent, by item id. Kept beside the items, not in them: items
+    /// go back to the client as they are (`conversation.item.retrieved`).
+    audio_ms: HashMap<String, u64>,
 }
 
 impl Default for Conversation {
     fn default() -> Self {
-        Self { id: new_id("conv"), items: Vec::new() }
+        Self { id: new_id("conv"), items: Vec::new(), audio_ms: HashMap::new() }
     }
 }
 
@@ -43,6 +49,10 @@ impl Conversation {
             && self.position(id).is_some()
         {
             return Err(PlaceError::DuplicateId);
+        }
+        // A new item may reuse the id of a forgotten one; it has sent no audio.
+        if let Some(id) = item_id(&item) {
+            self.audio_ms.remove(id);
         }
         let at = match previous {
             None => self.items.len(),
@@ -78,6 +88,27 @@ impl Conversation {
         before
     }
 
+    /// Count `ms` more audio sent for an item of the conversation (other ids are ignored).
+    pub fn add_audio(&mut self, id: &str, ms: u64) {
+        if self.position(id).is_none() {
+            return;
+        }
+        *self.audio_ms.entry(id.to_string()).or_default() += ms;
+        if self.audio_ms.len() > MAX_ITEMS {
+            let items = &self.items;
+            self.audio_ms.retain(|id, _| items.iter().any(|item| item_id(item) == Some(id)));
+        }
+    }
+
+    /// Milliseconds of audio the model sent for an item (`None`: none recorded, e.g. a client's item).
+    pub fn audio_ms(&self, id: &str) -> Option<u64> {
+        self.audio_ms.get(id).copied()
+    }
+
+    /// After a truncate, the item's audio ends at `ms`.
+    pub fn set_audio_ms(&mut self, id: &str, ms: u64) {
+        self.audio_ms.insert(id.to_string(), ms);
+    }
 
     pub fn get(&self, id: &str) -> Option<&Value> {
         self.position(id).and_then(|i| self.items.get(i))
@@ -92,6 +123,7 @@ impl Conversation {
         match self.position(id) {
             Some(position) => {
                 self.items.remove(position);
+                self.audio_ms.remove(id);
                 true
             }
             None => false,

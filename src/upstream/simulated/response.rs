@@ -163,8 +163,9 @@ impl ResponseRun {
         Step { events, paced, finished: false }
     }
 
-    /// Stop now: close the open item as `incomplete` and finish with `response.done` status
-    /// `cancelled` (`reason`: `client_cancelled` or `turn_detected`).
+    /// Stop now: close the open item as `incomplete` (a call still gets its
+    /// `function_call_arguments.done` with the arguments streamed so far) and finish with
+    /// `response.done` status `cancelled` (`reason`: `client_cancelled` or `turn_detected`).
     pub fn cancel(&mut self, reason: &str) -> Vec<Value> {
         let mut events = Vec::new();
         if let Some(output) = self.outputs.get(self.index).cloned() {
@@ -236,13 +237,15 @@ impl ResponseRun {
                     events.push(self.part_event("response.content_part.done", &text));
                 }
             }
-            Output::Call { name, call_id, .. } if status == "completed" => {
+            // The service sends `.done` for a call cut off with its response too (PROTOCOL-NOTES
+            // §3.4), with the arguments so far: clients must wait for the item's status, and in
+            // simulated mode they get to show that they do.
+            Output::Call { name, call_id, .. } => {
                 events.push(self.base_event(
                     "response.function_call_arguments.done",
                     json!({ "call_id": call_id, "name": name, "arguments": text }),
                 ));
             }
-            Output::Call { .. } => {}
         }
         let with_content = if self.stage == Stage::Part { usize::MAX } else { streamed };
         let item = self.item_with(output, status, &text, with_content);
@@ -452,6 +455,35 @@ mod tests {
         assert_eq!(done["status"], "cancelled");
         assert_eq!(done["status_details"], json!({"type": "cancelled", "reason": "client_cancelled"}));
         assert_eq!(done["output"][0]["status"], "incomplete");
+    }
+
+    /// A call cut off mid-arguments still gets its `.done` (with what was streamed), as the service
+    /// sends it (PROTOCOL-NOTES §3.4), and only then its `incomplete` item.
+    #[test]
+    fn cancelling_mid_arguments_sends_done_then_the_incomplete_call() {
+        let arguments = "{\"calculator_name\":\"bmi\",\"inputs\":{}}";
+        let call = Output::Call { name: "f".into(), call_id: "call_1".into(), arguments: arguments.into() };
+        let mut run = ResponseRun::new(vec![call.clone()], settings(Modality::Audio));
+        run.step(); // output_item.added
+        let first = run.step(); // the first arguments delta
+        assert_eq!(types(&first.events), ["response.function_call_arguments.delta"]);
+        let events = run.cancel("turn_detected");
+        assert_eq!(
+            types(&events),
+            [
+                "response.function_call_arguments.done",
+                "conversation.item.done",
+                "response.output_item.done",
+                "response.done",
+                "rate_limits.updated",
+            ]
+        );
+        let streamed = pieces(&call, Modality::Audio)[0].clone();
+        assert_eq!(events[0]["arguments"], json!(streamed));
+        assert_eq!((events[0]["call_id"].as_str(), events[0]["name"].as_str()), (Some("call_1"), Some("f")));
+        assert_eq!(events[1]["item"]["status"], "incomplete");
+        assert_eq!(events[3]["response"]["status"], "cancelled");
+        assert_eq!(events[3]["response"]["output"][0]["arguments"], json!(streamed));
     }
 
     #[test]

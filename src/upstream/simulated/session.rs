@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use super::audio::decode_base64;
+use super::audio::{CHUNK_MS, decode_base64};
 use super::conversation::{Conversation, PlaceError};
 use super::events::{default_session, error_event, new_id, server_event};
 use super::planner::{ToolOffer, plan};
@@ -371,14 +371,20 @@ impl Session {
         self.send(event).await
     }
 
-    /// Send a response's events, recording its items in the conversation on the way (the run leaves
-    /// `previous_item_id` for us to fill in).
+    /// Send a response's events, recording its items (and the audio sent for them, which a truncate
+    /// is measured against) in the conversation on the way (the run leaves `previous_item_id` for us
+    /// to fill in).
     async fn send_all(&mut self, events: Vec<Value>) -> Sent {
         for mut event in events {
             let kind = event["type"].as_str().unwrap_or_default().to_string();
             let previous = match kind.as_str() {
                 "conversation.item.added" => Some(self.conversation.place(None, event["item"].clone()).ok().flatten()),
                 "conversation.item.done" => Some(self.conversation.finish(event["item"].clone())),
+                "response.output_audio.delta" => {
+                    let item_id = event["item_id"].as_str().unwrap_or_default();
+                    self.conversation.add_audio(item_id, u64::from(CHUNK_MS));
+                    None
+                }
                 _ => None,
             };
             if let Some(previous) = previous {

@@ -1,7 +1,8 @@
 //! Checks on client events, with the service's error codes and wording (PROTOCOL-NOTES §3.1, §3.8):
-//! `session.update` (unknown fields, session type, modalities, audio formats, tools) and its
-//! partial merge; `conversation.item.create` items; `response.create` parameters; and
-//! retrieve/delete/truncate of items. A rejected event changes nothing.
+//! `session.update` (unknown fields, session type, modalities, audio formats, tools, the types of
+//! `parallel_tool_calls` and `reasoning`) and its partial merge; `conversation.item.create` items;
+//! `response.create` parameters; and retrieve/delete/truncate of items (a truncate is measured
+//! against the audio the model sent). A rejected event changes nothing.
 
 use serde_json::{Map, Value, json};
 
@@ -24,7 +25,7 @@ impl Rejection {
 }
 
 /// GA session fields a client may set.
-const SESSION_FIELDS: [&str; 11] = [
+const SESSION_FIELDS: [&str; 13] = [
     "type",
     "instructions",
     "output_modalities",
@@ -36,6 +37,8 @@ const SESSION_FIELDS: [&str; 11] = [
     "truncation",
     "prompt",
     "include",
+    "parallel_tool_calls",
+    "reasoning",
 ];
 /// Fields of the session object a client may echo back; they are ignored.
 const READ_ONLY_FIELDS: [&str; 4] = ["id", "object", "expires_at", "model"];
@@ -83,6 +86,15 @@ fn check_session_field(field: &str, value: &Value) -> Result<(), Rejection> {
         }
         "tools" => check_tools(value, &param),
         "tool_choice" => check_tool_choice(value, &param),
+        // Only their types are checked: the simulated model has no use for either.
+        "parallel_tool_calls" if !value.is_boolean() => {
+            let message = format!("Invalid type for '{param}': expected a boolean.");
+            Err(Rejection::invalid("invalid_type", &message, Some(&param)))
+        }
+        "reasoning" if !(value.is_object() || value.is_null()) => {
+            let message = format!("Invalid type for '{param}': expected an object.");
+            Err(Rejection::invalid("invalid_type", &message, Some(&param)))
+        }
         field if SESSION_FIELDS.contains(&field) || READ_ONLY_FIELDS.contains(&field) => Ok(()),
         _ => Err(Rejection::invalid(
             "unknown_parameter",
@@ -317,15 +329,27 @@ pub fn edit_item(
             Ok(("conversation.item.deleted", json!({ "item_id": item_id })))
         }
         _ => {
+            let sent_ms = conversation.audio_ms(item_id);
             let item = conversation.get_mut(item_id).ok_or_else(not_found)?;
-            truncate(item, event, item_id)
+            let reply = truncate(item, event, item_id, sent_ms)?;
+            if let Some(end) = reply.1["audio_end_ms"].as_u64() {
+                conversation.set_audio_ms(item_id, end);
+            }
+            Ok(reply)
         }
     }
 }
 
 /// Cut an assistant audio message's transcript to what was heard by `audio_end_ms` (proportionally:
-/// the simulated voice spends equal time on every character).
-fn truncate(item: &mut Value, event: &Value, item_id: &str) -> Result<(&'static str, Value), Rejection> {
+/// the simulated voice spends equal time on every character). The limit is the audio the model sent
+/// (`sent_ms`, whole 50 ms chunks, so up to 40 ms past the transcript's length); an item the model
+/// sent no audio for is measured by its transcript.
+fn truncate(
+    item: &mut Value,
+    event: &Value,
+    item_id: &str,
+    sent_ms: Option<u64>,
+) -> Result<(&'static str, Value), Rejection> {
     let content_index = event["content_index"].as_u64().unwrap_or(0);
     let Some(audio_end_ms) = event["audio_end_ms"].as_u64() else {
         return Err(missing("audio_end_ms"));
@@ -336,7 +360,7 @@ fn truncate(item: &mut Value, event: &Value, item_id: &str) -> Result<(&'static 
         return Err(Rejection::invalid("invalid_value", message, Some("item_id")));
     };
     let transcript = part["transcript"].as_str().unwrap_or_default().to_string();
-    let duration_ms = u64::from(speech_duration_ms(&transcript));
+    let duration_ms = sent_ms.unwrap_or_else(|| u64::from(speech_duration_ms(&transcript)));
     if audio_end_ms > duration_ms {
         let message = format!("Audio content of {duration_ms}ms is shorter than {audio_end_ms}ms.");
         return Err(Rejection::invalid("invalid_value", &message, Some("audio_end_ms")));
@@ -391,6 +415,24 @@ mod tests {
         assert_eq!(refused(json!({"type": "transcription"})).param.as_deref(), Some("session.type"));
         assert_eq!(refused(json!({"tools": [{"type": "function"}]})).param.as_deref(), Some("session.tools[0]"));
         assert_eq!(apply_update(&current, None).expect_err("refused").code, "missing_required_parameter");
+    }
+
+    /// GA fields the live service takes (PROTOCOL-NOTES §2.3) are accepted, with their types checked.
+    #[test]
+    fn ga_parallel_tool_calls_and_reasoning_are_accepted() {
+        let current = default_session("sess_1", "gpt-realtime");
+        let update = json!({"type": "realtime", "instructions": "Be brief.", "parallel_tool_calls": false,
+            "reasoning": {"effort": "low"}});
+        let merged = apply_update(&current, Some(&update)).expect("accepted");
+        assert_eq!(merged["parallel_tool_calls"], false);
+        assert_eq!(merged["reasoning"], json!({"effort": "low"}));
+        assert_eq!(merged["instructions"], "Be brief.");
+        assert!(apply_update(&current, Some(&json!({"reasoning": null}))).is_ok());
+        let refused = |update: Value| apply_update(&current, Some(&update)).expect_err("refused");
+        let flag = refused(json!({"parallel_tool_calls": "yes"}));
+        assert_eq!((flag.code.as_str(), flag.param.as_deref()), ("invalid_type", Some("session.parallel_tool_calls")));
+        let reasoning = refused(json!({"reasoning": "low"}));
+        assert_eq!((reasoning.code.as_str(), reasoning.param.as_deref()), ("invalid_type", Some("session.reasoning")));
     }
 
     #[test]

@@ -336,3 +336,31 @@ async fn the_model_task_ends_when_the_client_closes() {
     let rest = tokio::time::timeout(WAIT, async { while let Some(Ok(_)) = client.ws.next().await {} }).await;
     assert!(rest.is_ok(), "the server side closed too");
 }
+
+/// A truncate is checked against the audio streamed (whole 50 ms chunks), not the transcript's
+/// length: a barge-in in the last chunk of an answer is valid.
+#[tokio::test]
+async fn truncate_near_the_end_is_measured_against_the_audio_sent() {
+    let mut client = Client::start(Duration::from_millis(1)).await;
+    client.next().await;
+    // 47 characters spoken: 3 290 ms of transcript, sent as 66 chunks (3 300 ms).
+    client.say("hi").await;
+    let events = client.respond().await;
+    let chunks = events.iter().filter(|e| e["type"] == "response.output_audio.delta").count() as u64;
+    let sent_ms = chunks * 50;
+    let transcript = joined(&events, "response.output_audio_transcript.delta");
+    let transcript_ms = u64::from(super::audio::speech_duration_ms(&transcript));
+    assert!(transcript_ms < sent_ms, "{transcript_ms} {sent_ms}");
+    let done = events.iter().find(|e| e["type"] == "response.output_item.done").expect("item");
+    let item_id = done["item"]["id"].clone();
+    let truncate = |audio_end_ms: u64| {
+        json!({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": audio_end_ms})
+    };
+    client.send(truncate(sent_ms - 5)).await;
+    let truncated = client.next().await;
+    assert_eq!(truncated["type"], "conversation.item.truncated", "{truncated}");
+    assert_eq!(truncated["audio_end_ms"], sent_ms - 5);
+    // Past the audio sent is still refused.
+    client.send(truncate(sent_ms + 50)).await;
+    assert_eq!(client.next().await["error"]["code"], "invalid_value");
+}
