@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Client, FakeConn, FakeUpstream, TestProxy, model_calls};
+use support::{Client, FakeConn, FakeUpstream, TestProxy, model_calls, read_jsonl};
 
 const ADMIN: &str = "admin-token-0123456789";
 const BMI: &str = r#"{"calculator_name":"bmi","parameters":{"weight_kg":70,"height_cm":175}}"#;
@@ -237,17 +237,18 @@ async fn an_admin_call_abandoned_by_its_client_is_still_audited_once() {
     .expect("the admin call never started");
     request.abort();
     assert!(request.await.is_err_and(|e| e.is_cancelled()), "the client gave up before the tool answered");
-    let finished = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let records = admin_records();
-            if records.iter().any(|r| r["event"] == "call_finished") {
-                return records;
-            }
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !admin_records().iter().any(|r| r["event"] == "call_finished") {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await
     .expect("the abandoned admin call was never finished in the audit log");
+    // "Exactly once" is counted on the final log: stopping the server joins the audit writer, so
+    // a duplicate written after the first finish would be on disk by now.
+    let TestProxy { server, dir, .. } = proxy;
+    server.shutdown().await.expect("the audit writer flushed");
+    let finished: Vec<Value> = read_jsonl(&dir.path().join("audit.jsonl")).into_iter().filter(|r| r["admin"] == true).collect();
     let events: Vec<&Value> = finished.iter().map(|r| &r["event"]).collect();
     assert_eq!(events, ["call_started", "call_finished"], "{finished:?}");
     assert_eq!(finished[1]["status"], "completed");

@@ -1,6 +1,7 @@
 //! PHI canaries: known fake identifiers placed in tool arguments, tool results and transcripts must
-//! not appear — at trace log level — in logs, error events, `/metrics`, the audit log, or any request
-//! a third-party fake receives; a query tainted by an earlier PHI result is blocked.
+//! not appear — at trace log level — in logs, error events, `/metrics`, the audit log, the spans
+//! exported over OTLP to a real receiver (names, attributes, status messages, events), or any
+//! request a third-party fake receives; a query tainted by an earlier PHI result is blocked.
 
 mod support;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use axum::extract::{Query, State};
 use serde_json::{Value, json};
+use support::otlp::{received, start_receiver};
 use support::{Client, FakeUpstream, spawn_voxgate_logged};
 
 const CANARIES: &[&str] = &["Zebulon", "Quixote", "8675309", "555-867-5309", "1961-04-12", "zq@example.org"];
@@ -53,12 +55,15 @@ async fn canaries_never_leave() {
     let (pubmed_url, pubmed_seen) = fake_pubmed().await;
     let mut fake = FakeUpstream::start().await;
     let dir = tempfile::tempdir().unwrap();
+    let mut receiver = start_receiver(dir.path()).await;
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nkind = \"openai\"\nurl = \"ws://{}/v1/realtime\"\napi_key = \"sk-canary-key\"\n\
-         [audit]\npath = \"{}\"\n[backends.calendar]\npath = \"{}\"\n[backends.pubmed]\nbase_url = \"{pubmed_url}\"\n",
+         [audit]\npath = \"{}\"\n[backends.calendar]\npath = \"{}\"\n[backends.pubmed]\nbase_url = \"{pubmed_url}\"\n\
+         [telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\notlp_protocol = \"http/protobuf\"\n",
         fake.addr,
         dir.path().join("audit.jsonl").display(),
-        dir.path().join("cal.ics").display()
+        dir.path().join("cal.ics").display(),
+        receiver.port
     );
     let (mut child, addr, logs) = spawn_voxgate_logged(&config, dir.path(), Some("trace"), &[]).await;
     let mut client = Client::connect(&format!("ws://{addr}/v1/realtime"), &["realtime", "voxgate.v1"]).await;
@@ -123,6 +128,36 @@ async fn canaries_never_leave() {
     up.closed().await;
     let _ = std::process::Command::new("kill").arg("-TERM").arg(child.id().unwrap().to_string()).status();
     let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+
+    // The exporter flushes on shutdown: every tool call's span, its session span and what they
+    // carry (attributes, status messages, events) is at the receiver, and none of it is PHI.
+    let (exported, lines) = received(&receiver.out);
+    receiver.child.kill().await.unwrap();
+    let spans: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "span").collect();
+    assert!(spans.iter().any(|s| s["name"] == "voxgate.session"), "the session span was exported: {exported}");
+    let mut traced: Vec<(&str, &str)> = spans
+        .iter()
+        .filter(|s| s["name"] == "voxgate.tool_call")
+        .map(|s| (s["attributes"]["tool"].as_str().unwrap_or("?"), s["attributes"]["status"].as_str().unwrap_or("?")))
+        .collect();
+    traced.sort_unstable();
+    assert_eq!(
+        traced,
+        [
+            ("create_calendar_event", "completed"),
+            ("get_calendar_events", "completed"),
+            ("search_medical_guidelines", "completed"),
+            ("search_pubmed", "completed"),
+            ("search_pubmed", "failed"),
+            ("search_pubmed", "failed"),
+        ],
+        "one span per tool call: {exported}"
+    );
+    for canary in CANARIES {
+        // Byte-valued attributes reach the receiver as hex.
+        let hex: String = canary.bytes().map(|b| format!("{b:02x}")).collect();
+        assert!(!exported.contains(canary) && !exported.contains(&hex), "{canary} in an exported span: {exported}");
+    }
 
     let logs = logs.lock().unwrap().clone();
     assert!(logs.contains("tool call finished"), "trace logs were captured");

@@ -1,7 +1,8 @@
 //! Traces from the real binary: a session through voxgate exports its session span, the upstream
 //! connect span and one child span per tool call to a real OTLP receiver (the Jaeger stand-in),
-//! the third-party tool's HTTP request carries the tool span's W3C trace context, and no span
-//! carries the session's patient data.
+//! the third-party tool's HTTP requests (answered with NCBI's recorded E-utilities XML, so the
+//! search completes) carry the tool span's W3C trace context, and no span carries the session's
+//! patient data (tool arguments and results with PHI are checked in `phi_canary.rs`).
 
 mod support;
 
@@ -41,9 +42,14 @@ async fn the_binary_exports_session_and_tool_spans_with_trace_context_on_tool_re
     up.until("conversation.item.create").await;
     let query = json!({"query": "beta blockers in heart failure", "max_results": 1}).to_string();
     model_calls(&mut up, &[("call_bmi", "calculate_medical_score", BMI), ("call_lit", "search_pubmed", &query)]).await;
+    let mut outputs = Vec::new();
     for _ in 0..2 {
-        up.until("conversation.item.create").await;
+        outputs.push(up.until("conversation.item.create").await);
     }
+    // The receiver answers the tool's E-utilities requests with NCBI's recorded XML, so the
+    // search really completes (with the efetch fixture's article), not just fails fast.
+    let lit_output = outputs.iter().find(|o| o["item"]["call_id"] == "call_lit").expect("search_pubmed answered");
+    assert!(lit_output["item"]["output"].as_str().unwrap().contains("12091962"), "{lit_output}");
     drop(client);
     // The session has ended as the client left (outcome `client_closed`) once it closes the
     // upstream; only then is the process stopped.
@@ -82,6 +88,7 @@ async fn the_binary_exports_session_and_tool_spans_with_trace_context_on_tool_re
     let lit = find("voxgate.tool_call", ("tool", "search_pubmed"));
     assert_eq!(lit["parent_span_id"], session["span_id"]);
     assert_eq!(lit["trace_id"], trace_id.as_str());
+    assert_eq!(lit["attributes"]["status"], "completed", "{lit}");
 
     // The tool's request to "NCBI" (the receiver records every request) carried its context.
     let esearch = lines
@@ -90,5 +97,9 @@ async fn the_binary_exports_session_and_tool_spans_with_trace_context_on_tool_re
         .expect("the tool's request reached the fake");
     let traceparent = esearch["headers"]["traceparent"].as_str().expect("traceparent header");
     assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "{traceparent} not in trace {trace_id}");
+    assert!(
+        lines.iter().any(|l| l["kind"] == "request" && l["path"].as_str().is_some_and(|p| p.starts_with("/eutils/efetch.fcgi"))),
+        "the search went on to fetch the article"
+    );
     receiver.child.kill().await.unwrap();
 }

@@ -9,8 +9,10 @@ Listens on 127.0.0.1. The first stdout line is `PORT <n>`. Appends JSON lines to
   for every span of every POST /v1/traces (application/x-protobuf, or OTLP/JSON
   application/json; gzip bodies accepted);
 - {"kind": "request", method, path, headers {lower-case name: value}} for every request, so a test
-  can also point a tool's outgoing HTTP call here (any GET answers 200 {"ok": true}) and check the
-  `traceparent` it carried.
+  can also point a tool's outgoing HTTP call here and check the `traceparent` it carried. A GET of
+  `.../esearch.fcgi` or `.../efetch.fcgi` answers with NCBI's recorded E-utilities XML from
+  tests/fixtures/pubmed (the esearch listing's first PMID is the efetch fixture's first article, so
+  a `search_pubmed` call completes with that article); any other GET answers 200 {"ok": true}.
 
 Needs `opentelemetry-proto` and `protobuf` (the test venv `.venv-test`, see scripts/test).
 """
@@ -20,6 +22,8 @@ import gzip
 import json
 import sys
 import threading
+from pathlib import Path
+from urllib.parse import urlsplit
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from google.protobuf import json_format
@@ -31,6 +35,22 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 WRITE_LOCK = threading.Lock()
 ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+PUBMED_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "pubmed"
+# esearch1's first PMID, and the first article of the efetch fixture (pubmed1): voxgate keeps only
+# the articles esearch listed, so the listing is made to name that article.
+ESEARCH_FIRST_PMID = b"<Id>41282813</Id>"
+EFETCH_PMID = b"<Id>12091962</Id>"
+
+
+def eutils_answer(path):
+    """NCBI's recorded XML for an E-utilities path, or None for any other path."""
+    endpoint = urlsplit(path).path.rsplit("/", 1)[-1]
+    if endpoint == "esearch.fcgi":
+        listing = (PUBMED_FIXTURES / "biopython_esearch1.xml").read_bytes()
+        return listing.replace(ESEARCH_FIRST_PMID, EFETCH_PMID, 1)
+    if endpoint == "efetch.fcgi":
+        return (PUBMED_FIXTURES / "biopython_pubmed1.xml").read_bytes()
+    return None
 
 
 def any_value(value):
@@ -113,7 +133,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.record([self.request_line()])
-        self.reply(200, "application/json", b'{"ok": true}')
+        xml = eutils_answer(self.path)
+        if xml is not None:
+            self.reply(200, "text/xml", xml)
+        else:
+            self.reply(200, "application/json", b'{"ok": true}')
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
