@@ -227,13 +227,7 @@ async fn admin_api() {
     assert_eq!(sessions.len(), 1);
     assert!(!sessions[0]["user"].as_str().unwrap().contains("dr.roles"), "the user is a keyed hash");
 
-    let invoke = http
-        .post(format!("{base}/admin/tools/calculate_medical_score/invoke"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"arguments": {"calculator_name": "bmi", "parameters": {"weight_kg": 64, "height_cm": 160}}, "sub": "ops", "roles": []}))
-        .send()
-        .await
-        .unwrap();
+    let invoke = invoke_bmi(&http, &base).await;
     assert_eq!(invoke.status(), 200);
     let result: Value = invoke.json().await.unwrap();
     assert_eq!(result["score"], 25.0);
@@ -403,6 +397,16 @@ async fn the_admin_token_scheme_is_case_insensitive() {
     }
 }
 
+/// `POST /admin/tools/calculate_medical_score/invoke` of a BMI (25.0) as the admin, on `base`.
+async fn invoke_bmi(http: &reqwest::Client, base: &str) -> reqwest::Response {
+    http.post(format!("{base}/admin/tools/calculate_medical_score/invoke"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"arguments": {"calculator_name": "bmi", "parameters": {"weight_kg": 64, "height_cm": 160}}, "sub": "ops", "roles": []}))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// An admin-invoked call is one tool call like a session's: its `voxgate.tool_call` span gets the
 /// outcome and the "tool call finished" line is logged (docs/operations.md, Logs).
 #[tokio::test]
@@ -415,13 +419,7 @@ async fn an_admin_call_logs_its_outcome() {
         dir.path().join("cal.ics").display()
     );
     let (mut child, addr, logs) = support::spawn_voxgate_logged(&config, dir.path(), Some("info"), &[]).await;
-    let invoke = reqwest::Client::new()
-        .post(format!("http://{addr}/admin/tools/calculate_medical_score/invoke"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"arguments": {"calculator_name": "bmi", "parameters": {"weight_kg": 64, "height_cm": 160}}, "sub": "ops", "roles": []}))
-        .send()
-        .await
-        .unwrap();
+    let invoke = invoke_bmi(&reqwest::Client::new(), &format!("http://{addr}")).await;
     assert_eq!(invoke.status(), 200);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let finished = loop {

@@ -13,6 +13,7 @@ pub fn needs_inspection(kind: &str) -> bool {
     matches!(
         kind,
         "session.created"
+            | "session.updated"
             | "response.created"
             | "response.done"
             | "input_audio_buffer.speech_started"

@@ -49,12 +49,7 @@ impl Bridge {
                     Ok(kind) if self.resume.watches(&kind) && self.resume.on_upstream_event(&kind, text.as_bytes()) == Seen::Swallow => {
                         return true;
                     }
-                    Ok(kind) => {
-                        if kind == "session.created" || kind == "session.updated" {
-                            self.note_session_state(&kind, text.as_bytes());
-                        }
-                        events_in::needs_inspection(&kind).then(|| kind.into_owned())
-                    }
+                    Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
                     // Not JSON, no `type`, or two of them: no event of the API, and the client
                     // could read a different type than voxgate did (a forged voxgate.* one).
                     Err(_) => {
@@ -94,8 +89,13 @@ impl Bridge {
     async fn handle_upstream_event(&mut self, kind: &str, text: tungstenite::Utf8Bytes) {
         match kind {
             "session.created" => {
+                self.note_session_state(kind, text.as_bytes());
                 self.send_client(Message::Text(text)).await;
                 self.inject_tools().await;
+            }
+            "session.updated" => {
+                self.note_session_state(kind, text.as_bytes());
+                self.send_client(Message::Text(text)).await;
             }
             "response.created" => {
                 let created = events_in::parse_response_created(text.as_bytes());

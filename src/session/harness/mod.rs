@@ -289,6 +289,20 @@ impl Harness {
             .unwrap();
     }
 
+    /// Voxgate sent the model nothing more: a marker from the browser is the next frame it gets.
+    /// `what` names what was not to be sent.
+    pub(super) async fn model_gets_nothing_from_voxgate(&mut self, what: &str) {
+        self.browser_sends(json!({"type": "input_audio_buffer.clear"})).await;
+        let next = loop {
+            match self.model.next().await {
+                Some(Ok(Message::Text(text))) => break serde_json::from_str::<Value>(&text).unwrap(),
+                Some(Ok(_)) => {}
+                other => panic!("model socket ended: {other:?}"),
+            }
+        };
+        assert_eq!(next["type"], "input_audio_buffer.clear", "{what}: {next}");
+    }
+
     pub(super) async fn model_expects(&mut self, kind: &str) -> Value {
         expect(&mut self.model, kind).await
     }

@@ -12,19 +12,6 @@ fn done(id: &str) -> Value {
     json!({"type": "response.done", "event_id": "e", "response": {"id": id, "status": "completed", "output": []}})
 }
 
-/// The next frame the model gets is the browser's marker: voxgate sent nothing before it.
-async fn nothing_from_voxgate(h: &mut Harness) {
-    h.browser_sends(json!({"type": "input_audio_buffer.clear"})).await;
-    let next = loop {
-        match h.model.next().await {
-            Some(Ok(Message::Text(text))) => break serde_json::from_str::<Value>(&text).unwrap(),
-            Some(Ok(_)) => {}
-            other => panic!("model socket ended: {other:?}"),
-        }
-    };
-    assert_eq!(next["type"], "input_audio_buffer.clear", "voxgate sent {next}");
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_out_of_band_response_ending_does_not_open_the_gate_while_the_conversations_runs() {
     let mut h = start(|_| {}, 1 << 20).await;
@@ -34,7 +21,7 @@ async fn an_out_of_band_response_ending_does_not_open_the_gate_while_the_convers
     h.acknowledge("call_1").await;
     h.model_sends(done("resp_oob")).await;
     h.browser_expects("response.done").await;
-    nothing_from_voxgate(&mut h).await;
+    h.model_gets_nothing_from_voxgate("voxgate sent").await;
     h.model_sends(done("resp_main")).await;
     h.model_expects("response.create").await;
 }
@@ -63,17 +50,17 @@ async fn the_clients_request_in_flight_holds_voxgates_back() {
     h.model_expects("response.create").await;
     h.tool_call("call_1").await;
     h.acknowledge("call_1").await;
-    nothing_from_voxgate(&mut h).await;
+    h.model_gets_nothing_from_voxgate("voxgate sent").await;
     h.model_sends(created("resp_client", json!("conv_1"))).await;
     h.model_sends(done("resp_client")).await;
     h.browser_expects("response.done").await;
-    nothing_from_voxgate(&mut h).await;
+    h.model_gets_nothing_from_voxgate("voxgate sent").await;
 
     h.browser_sends(json!({"type": "response.create", "event_id": "c2"})).await;
     h.model_expects("response.create").await;
     h.tool_call("call_2").await;
     h.acknowledge("call_2").await;
-    nothing_from_voxgate(&mut h).await;
+    h.model_gets_nothing_from_voxgate("voxgate sent").await;
     h.model_sends(json!({"type": "error", "event_id": "e", "error": {"type": "invalid_request_error", "code": "x", "message": "no", "event_id": "c2"}})).await;
     h.model_expects("response.create").await;
 }

@@ -15,6 +15,19 @@ fn zlib(data: &[u8]) -> Vec<u8> {
     encoder.finish().unwrap()
 }
 
+/// `n` zeros in LZW as lopdf reads it by default (codes widen one entry early) or, without
+/// `early_change`, as `/EarlyChange 0` tells it to.
+fn lzw_zeros(n: usize, early_change: bool) -> Vec<u8> {
+    let mut encoder = if early_change {
+        weezl::encode::Encoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8)
+    } else {
+        weezl::encode::Encoder::new(weezl::BitOrder::Msb, 8)
+    };
+    let mut lzw = Vec::new();
+    encoder.into_stream(&mut lzw).encode_all(&vec![0u8; n][..]).status.unwrap();
+    lzw
+}
+
 /// 64 MiB of zeros, deflated to ≈ 64 KiB.
 fn bomb() -> Vec<u8> {
     zlib(&vec![0u8; 64 << 20])
@@ -84,12 +97,7 @@ fn an_obj_inside_the_dictionary_does_not_cut_it_short() {
         assert!(refused(&pdf(head, &bomb)), "{head}");
     }
     // LZW hidden the same way.
-    let mut lzw = Vec::new();
-    weezl::encode::Encoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8)
-        .into_stream(&mut lzw)
-        .encode_all(&vec![0u8; 32 << 20][..])
-        .status
-        .unwrap();
+    let lzw = lzw_zeros(32 << 20, true);
     assert!(refused(&pdf("1 0 obj\n<< /Filter /LZWDecode %obj <<\n >>\nstream\n", &lzw)));
     // And a chain of two.
     let twice = zlib(&bomb);
@@ -158,13 +166,8 @@ fn many_small_streams_are_checked_in_linear_time() {
 mod basics {
     use std::io::Write;
 
+    use super::zlib;
     use crate::tools::files::pdf_guard::{PdfGuardError, check, find};
-
-    fn zlib(data: &[u8]) -> Vec<u8> {
-        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-        encoder.write_all(data).unwrap();
-        encoder.finish().unwrap()
-    }
 
     fn pdf_with_stream(dictionary: &str, data: &[u8]) -> Vec<u8> {
         let mut pdf = format!("%PDF-1.7\n1 0 obj\n<< {dictionary} /Length {} >>\nstream\n", data.len()).into_bytes();
@@ -221,12 +224,7 @@ mod basics {
 
     #[test]
     fn lzw_and_ascii85_are_counted_too() {
-        let mut lzw = Vec::new();
-        weezl::encode::Encoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8)
-            .into_stream(&mut lzw)
-            .encode_all(&vec![0u8; 32 << 20][..])
-            .status
-            .unwrap();
+        let lzw = super::lzw_zeros(32 << 20, true);
         assert!(check(&pdf_with_stream("/Filter /LZWDecode", &lzw), 16 << 20).is_err());
         assert_eq!(check(&pdf_with_stream("/Filter /LZWDecode", &lzw), 64 << 20), Ok(()));
         let zs = vec![b'z'; 5 << 20];
@@ -284,12 +282,7 @@ fn ordinary_streams_with_an_unreadable_dictionary_pass() {
 /// LZW written without early change, as `/EarlyChange 0` tells lopdf to read it.
 #[test]
 fn lzw_without_early_change_is_counted() {
-    let mut lzw = Vec::new();
-    weezl::encode::Encoder::new(weezl::BitOrder::Msb, 8)
-        .into_stream(&mut lzw)
-        .encode_all(&vec![0u8; 32 << 20][..])
-        .status
-        .unwrap();
+    let lzw = lzw_zeros(32 << 20, false);
     for head in [
         "1 0 obj\n<< /Filter /LZWDecode /DecodeParms << /EarlyChange 0 >> >>\nstream\n",
         "1 0 obj\n<< /DecodeParms << /EarlyChange -0 /Predictor 1 >> /Filter [/LZWDecode] >>\nstream\n",
