@@ -16,7 +16,7 @@ use super::bridge::{Bridge, close_frame};
 use super::pace::Pace;
 use crate::protocol::client::{self, CallGuard, Refusal};
 use crate::protocol::peek_client;
-use crate::protocol::voxgate::{self as events, codes};
+use crate::protocol::voxgate::codes;
 
 /// Distinct tool names the client's `response.create`s may add to the session's client tools,
 /// beyond those of its `session.update` (see [`ClientTools`]).
@@ -169,9 +169,9 @@ impl Bridge {
 
     async fn handle_session_update(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
-        // A frame voxgate rewrites gets an id of its own if it has none, so that an upstream
-        // `error` refusing it can be told from others (upstream_frames.rs).
-        let own_event_id = event_id.is_none().then(events::event_id);
+        // A frame voxgate rewrites gets a stand-in id if it has none, so that an upstream `error`
+        // refusing it can be told from others (upstream_frames.rs).
+        let own_event_id = event_id.is_none().then(stand_in_event_id);
         let merged = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), own_event_id.as_deref());
         let merged = match merged {
             Ok(merged) => merged,
@@ -205,24 +205,38 @@ impl Bridge {
     async fn handle_response_create(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
         let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard());
-        match guarded {
-            Ok(None) => {
-                self.resume.note_client_request(text.as_str(), event_id);
-                // Until it is answered, voxgate asks for no response of its own (turns.rs).
-                self.gate.on_client_request(event_id, tokio::time::Instant::now());
-                self.send_upstream(Message::Text(text)).await;
-            }
-            Ok(Some(merged)) => {
-                // Calls to this response's own client tools are the client's to answer.
-                if let Err(err) = self.client_tools.add_for_response(&merged.client_tools) {
-                    self.client_error(codes::INVALID_EVENT, &err.to_string(), event_id).await;
-                    return;
-                }
-                self.resume.note_client_request(&merged.frame, event_id);
-                self.gate.on_client_request(event_id, tokio::time::Instant::now());
+        let merged = match guarded {
+            Ok(merged) => merged,
+            Err(refusal) => return self.refuse(refusal, "response.create", event_id).await,
+        };
+        // Calls to this response's own client tools are the client's to answer.
+        if let Some(merged) = &merged
+            && let Err(err) = self.client_tools.add_for_response(&merged.client_tools)
+        {
+            self.client_error(codes::INVALID_EVENT, &err.to_string(), event_id).await;
+            return;
+        }
+        // Until it is answered, voxgate asks for no response of its own (turns.rs). One without an
+        // `event_id` gets a stand-in, as a rewritten `session.update` does: an upstream `error`
+        // refusing it (other than for an active response) would name nothing the gate can match,
+        // and a tool output's answer would wait out the gate's fallback.
+        let stand_in = event_id.is_none().then(stand_in_event_id);
+        let sent = merged.as_ref().map_or(text.as_str(), |m| m.frame.as_str());
+        let with_id = stand_in.as_deref().and_then(|id| with_event_id(sent, id));
+        let request_id = if with_id.is_some() { stand_in.as_deref() } else { event_id };
+        self.resume.note_client_request(with_id.as_deref().unwrap_or(sent), request_id);
+        self.gate.on_client_request(request_id, tokio::time::Instant::now());
+        match (merged, with_id) {
+            (Some(mut merged), with_id) => {
+                merged.frame = with_id.unwrap_or(merged.frame);
                 self.forward_merged(merged, event_id).await;
             }
-            Err(refusal) => self.refuse(refusal, "response.create", event_id).await,
+            (None, Some(frame)) => {
+                self.send_upstream(Message::text(frame)).await;
+            }
+            (None, None) => {
+                self.send_upstream(Message::Text(text)).await;
+            }
         }
     }
 
@@ -342,6 +356,27 @@ impl ClientEvent {
     fn forwarded_as_is(self) -> bool {
         matches!(self, Self::AudioAppend | Self::AudioClear | Self::Other)
     }
+}
+
+/// Prefix of the stand-in `event_id` voxgate gives a client frame it rewrites that had none: an
+/// upstream `error` naming one is about that frame, and reaches the client naming nothing, as the
+/// client sent nothing (upstream_frames.rs).
+pub(super) const STAND_IN_PREFIX: &str = "voxgate_client_";
+
+fn stand_in_event_id() -> String {
+    format!("{STAND_IN_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `frame` (a JSON object) with `event_id` set to `id` when it has no string one, as
+/// `client::read_session_update` gives one; `None` when it has one (or is no object).
+fn with_event_id(frame: &str, id: &str) -> Option<String> {
+    let mut event: serde_json::Value = serde_json::from_str(frame).ok()?;
+    let fields = event.as_object_mut()?;
+    if fields.get("event_id").is_some_and(serde_json::Value::is_string) {
+        return None;
+    }
+    fields.insert("event_id".into(), id.into());
+    Some(event.to_string())
 }
 
 /// Close codes a peer may not send on the wire are replaced by 1000.

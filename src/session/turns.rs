@@ -17,7 +17,8 @@
 //! gate too (it may be speaking), but covers no output and answers no request of voxgate's. The
 //! client's own `response.create` holds the gate until a response starts, the upstream refuses it,
 //! or [`REQUEST_ANSWER_TIMEOUT`] passes: a request of voxgate's meanwhile would race it into
-//! `conversation_already_has_active_response`.
+//! `conversation_already_has_active_response`. One the client sent without an `event_id` goes with
+//! a stand-in of voxgate's (client_frames.rs), so any refusal of it names it and opens the gate.
 
 use std::time::Duration;
 
@@ -135,7 +136,7 @@ impl ResponseGate {
 
     /// The upstream answered a client event with an `error` naming `event_id` (code `code`): the
     /// client's request is over if it was that one, or if the error is the active-response refusal
-    /// with no `event_id` (only a `response.create` gets it, and voxgate's always carry an id).
+    /// with no `event_id` (only a `response.create` gets it; voxgate's and the client's carry one).
     pub fn on_client_error(&mut self, event_id: Option<&str>, code: Option<&str>) {
         let ends = match (&self.client_request, event_id) {
             (Some((Some(ours), _)), Some(id)) => ours == id,

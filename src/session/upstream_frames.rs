@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
 use super::resume::{Reason, Seen};
-use super::client_frames::sendable;
+use super::client_frames::{STAND_IN_PREFIX, sendable};
 use crate::config::UpstreamProtocol;
 use crate::protocol::server::{self as events_in, Item};
 use crate::protocol::voxgate::{self as events, ToolSummary, codes};
@@ -23,6 +23,13 @@ use crate::protocol::peek_type;
 
 /// The `error` code of an upstream session that reached the provider's cap.
 const SESSION_EXPIRED: &str = "session_expired";
+
+/// An upstream `error` with `error.event_id` null; `None` when it does not read as one.
+fn without_event_id(error: &str) -> Option<String> {
+    let mut event: serde_json::Value = serde_json::from_str(error).ok()?;
+    *event.get_mut("error")?.get_mut("event_id")? = serde_json::Value::Null;
+    Some(event.to_string())
+}
 
 impl Bridge {
     /// Handle one upstream frame; false when the upstream side has ended.
@@ -212,6 +219,7 @@ impl Bridge {
     }
 
     async fn handle_upstream_error(&mut self, text: tungstenite::Utf8Bytes) {
+        let mut for_client = None;
         if let Ok(error) = events_in::parse_error(text.as_bytes()) {
             if self.resume.enabled() && error.error.code.as_deref() == Some(SESSION_EXPIRED) {
                 // The provider's session cap: the conversation goes on in a new session.
@@ -226,7 +234,13 @@ impl Bridge {
                 tracing::debug!(parent: &self.span, "upstream refused the client update the server tools were merged into");
                 self.send_tool_injection().await;
             }
-            let ours = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX));
+            let stand_in = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(STAND_IN_PREFIX));
+            if stand_in {
+                // About a client frame voxgate gave an id of its own (client_frames.rs): the
+                // client sent none, so its copy names none.
+                for_client = without_event_id(text.as_str());
+            }
+            let ours = !stand_in && error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX));
             if ours {
                 let code = error.error.code.as_deref().unwrap_or_default();
                 let event_id = error.error.event_id.as_deref().unwrap_or_default();
@@ -245,7 +259,10 @@ impl Bridge {
                 self.gate.on_request_failed(event_id);
             }
         }
-        self.send_client(Message::Text(text)).await;
+        match for_client {
+            Some(frame) => self.send_client(Message::text(frame)).await,
+            None => self.send_client(Message::Text(text)).await,
+        }
     }
 
     /// `response.function_call_arguments.delta/.done`: hidden when the call is server-owned; at the

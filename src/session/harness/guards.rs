@@ -332,7 +332,8 @@ async fn server_tools_are_injected_when_a_merged_update_without_an_event_id_is_r
     h.model_sends(json!({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error",
         "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": merged_id}}))
     .await;
-    h.browser_expects("error").await;
+    let error = h.browser_expects("error").await;
+    assert_eq!(error["error"]["event_id"], Value::Null, "the client sent no event_id: {error}");
     let injected = h.model_expects("session.update").await;
     let id = injected["event_id"].as_str().unwrap_or_default();
     assert!(id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX) && injected["event_id"] != merged_id, "{injected}");

@@ -64,3 +64,51 @@ async fn the_clients_request_in_flight_holds_voxgates_back() {
     h.model_sends(json!({"type": "error", "event_id": "e", "error": {"type": "invalid_request_error", "code": "x", "message": "no", "event_id": "c2"}})).await;
     h.model_expects("response.create").await;
 }
+
+/// A client `response.create` without an `event_id` that the upstream refuses for a reason other
+/// than an active response (`invalid_value`) frees the gate at once: voxgate forwards it with a
+/// stand-in id, the upstream's `error` names that, and the tool output's answer is asked for then,
+/// not after `REQUEST_ANSWER_TIMEOUT`. The client sees the error naming what it sent: nothing.
+#[tokio::test(start_paused = true)]
+async fn a_refused_client_request_without_an_event_id_frees_the_gate_at_once() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let response = json!({"instructions": "Be brief.", "max_output_tokens": 0});
+    h.browser_sends(json!({"type": "response.create", "response": response})).await;
+    let forwarded = h.model_expects("response.create").await;
+    assert_eq!(forwarded["response"], response, "{forwarded}");
+    h.tool_call("call_1").await;
+    h.acknowledge("call_1").await;
+    h.model_gets_nothing_from_voxgate("voxgate asked over the client's request").await;
+    let refused = tokio::time::Instant::now();
+    h.model_sends(json!({"type": "error", "event_id": "e", "error": {"type": "invalid_request_error", "code": "invalid_value",
+        "message": "Invalid 'response.max_output_tokens'.", "param": "response.max_output_tokens", "event_id": forwarded["event_id"]}}))
+    .await;
+    let error = h.browser_expects("error").await;
+    assert_eq!(error["error"]["code"], "invalid_value", "{error}");
+    assert_eq!(error["error"]["event_id"], Value::Null, "the client sent no event_id: {error}");
+    h.model_expects("response.create").await;
+    let waited = refused.elapsed();
+    let fallback = crate::session::turns::REQUEST_ANSWER_TIMEOUT;
+    assert!(waited < fallback / 3, "voxgate's response.create came {waited:?} after the refusal (fallback {fallback:?})");
+}
+
+/// A client `response.create` with an `event_id` goes upstream as the client wrote it, byte for
+/// byte: only one without gets a stand-in.
+#[tokio::test(start_paused = true)]
+async fn a_client_request_with_an_event_id_goes_byte_for_byte() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    let raw = r#"{ "type" : "response.create", "event_id":"c1", "response":{"instructions":"Be \u0062rief.", "temperature":0.80} }"#;
+    h.browser.send(Message::text(raw)).await.unwrap();
+    let forwarded = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match h.model.next().await {
+                Some(Ok(Message::Text(text))) => return text,
+                Some(Ok(_)) => {}
+                other => panic!("model socket ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("nothing reached the model");
+    assert_eq!(forwarded.as_str(), raw);
+}
