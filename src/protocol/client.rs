@@ -82,15 +82,20 @@ impl<S: Fn(&str) -> bool, O: Fn(&str) -> bool> CallGuard<S, O> {
 }
 
 /// Guard a client `response.create`: refuse items of server calls in `response.input` and hosted
-/// `mcp` tools, and keep the server tools in a per-response `tools` list. `Ok(None)`: forward the
-/// frame unchanged.
+/// `mcp` tools, and keep the server tools in a per-response `tools` list. `own_event_id` is set
+/// as the event's `event_id` when it has no string one (as for [`read_session_update`]).
+/// `Ok(None)`: forward the frame unchanged.
 pub fn guard_response_create(
     bytes: &[u8],
     server_tools: &[Value],
     guard: &CallGuard<impl Fn(&str) -> bool, impl Fn(&str) -> bool>,
+    own_event_id: Option<&str>,
 ) -> Result<Option<MergedUpdate>, Refusal> {
     let mut event = parse_guarded(bytes)?;
-    let Some(response) = event.get_mut("response") else { return Ok(None) };
+    let named = name_event(&mut event, own_event_id);
+    // Rewritten only to carry the id: nothing merged, nothing dropped.
+    let named_only = |event: &Value| named.then(|| MergedUpdate { frame: event.to_string(), client_tools: Vec::new(), dropped: Vec::new() });
+    let Some(response) = event.get_mut("response") else { return Ok(named_only(&event)) };
     if let Some(input) = response.get("input").and_then(Value::as_array) {
         let forged = input.iter().any(|item| {
             let field = |k: &str| item.get(k).and_then(Value::as_str);
@@ -100,9 +105,20 @@ pub fn guard_response_create(
             return Err(Refusal::ServerCall);
         }
     }
-    let Some(tools) = response.get_mut("tools") else { return Ok(None) };
+    let Some(tools) = response.get_mut("tools") else { return Ok(named_only(&event)) };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
     Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
+}
+
+/// Set `id` as the event's `event_id` when it has no string one; true when it was set.
+fn name_event(event: &mut Value, id: Option<&str>) -> bool {
+    match (id, event.as_object_mut()) {
+        (Some(id), Some(fields)) if !fields.get("event_id").is_some_and(Value::is_string) => {
+            fields.insert("event_id".into(), Value::from(id));
+            true
+        }
+        _ => false,
+    }
 }
 
 /// A guarded event as JSON, refused when it is not JSON or an object in it has a key written
@@ -185,11 +201,7 @@ pub fn read_session_update(
         return Ok(None);
     };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
-    if let (Some(id), Some(fields)) = (own_event_id, event.as_object_mut())
-        && !fields.get("event_id").is_some_and(Value::is_string)
-    {
-        fields.insert("event_id".into(), Value::from(id));
-    }
+    name_event(&mut event, own_event_id);
     Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
 }
 
@@ -209,14 +221,23 @@ mod tests {
         let server = vec![json!({"type":"function","name":"a"})];
         let is_a: fn(&str) -> bool = |n| n == "a";
         let empty = br#"{"type":"response.create","response":{"tools":[]}}"#;
-        let merged = guard_response_create(empty, &server, &guard(is_a)).unwrap().unwrap();
+        let merged = guard_response_create(empty, &server, &guard(is_a), None).unwrap().unwrap();
         assert!(merged.frame.contains(r#""name":"a""#), "per-response tools cannot remove server tools");
         let output = br#"{"type":"response.create","response":{"input":[{"type":"function_call_output","call_id":"call_srv","output":"{}"}]}}"#;
-        assert_eq!(guard_response_create(output, &server, &guard(is_a)).unwrap_err(), Refusal::ServerCall);
+        assert_eq!(guard_response_create(output, &server, &guard(is_a), None).unwrap_err(), Refusal::ServerCall);
         let by_name = br#"{"type":"response.create","response":{"input":[{"type":"function_call","name":"a","call_id":"x","arguments":"{}"}]}}"#;
-        assert_eq!(guard_response_create(by_name, &server, &guard(is_a)).unwrap_err(), Refusal::ServerCall);
+        assert_eq!(guard_response_create(by_name, &server, &guard(is_a), None).unwrap_err(), Refusal::ServerCall);
         let plain = br#"{"type":"response.create","response":{"instructions":"hi"}}"#;
-        assert!(guard_response_create(plain, &server, &guard(is_a)).unwrap().is_none());
+        assert!(guard_response_create(plain, &server, &guard(is_a), None).unwrap().is_none());
+        // A stand-in id is set when the event has none (tools or not), and only then.
+        let named = guard_response_create(plain, &server, &guard(is_a), Some("voxgate_client_1")).unwrap().unwrap();
+        let frame: Value = serde_json::from_str(&named.frame).unwrap();
+        assert_eq!((frame["event_id"].as_str(), frame["response"]["instructions"].as_str()), (Some("voxgate_client_1"), Some("hi")));
+        assert!(named.client_tools.is_empty() && named.dropped.is_empty());
+        let own = br#"{"type":"response.create","event_id":"c1","response":{}}"#;
+        assert!(guard_response_create(own, &server, &guard(is_a), Some("voxgate_client_1")).unwrap().is_none());
+        let with_tools = guard_response_create(empty, &server, &guard(is_a), Some("voxgate_client_2")).unwrap().unwrap();
+        assert!(with_tools.frame.contains("voxgate_client_2"));
     }
 
     #[test]
@@ -227,7 +248,7 @@ mod tests {
         let allowed = CallGuard { allow_hosted_mcp: true, ..guard(none) };
         assert!(merge_session_update(mcp, &[], &allowed).unwrap().is_some());
         let in_response = br#"{"type":"response.create","response":{"tools":[{"type":"mcp","server_label":"x"}]}}"#;
-        assert_eq!(guard_response_create(in_response, &[], &guard(none)).unwrap_err(), Refusal::HostedMcp);
+        assert_eq!(guard_response_create(in_response, &[], &guard(none), None).unwrap_err(), Refusal::HostedMcp);
     }
 
     #[test]

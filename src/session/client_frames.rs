@@ -204,7 +204,12 @@ impl Bridge {
     /// `input` may not answer or fake a server call, and its own `tools` cannot remove ours.
     async fn handle_response_create(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
-        let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard());
+        // Until it is answered, voxgate asks for no response of its own (turns.rs). One without an
+        // `event_id` gets a stand-in, as a rewritten `session.update` does: an upstream `error`
+        // refusing it (other than for an active response) would name nothing the gate can match,
+        // and a tool output's answer would wait out the gate's fallback.
+        let stand_in = event_id.is_none().then(stand_in_event_id);
+        let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard(), stand_in.as_deref());
         let merged = match guarded {
             Ok(merged) => merged,
             Err(refusal) => return self.refuse(refusal, "response.create", event_id).await,
@@ -216,25 +221,12 @@ impl Bridge {
             self.client_error(codes::INVALID_EVENT, &err.to_string(), event_id).await;
             return;
         }
-        // Until it is answered, voxgate asks for no response of its own (turns.rs). One without an
-        // `event_id` gets a stand-in, as a rewritten `session.update` does: an upstream `error`
-        // refusing it (other than for an active response) would name nothing the gate can match,
-        // and a tool output's answer would wait out the gate's fallback.
-        let stand_in = event_id.is_none().then(stand_in_event_id);
-        let sent = merged.as_ref().map_or(text.as_str(), |m| m.frame.as_str());
-        let with_id = stand_in.as_deref().and_then(|id| with_event_id(sent, id));
-        let request_id = if with_id.is_some() { stand_in.as_deref() } else { event_id };
-        self.resume.note_client_request(with_id.as_deref().unwrap_or(sent), request_id);
+        let request_id = event_id.or(stand_in.as_deref());
+        self.resume.note_client_request(merged.as_ref().map_or(text.as_str(), |m| m.frame.as_str()), request_id);
         self.gate.on_client_request(request_id, tokio::time::Instant::now());
-        match (merged, with_id) {
-            (Some(mut merged), with_id) => {
-                merged.frame = with_id.unwrap_or(merged.frame);
-                self.forward_merged(merged, event_id).await;
-            }
-            (None, Some(frame)) => {
-                self.send_upstream(Message::text(frame)).await;
-            }
-            (None, None) => {
+        match merged {
+            Some(merged) => self.forward_merged(merged, event_id).await,
+            None => {
                 self.send_upstream(Message::Text(text)).await;
             }
         }
@@ -365,18 +357,6 @@ pub(super) const STAND_IN_PREFIX: &str = "voxgate_client_";
 
 fn stand_in_event_id() -> String {
     format!("{STAND_IN_PREFIX}{}", uuid::Uuid::new_v4().simple())
-}
-
-/// `frame` (a JSON object) with `event_id` set to `id` when it has no string one, as
-/// `client::read_session_update` gives one; `None` when it has one (or is no object).
-fn with_event_id(frame: &str, id: &str) -> Option<String> {
-    let mut event: serde_json::Value = serde_json::from_str(frame).ok()?;
-    let fields = event.as_object_mut()?;
-    if fields.get("event_id").is_some_and(serde_json::Value::is_string) {
-        return None;
-    }
-    fields.insert("event_id".into(), id.into());
-    Some(event.to_string())
 }
 
 /// Close codes a peer may not send on the wire are replaced by 1000.
