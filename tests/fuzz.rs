@@ -257,7 +257,7 @@ proptest! {
         let frame = json!({"type": "response.create", "response": response}).to_string();
         let forged = input.as_ref().is_some_and(|i| i.iter().any(is_server_call_item));
         let has_mcp = tools.as_ref().is_some_and(|t| t.iter().any(|t| t["type"] == "mcp"));
-        match client::guard_response_create(frame.as_bytes(), &server_definitions(), &guard(allow)) {
+        match client::guard_response_create(frame.as_bytes(), &server_definitions(), &guard(allow), None) {
             Err(Refusal::ServerCall) => prop_assert!(forged),
             Err(Refusal::HostedMcp) => prop_assert!(!allow && has_mcp && !forged),
             Err(Refusal::Malformed) => prop_assert!(false, "a JSON frame was called malformed"),
@@ -291,7 +291,7 @@ proptest! {
     #[test]
     fn guards_survive_mutation(bytes in frame()) {
         let _ = client::merge_session_update(&bytes, &server_definitions(), &guard(false));
-        let _ = client::guard_response_create(&bytes, &server_definitions(), &guard(false));
+        let _ = client::guard_response_create(&bytes, &server_definitions(), &guard(false), None);
         let _ = client::parse_item_create(&bytes);
         let _ = client::parse_confirm(&bytes);
     }
