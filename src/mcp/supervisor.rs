@@ -4,10 +4,10 @@
 //! ([`backoff`](super::backoff): it starts over only after a connection proved healthy, never
 //! merely because `initialize` succeeded).
 //!
-//! A stdio server is a child process in a process group of its own ([`stdio`](super::stdio)): the
-//! group is killed when the connection ends, so neither the server nor what its wrapper started
-//! outlives its connection or voxgate. A connected server that stops answering `ping`
-//! ([`liveness`](super::liveness)) counts as lost.
+//! A stdio server is a child process in a process group of its own ([`stdio`](super::stdio)): its
+//! transport kills the group when the connection ends, before it reaps the server, so neither the
+//! server nor what its wrapper started outlives its connection or voxgate. A connected server that
+//! stops answering `ping` ([`liveness`](super::liveness)) counts as lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -29,7 +29,7 @@ use super::backoff::Backoff;
 use super::link::{Connection, LinkHandler, LinkState, ServerLink};
 use super::liveness::{Answers, Liveness};
 use super::progress::ProgressRoutes;
-use super::stdio::{self, ProcessGroup};
+use super::stdio;
 
 /// Bound on connecting (spawn or HTTP, plus the MCP `initialize` exchange) and on the first page
 /// of a tool listing.
@@ -85,8 +85,8 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
             attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone(), &answers)) => attempt.unwrap_or(Err(ConnectError::Timeout)),
         };
         match attempt {
-            // `_group`: a stdio server's process group, killed when this arm ends or on return.
-            Ok((client, _group)) => {
+            // A stdio server's group is killed by its transport when the connection ends.
+            Ok(client) => {
                 tracing::info!(server = %link.name, "MCP server connected");
                 let peer = client.peer().clone();
                 let mut running = std::pin::pin!(client.waiting());
@@ -160,14 +160,13 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
     }
 }
 
-/// A connection to `link`'s server and, for a stdio server, its process group; the server's
-/// answers are counted in `answers`.
+/// A connection to `link`'s server; the server's answers are counted in `answers`.
 async fn connect(
     link: &ServerLink,
     handler: LinkHandler,
     closed: CancellationToken,
     answers: &Answers,
-) -> Result<(Client, Option<ProcessGroup>), ConnectError> {
+) -> Result<Client, ConnectError> {
     let config = &link.config;
     match &config.url {
         Some(url) => {
@@ -196,17 +195,13 @@ async fn connect(
                 .serve_with_ct(answers.count_on(transport), closed)
                 .await
                 .map_err(|_| ConnectError::Handshake)?;
-            Ok((client, None))
+            Ok(client)
         }
         None => {
-            // Held from here on: should the handshake fail or this future be dropped (timeout,
-            // stop), the group is killed with it.
-            let (transport, group) = stdio::spawn(config).map_err(|_| ConnectError::Spawn)?;
-            let client = handler
-                .serve_with_ct(answers.count_on(transport), closed)
-                .await
-                .map_err(|_| ConnectError::Handshake)?;
-            Ok((client, Some(group)))
+            // Should the handshake fail or this future be dropped (timeout, stop), the transport
+            // is dropped and kills the group.
+            let transport = stdio::spawn(config).map_err(|_| ConnectError::Spawn)?;
+            handler.serve_with_ct(answers.count_on(transport), closed).await.map_err(|_| ConnectError::Handshake)
         }
     }
 }
