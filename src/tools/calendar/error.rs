@@ -53,6 +53,14 @@ pub enum CalendarError {
     /// afterwards (a `404` too: it may still be storing it); or a `412`'s event could not be read.
     #[error("the calendar server did not confirm whether the event was stored")]
     Unconfirmed,
+    /// The local calendar's write had not committed (the rename over the file) when too little of
+    /// the call's time was left: it was given up, and nothing was stored.
+    #[error("the calendar file could not be written within the call's time")]
+    WriteTooSlow,
+    /// The local calendar's write had committed, but did not finish within the call's time: the
+    /// event is most likely stored.
+    #[error("the calendar file was still being written when the call's time ran out")]
+    WriteUnconfirmed,
     /// The CalDAV server answered with a status voxgate cannot act on.
     #[error("the calendar server answered HTTP {0}")]
     Status(u16),
@@ -103,6 +111,13 @@ impl From<CalendarError> for ToolError {
             ),
             CalendarError::OutOfTime => ToolError::Backend(
                 "the calendar server answered too slowly; the event was not created; try again".into(),
+            ),
+            CalendarError::WriteTooSlow => {
+                ToolError::Backend("the calendar answered too slowly; the event was not created; try again".into())
+            }
+            CalendarError::WriteUnconfirmed => ToolError::Backend(
+                "the calendar did not confirm the event in time; it may have been created; list that day before booking again"
+                    .into(),
             ),
             CalendarError::NoCalendar => ToolError::Backend("no calendar was found on the calendar server".into()),
             CalendarError::UnknownCalendar => {

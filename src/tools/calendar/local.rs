@@ -3,8 +3,13 @@
 //! Writes are read-modify-write under an in-process mutex and land atomically (temp file in the same
 //! directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new file and
 //! concurrent creates from many sessions never lose one another. The mutex is held by the blocking
-//! write itself, so a create whose call timed out still keeps the next one waiting until it has
-//! written.
+//! write itself, so a create whose call gave up still keeps the next one waiting until its worker is
+//! done.
+//!
+//! A create says what became of its event ([`CommitGate`]): the call gives up on a write that has
+//! not committed (the rename) shortly before its timeout, and the write then commits nothing; once
+//! the write has committed the call waits for it, so the model is never told `timeout` about an
+//! event that is in the file.
 //!
 //! One process owns the file: `open` takes an exclusive advisory lock (`flock`) on a lock file next
 //! to it (`.calendar.ics.lock`) and fails if another process still holds it after a short wait.
@@ -18,16 +23,26 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use chrono::Utc;
+use tokio::time::Instant;
 use chrono_tz::Tz;
 
 use super::backend::{CalendarBackend, CalendarEvent, CreateOutcome, EventPage, EventQuery};
 use super::{CalendarError, ics};
+use crate::tools::http::time_left;
 
 /// Larger files are refused rather than loaded: a clinic calendar is far smaller.
 const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Distinguishes temp files of concurrent writers in one process (the pid covers other processes).
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Most of the call's time left when a create gives up a write that has not committed: the rename,
+/// the directory's fsync and the answer take milliseconds on a disk that is not failing. A quarter
+/// of what is left when that is less (a short `timeout_ms`).
+const COMMIT_RESERVE: Duration = Duration::from_millis(250);
+/// Most of the call's time a create that has committed keeps for its answer, which must reach the
+/// session before the call's timeout cuts it off (a twentieth of what is left when that is less).
+const ANSWER_RESERVE: Duration = Duration::from_millis(50);
 
 /// How long `open` waits for another owner of the file to let go before refusing to start (short
 /// in unit tests, which test the refusal).
@@ -64,7 +79,7 @@ impl LocalCalendar {
         }
         let write_lock = take_ownership(&path)?;
         if !path.exists() {
-            write_atomically(&path, ics::empty_calendar().as_bytes()).map_err(CalendarError::Unavailable)?;
+            write_atomically(&path, ics::empty_calendar().as_bytes(), || true).map_err(CalendarError::Unavailable)?;
         }
         Ok(Self { path: Arc::new(path), tz, write_lock })
     }
@@ -94,37 +109,112 @@ impl CalendarBackend for LocalCalendar {
     }
 
     async fn create_event(&self, event: CalendarEvent) -> Result<CreateOutcome, CalendarError> {
-        let writer = Arc::clone(&self.write_lock).lock_owned().await;
+        // Within a tool call (`tools::http::within_deadline`): when to give up a write that has not
+        // committed, and when a committed one must have answered.
+        let times = time_left().map(|left| {
+            let now = Instant::now();
+            (now + left - COMMIT_RESERVE.min(left / 4), now + left - ANSWER_RESERVE.min(left / 20))
+        });
+        let lock = Arc::clone(&self.write_lock).lock_owned();
+        let writer = match times {
+            Some((give_up, _)) => tokio::time::timeout_at(give_up, lock).await.map_err(|_| CalendarError::WriteTooSlow)?,
+            None => lock.await,
+        };
         let (path, tz) = (Arc::clone(&self.path), self.tz);
-        run_blocking(move || {
-            // Held until the file is written, not by this future: when the call's timeout drops the
-            // future, this work still runs, and the next create must read what it wrote.
+        let gate = Arc::new(CommitGate::default());
+        // Dropped with this future (the call cut off some other way): no commit after that either.
+        let _abandon = AbandonOnDrop(Arc::clone(&gate));
+        let worker_gate = Arc::clone(&gate);
+        let mut worker = tokio::task::spawn_blocking(move || {
+            // Held until the worker is done, not by this future: when the call gives up, this work
+            // still runs (to commit nothing), and the next create must wait for it.
             let _writer = writer;
-            let text = read_store(&path)?;
-            let parsed = ics::parse(&text, tz)?;
-            if let Some(existing) = parsed.find(&event.id) {
-                // An earlier attempt of this call, unless it has other details (as for CalDAV).
-                return if ics::same_details(&existing, &event) {
-                    Ok(CreateOutcome { event: existing, created: false })
-                } else {
-                    Err(CalendarError::Conflict)
-                };
-            }
-            let vevent = ics::event_to_ics(&event, Utc::now())?;
-            let updated = ics::insert_event(&text, &vevent)?;
-            write_atomically(&path, updated.as_bytes()).map_err(CalendarError::Unavailable)?;
-            let stored = CalendarEvent {
-                id: event.id,
-                title: ics::clean_text(&event.title),
-                timing: event.timing,
-                location: event.location.as_deref().map(ics::clean_text),
-                description: event.description.as_deref().map(ics::clean_text),
-                calendar: ics::clean_text(&event.calendar),
-            };
-            Ok(CreateOutcome { event: stored, created: true })
-        })
-        .await
+            write_event(&path, tz, event, &worker_gate)
+        });
+        let joined = |done: Result<_, tokio::task::JoinError>| done.unwrap_or(Err(CalendarError::Worker));
+        let Some((give_up, answer_by)) = times else {
+            return joined(worker.await);
+        };
+        if let Ok(done) = tokio::time::timeout_at(give_up, &mut worker).await {
+            return joined(done);
+        }
+        if gate.settle(Commit::Abandoned) == Commit::Pending {
+            return Err(CalendarError::WriteTooSlow);
+        }
+        // Committing: the event is (about to be) in the file, so its answer is worth waiting for.
+        match tokio::time::timeout_at(answer_by, &mut worker).await {
+            Ok(done) => joined(done),
+            Err(_) => Err(CalendarError::WriteUnconfirmed),
+        }
     }
+}
+
+/// Whether a create's write may still commit (the rename over the calendar), settled once by
+/// whichever comes first: the worker about to commit, or the call giving up on it.
+#[derive(Debug, Default)]
+struct CommitGate(Mutex<Commit>);
+
+/// Where a create's write stands with its commit.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Not settled: the worker has not reached the rename and the call still waits.
+    #[default]
+    Pending,
+    /// The worker renames (or has renamed) the new file over the calendar: the call waits for it.
+    Committing,
+    /// The call gave up (or was dropped): the worker commits nothing.
+    Abandoned,
+}
+
+impl CommitGate {
+    /// Settle on `to` unless already settled; what was found.
+    fn settle(&self, to: Commit) -> Commit {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = *state;
+        if found == Commit::Pending {
+            *state = to;
+        }
+        found
+    }
+}
+
+/// Abandons the write when the create's future is dropped before it has committed.
+struct AbandonOnDrop(Arc<CommitGate>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.settle(Commit::Abandoned);
+    }
+}
+
+/// The blocking part of a create: read, insert, write; committed only if `gate` still allows it.
+fn write_event(path: &Path, tz: Tz, event: CalendarEvent, gate: &CommitGate) -> Result<CreateOutcome, CalendarError> {
+    let text = read_store(path)?;
+    let parsed = ics::parse(&text, tz)?;
+    if let Some(existing) = parsed.find(&event.id) {
+        // An earlier attempt of this call, unless it has other details (as for CalDAV).
+        return if ics::same_details(&existing, &event) {
+            Ok(CreateOutcome { event: existing, created: false })
+        } else {
+            Err(CalendarError::Conflict)
+        };
+    }
+    let vevent = ics::event_to_ics(&event, Utc::now())?;
+    let updated = ics::insert_event(&text, &vevent)?;
+    let commit = || gate.settle(Commit::Committing) != Commit::Abandoned;
+    if !write_atomically(path, updated.as_bytes(), commit).map_err(CalendarError::Unavailable)? {
+        // Nobody waits for this answer any more: the call reported that nothing was written.
+        return Err(CalendarError::WriteTooSlow);
+    }
+    let stored = CalendarEvent {
+        id: event.id,
+        title: ics::clean_text(&event.title),
+        timing: event.timing,
+        location: event.location.as_deref().map(ics::clean_text),
+        description: event.description.as_deref().map(ics::clean_text),
+        calendar: ics::clean_text(&event.calendar),
+    };
+    Ok(CreateOutcome { event: stored, created: true })
 }
 
 /// Take ownership of the calendar at `path` for this process: the first `open` takes an exclusive
@@ -216,7 +306,9 @@ fn remove_stale_temp_files(path: &Path) {
 }
 
 /// Replace `path` with `bytes` so that readers and crashes see the old or the new file, never a mix.
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// `commit` is asked right before the rename, after which readers see the new file: when it says no,
+/// the file is left as it was. Whether the file was replaced.
+fn write_atomically(path: &Path, bytes: &[u8], commit: impl FnOnce() -> bool) -> io::Result<bool> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -228,16 +320,18 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let result = write_then_rename(&temp, path, bytes);
-    if result.is_err() {
+    let renamed =
+        write_temp(&temp, path, bytes).and_then(|()| if commit() { fs::rename(&temp, path).map(|()| true) } else { Ok(false) });
+    if !matches!(renamed, Ok(true)) {
         // Best effort: a leftover temp file is harmless but untidy.
         let _ = fs::remove_file(&temp);
-        return result;
+        return renamed;
     }
-    sync_dir(&dir)
+    sync_dir(&dir).map(|()| true)
 }
 
-fn write_then_rename(temp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// The new text in `temp`, synced, with the permissions of the file it is to replace.
+fn write_temp(temp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -252,9 +346,7 @@ fn write_then_rename(temp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
         file.set_permissions(meta.permissions())?;
     }
     file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(temp, path)
+    file.sync_all()
 }
 
 /// Make the rename durable (on Unix a rename is only durable once its directory is synced).

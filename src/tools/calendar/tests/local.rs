@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use super::{Fixture, stray_files, tz, vevent_count};
 use crate::config::{CalendarBackendConfig, CalendarKind};
 use crate::tools::ToolError;
-use crate::tools::registry::RegistryError;
+use crate::session::runner::ToolJob;
+use crate::tools::registry::{RegisteredTool, RegistryError, ToolPolicy};
 
 /// Events chosen around the edges of 2024-01-16 in Europe/Berlin (UTC+1 in January) and in UTC.
 const EDGES: &str = "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\n\
@@ -176,37 +177,23 @@ fn bad_caldav_urls_and_unknown_zones_are_refused_naming_the_key() {
     assert!(err.to_string().contains("backends.calendar.timezone"), "{err}");
 }
 
-/// A create cut off by its call's timeout keeps running on its blocking thread; the write lock must
-/// stay held until it has written, or the next create reads the old file and its rename wipes out
-/// the first event.
+/// A create cut off (its future dropped) before its write commits writes nothing, but its worker
+/// still holds the write lock until it is done: the next create must neither run alongside it nor
+/// lose anything to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_create_cut_off_by_its_timeout_holds_the_lock_until_it_has_written() {
+async fn a_create_cut_off_writes_nothing_and_holds_the_lock_until_its_worker_is_done() {
     // Large enough that reading and parsing it takes far longer than the 1 ms timeout.
-    let mut big = String::from("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\n");
-    for i in 0..20_000 {
-        big.push_str(&format!(
-            "BEGIN:VEVENT\r\nUID:bulk-{i}\r\nSUMMARY:Bulk {i}\r\nDTSTART:20230101T100000Z\r\nDTEND:20230101T110000Z\r\nEND:VEVENT\r\n"
-        ));
-    }
-    big.push_str("END:VCALENDAR\r\n");
-    let f = std::sync::Arc::new(Fixture::with_file(tz("UTC"), Some(&big)));
+    let f = std::sync::Arc::new(Fixture::with_file(tz("UTC"), Some(&bulk_calendar(20_000))));
     let first = json!({"title": "Cut off", "start_datetime": "2024-03-01T08:00Z"});
     let cut = tokio::time::timeout(std::time::Duration::from_millis(1), f.create(first, "s", "a")).await;
     assert!(cut.is_err(), "the first create should still be running after 1 ms");
     let second = f.create(json!({"title": "Next one", "start_datetime": "2024-03-01T09:00Z"}), "s", "b").await;
     assert_eq!(second["created"], true);
-    // Give the cut-off write time to land (it does not wait for anyone once it has the lock).
-    let mut text = f.text();
-    for _ in 0..100 {
-        if text.contains("SUMMARY:Cut off") && text.contains("SUMMARY:Next one") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        text = f.text();
-    }
-    assert!(text.contains("SUMMARY:Cut off"), "the cut-off create was lost");
+    let text = f.text();
+    assert!(!text.contains("SUMMARY:Cut off"), "the cut-off create was written after all");
     assert!(text.contains("SUMMARY:Next one"), "the second create was lost");
-    assert_eq!(vevent_count(&text), 20_002);
+    assert_eq!(vevent_count(&text), 20_001);
+    assert!(stray_files(f.path().parent().unwrap(), &f.path()).is_empty());
 }
 
 /// One process owns the file: a second owner (another process's `flock` on the lock file next to
@@ -237,4 +224,49 @@ fn a_file_another_process_holds_is_refused_and_its_temp_files_are_kept() {
     assert!(third.try_lock().is_err(), "the lock is held while a calendar is open");
     drop((calendar, again));
     assert!(third.try_lock().is_ok(), "the lock is released with the last calendar");
+}
+
+/// A create that runs out of its call's time (as the session runs it: `ToolJob`) must say what
+/// became of its event. Before the fix its write went on after the call was cut off and landed,
+/// while the model was told `timeout` and so told the user the appointment was not made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_runs_out_of_time_reports_what_became_of_its_event() {
+    let f = std::sync::Arc::new(Fixture::with_file(tz("UTC"), Some(&bulk_calendar(60_000))));
+    let registered = f.tool("create_calendar_event");
+    // Far shorter than reading and parsing the file takes.
+    let policy = ToolPolicy { timeout: std::time::Duration::from_millis(200), ..registered.policy.clone() };
+    let job = ToolJob {
+        tool: std::sync::Arc::new(RegisteredTool::new(registered.tool.clone(), policy).unwrap()),
+        args: json!({"title": "Cut off", "start_datetime": "2024-03-01T08:00Z"}),
+        ctx: super::ctx("s", "a"),
+        span: tracing::Span::none(),
+    };
+    let outcome = job.run().await;
+    // The next create waits on the write lock until the first one's worker is done.
+    let second = f.create(json!({"title": "Next one", "start_datetime": "2024-03-01T09:00Z"}), "s", "b").await;
+    assert_eq!(second["created"], true);
+    let text = f.text();
+    let written = text.contains("SUMMARY:Cut off");
+    match &outcome {
+        Ok(out) => assert!(written && out.result["created"] == true, "{out:?}"),
+        Err(ToolError::Backend(message)) if message.contains("was not created") => {
+            assert!(!written, "the event was written although the model was told it was not")
+        }
+        Err(ToolError::Backend(message)) if message.contains("may have been created") => {}
+        Err(other) => panic!("{other:?} reported; the event was written: {written}"),
+    }
+    assert_eq!(vevent_count(&text), 60_001 + usize::from(written));
+    assert!(stray_files(f.path().parent().unwrap(), &f.path()).is_empty());
+}
+
+/// A calendar of `events` one-hour events: large enough that reading and parsing it takes a while.
+fn bulk_calendar(events: usize) -> String {
+    let mut big = String::from("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\n");
+    for i in 0..events {
+        big.push_str(&format!(
+            "BEGIN:VEVENT\r\nUID:bulk-{i}\r\nSUMMARY:Bulk {i}\r\nDTSTART:20230101T100000Z\r\nDTEND:20230101T110000Z\r\nEND:VEVENT\r\n"
+        ));
+    }
+    big.push_str("END:VCALENDAR\r\n");
+    big
 }
