@@ -79,7 +79,9 @@ test("microphone audio reaches the upstream as PCM16 24 kHz; output audio plays;
   const before = played.msPlayed;
   const long = fake.respondWithAudio("This is a long answer that the user will interrupt.", 6000);
   await page.waitForFunction(() => document.querySelector("[data-testid=playback-indicator]").dataset.state === "speaking");
-  await sleep(1200);
+  // The user speaks once 1.2 s of it has actually played (on the audio clock, not the wall clock,
+  // which a loaded machine stretches).
+  await page.waitForFunction((ms) => window.voxgate.stats.msPlayed >= ms, before + 1200, { timeout: 10_000 });
   fake.userTurn("stop, thank you");
   const truncate = await fake.waitFor(() => fake.eventsOf("conversation.item.truncate")[0], 5000);
   const stoppedAt = Date.now();
@@ -93,7 +95,14 @@ test("microphone audio reaches the upstream as PCM16 24 kHz; output audio plays;
   const afterCut = await page.evaluate(() => ({ ...window.voxgate.stats }));
   assert.ok(Math.abs(afterCut.msPlayed - before - truncate.audio_end_ms) < 60,
     `ms played (${(afterCut.msPlayed - before).toFixed(0)}) matches audio_end_ms`);
-  await sleep(500);
+  // Absence check: the cut audio's end was 4.8 s ahead on the playback clock. First the user's
+  // transcript, which comes after the barge-in, must be on the page; then 500 ms must pass on the
+  // playback context's own clock (five 100 ms chunks would have ended and been counted had the cut
+  // let them play): a span of media time that has to elapse, so a wait remains, but on the audio
+  // clock and bounded.
+  const clockAtCut = await page.evaluate(() => window.voxgate.player.context.currentTime);
+  await page.locator("[data-testid=transcript-entry][data-role=user]", { hasText: "stop, thank you" }).waitFor();
+  await page.waitForFunction((t) => window.voxgate.player.context.currentTime >= t + 0.5, clockAtCut, { timeout: 10_000 });
   const later = await page.evaluate(() => window.voxgate.stats.msPlayed);
   assert.equal(later, afterCut.msPlayed, "nothing plays after the barge-in");
   assert.equal(await page.getByTestId("playback-indicator").getAttribute("data-state"), "interrupted");
@@ -136,15 +145,35 @@ test("a 1 kHz tone from the microphone arrives upstream at 1 kHz: the page resam
   assert.ok(Math.abs(hz - 1000) < 10, `the tone arrives at 1000 Hz (got ${hz.toFixed(1)} Hz)`);
   const stats = pcmStats(steady);
   assert.ok(stats.rms > 4000, `the tone keeps its level through the anti-alias filter (rms ${stats.rms.toFixed(0)})`);
+  // The page's own count at the very moment it stops, not the upstream's (on a loaded machine
+  // several appends sent before the stop can still be on their way through voxgate).
+  await page.evaluate(() => {
+    // @ts-ignore
+    window.__capture = window.voxgate.mic;
+    window.voxgate.addEventListener("microphone", (e) => {
+      // @ts-ignore
+      if (!e.detail.active) window.__appendsAtStop = window.voxgate.stats.appendsSent;
+    }, { once: true });
+  });
   await page.getByTestId("mic-button").click();
   await page.waitForFunction(() => !window.voxgate.microphoneActive);
-  const appendsAtStop = fake.appends.length;
+  // The stop is over once the worklet has answered the flush (or its timeout passed) and the
+  // capture's context is closed; its tracks end at once.
+  await waitUntil(() => page.evaluate(() => window.__capture.context.state === "closed"),
+    { timeout: 5_000, message: "the capture's audio context to close after the stop" });
+  assert.ok(await page.evaluate(() => window.__capture.stream.getAudioTracks().every((tr) => tr.readyState === "ended")),
+    "the microphone's tracks are stopped");
+  const closedAt = await page.evaluate(() => ({ atStop: window.__appendsAtStop, sent: window.voxgate.stats.appendsSent }));
   // After the button: the chunk already on its way and the partial one the stop flushes, no more.
+  assert.ok(closedAt.sent - closedAt.atStop <= 2, `at most two appends after the stop (${closedAt.sent - closedAt.atStop})`);
+  // Absence check: a running capture sends an append every 20 ms; 300 ms more (15 chunks' worth)
+  // must pass for a capture that failed to stop to show itself, so a fixed wait remains. Then
+  // everything the page sent must have reached the upstream, and nothing more.
   await sleep(300);
-  const settled = fake.appends.length;
-  assert.ok(settled - appendsAtStop <= 2, `at most two appends after the stop (${settled - appendsAtStop})`);
-  await sleep(300);
-  assert.equal(fake.appends.length, settled, "capture stops with the button");
+  const sent = await page.evaluate(() => window.voxgate.stats.appendsSent);
+  assert.equal(sent, closedAt.sent, "capture stops with the button");
+  await fake.waitFor(() => fake.appends.length >= sent, 5_000);
+  assert.equal(fake.appends.length, sent, "the upstream got every append the page sent, and no more");
   assert.deepEqual(browser.problems, []);
 });
 
@@ -153,14 +182,16 @@ test("a barge-in truncates the item being heard, not the one queued after it", {
   // The usual tool flow: "Let me check…" (A) is still playing when the next answer (B) arrives.
   const first = fake.respondWithAudio("Let me check that for you.", 3000);
   await page.waitForFunction(() => document.querySelector("[data-testid=playback-indicator]").dataset.state === "speaking");
-  const startedAt = Date.now();
   await waitUntil(() => fake.activeResponse === null, { message: "the response done" });
   const second = fake.respondWithAudio("Here is the answer.", 2000);
   await page.waitForFunction(() => window.voxgate.stats.audioChunksScheduled >= 50);
-  await sleep(1000 - (Date.now() - startedAt));
+  // The user speaks once ~1 s of A has actually played (counted on the audio clock).
+  await page.waitForFunction(() => window.voxgate.stats.msPlayed >= 1000, null, { timeout: 10_000 });
   fake.userTurn("wait a moment");
   await fake.waitFor(() => fake.eventsOf("conversation.item.truncate").length > 0, 5000);
-  await sleep(300);
+  // The page sends all its truncates for one barge-in at once: wait until the upstream has them all.
+  const truncatesSent = await page.evaluate(() => window.voxgate.stats.truncatesSent);
+  await fake.waitFor(() => fake.eventsOf("conversation.item.truncate").length >= truncatesSent, 5000);
   const truncates = fake.eventsOf("conversation.item.truncate");
   t.diagnostic(JSON.stringify(truncates.map((e) => [e.item_id, e.audio_end_ms])));
   assert.equal(truncates[0].item_id, first.itemId, "the item being heard is truncated");
@@ -178,7 +209,11 @@ test("stopping the microphone sends the partial chunk it held", { timeout: 60_00
   await page.evaluate(() => { window.voxgate.options.chunkMs = 2000; });
   await page.getByTestId("mic-button").click();
   await page.waitForFunction(() => window.voxgate.microphoneActive);
-  await sleep(800);
+  // The capture must hold ~0.8 s of audio: wait for that much to pass on the capture context's own
+  // clock (the audio the worklet has processed), not on the wall clock.
+  const captureStart = await page.evaluate(() => window.voxgate.mic.context.currentTime);
+  await page.waitForFunction((t) => window.voxgate.mic.context.currentTime >= t + 0.8, captureStart, { timeout: 10_000 });
+  assert.equal(await page.evaluate(() => window.voxgate.stats.appendsSent), 0, "no whole chunk sent yet");
   assert.equal(fake.appends.length, 0, "no whole chunk yet");
   await page.getByTestId("mic-button").click();
   await page.waitForFunction(() => !window.voxgate.microphoneActive);

@@ -150,15 +150,24 @@ const recordPlayback = (page) => page.evaluate(() => {
 });
 
 /**
- * A complete 4 s answer whose upstream goes away 300 ms after its `response.done`, while the page
- * still plays it; resolves once voxgate has resumed.
+ * A complete 4 s answer whose upstream goes away once the page has its `response.done`, while the
+ * page still plays it; resolves once voxgate has resumed.
  * @param {import("./support/fake-upstream.js").FakeUpstream} fake
  * @param {import("playwright-core").Page} page
  */
 async function completeAnswerThenDrop(fake, page) {
+  await page.evaluate(() => {
+    // @ts-ignore
+    window.__responsesDone = 0;
+    window.voxgate.addEventListener("response", (e) => {
+      // @ts-ignore
+      if (e.detail.state === "done") window.__responsesDone += 1;
+    });
+  });
   const answer = fake.respondWithAudio("A complete answer.", 4000);
   await waitUntil(() => fake.activeResponse === null, { message: "the response done" });
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // The answer is complete for the page only once its response.done has reached it.
+  await page.waitForFunction(() => window.__responsesDone >= 1, null, { timeout: 5_000 });
   assert.equal(await page.evaluate(() => window.voxgate.playing), true, "the answer still plays when the upstream goes");
   fake.dropConnection(1011, "internal error");
   await page.locator("[data-testid=error-message][data-code=resumed]").waitFor({ timeout: 20_000 });
@@ -183,7 +192,14 @@ test("after a resume, a barge-in sends no truncate for an item from before it", 
   assert.equal(await page.evaluate(() => window.voxgate.playing), true, "the answer still plays after the resume");
   fake.userTurn("stop please");
   await page.waitForFunction(() => !window.voxgate.playing, null, { timeout: 2_000 });
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // The barge-in, not the audio's end, stopped it; the page would have sent any truncate in the
+  // same step.
+  assert.equal(await page.getByTestId("playback-indicator").getAttribute("data-state"), "interrupted");
+  assert.equal(await page.evaluate(() => window.voxgate.stats.truncatesSent), 0, "the page sent no truncate");
+  // Absence on the wire, without a fixed wait: a frame the page sends now reaches the upstream
+  // after anything it sent before (one ordered socket each way, forwarded in order).
+  await page.evaluate(() => window.voxgate.send({ type: "input_audio_buffer.clear" }));
+  await fake.waitFor(() => fake.events.some((e) => e.type === "input_audio_buffer.clear"), 5_000);
   // The new upstream holds the old conversation as text: the old item's id means nothing to it.
   assert.deepEqual(fake.eventsOf("conversation.item.truncate"), []);
   assert.deepEqual(browser.problems, []);
