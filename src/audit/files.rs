@@ -17,6 +17,9 @@ pub(super) enum FileOp {
     Open,
     /// The fsync of the log's directory that makes a new file's name durable.
     SyncDir,
+    /// Making one line's bytes (a record or a checkpoint serialised): not a file operation, but
+    /// counted through the same hook, so a test sees how often held records are serialised.
+    Serialise,
 }
 
 /// Called before each [`FileOp`]: an error fails the operation, blocking stalls it. Only tests

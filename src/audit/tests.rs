@@ -24,6 +24,11 @@ pub(super) fn record(event: AuditEvent, call: &str) -> AuditRecord {
     }
 }
 
+/// A `call_started` and a `call_finished` for each of `ids`, in order.
+fn calls(ids: &[&str]) -> Vec<AuditRecord> {
+    ids.iter().flat_map(|id| [record(AuditEvent::CallStarted, id), record(AuditEvent::CallFinished, id)]).collect()
+}
+
 pub(super) fn config(dir: &tempfile::TempDir, rotate_bytes: u64) -> AuditConfig {
     AuditConfig { path: dir.path().join("audit.jsonl"), rotate_bytes, checkpoint_records: 0, ..AuditConfig::default() }
 }
@@ -114,13 +119,7 @@ async fn a_crash_leaves_abandoned_finishes_and_a_torn_line_is_cut() {
 async fn verify_finds_tampering_gaps_and_missing_or_duplicate_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir, 0);
-    write(&cfg, vec![
-        record(AuditEvent::CallStarted, "c1"),
-        record(AuditEvent::CallFinished, "c1"),
-        record(AuditEvent::CallStarted, "c2"),
-        record(AuditEvent::CallFinished, "c2"),
-    ])
-    .await;
+    write(&cfg, calls(&["c1", "c2"])).await;
     let good = std::fs::read_to_string(&cfg.path).unwrap();
     let check = |text: String| {
         std::fs::write(&cfg.path, text).unwrap();
@@ -139,6 +138,29 @@ async fn verify_finds_tampering_gaps_and_missing_or_duplicate_finishes() {
     assert!(duplicated.problems.iter().any(|p| p.contains("finished twice")), "{duplicated}");
     let double_start = check(format!("{}\n{}\n", lines[0], lines[0]));
     assert!(double_start.problems.iter().any(|p| p.contains("started twice")), "{double_start}");
+}
+
+/// A call id started again after its finish is a second call under one id: a break, even with
+/// the chain intact (here the writer itself linked the lines) and each start having its finish.
+#[tokio::test]
+async fn verify_flags_a_call_started_again_after_its_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    write(&cfg, calls(&["c1", "c2", "c1"])).await;
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
+    assert!(!report.is_ok(), "{report}");
+    assert_eq!(report.problems.len(), 1, "one break, reported once: {report}");
+    assert!(report.problems[0].starts_with("audit.jsonl:5: call c1 started again after its finish"), "{report}");
+    assert_eq!(report.calls, 2, "{report}");
+    // The same call id in another session is another call.
+    std::fs::write(&cfg.path, "").unwrap();
+    let mut two = calls(&["c1", "c1"]);
+    for other in &mut two[2..] {
+        other.session_id = "vgs_2".into();
+    }
+    write(&cfg, two).await;
+    let report = verify(&cfg.path, &Chain::default()).unwrap();
+    assert!(report.is_ok(), "{report}");
 }
 
 #[tokio::test]
@@ -263,9 +285,10 @@ async fn a_finish_whose_start_never_made_the_log_is_refused() {
     assert!(report.is_ok(), "{report}");
 }
 
-/// `verify` keeps only the calls still open, so its memory does not grow with the history.
+/// `verify` keeps whole only the calls still open (of a finished call, a 16-byte digest), so its
+/// memory does not grow with the history's lines.
 #[tokio::test]
-async fn verify_keeps_only_open_calls_in_memory() {
+async fn verify_keeps_only_open_calls_whole_in_memory() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir, 0);
     let mut records = Vec::new();

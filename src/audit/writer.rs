@@ -7,7 +7,8 @@
 //! A bad day never leaves a torn or half-counted log: a batch whose write or fsync fails is cut
 //! back to the last durable offset, acknowledged as failed ([`AuditError::Unavailable`]), and kept
 //! in order to be written again before anything newer — so sequence numbers are never reused and
-//! no record is lost while the process lives. With `audit.on_error = "fail_closed"` a
+//! no record is lost while the process lives. A held record is serialised once: every retry writes
+//! the line made at its first attempt (see [`pending`]). With `audit.on_error = "fail_closed"` a
 //! `call_finished` that missed its first write is rewritten as failed `audit_unavailable` (the
 //! caller withheld the result); with `fail_open` it is written as it happened (the result went
 //! out). The writer retries every second, so health comes back on its own once space returns.
@@ -20,6 +21,7 @@
 //! cut short, and closes every call a crash left open (see [`super::recovery`]).
 
 mod handle;
+mod pending;
 
 use std::collections::HashSet;
 use std::io::{Seek, SeekFrom, Write};
@@ -33,12 +35,13 @@ use tokio::sync::{mpsc, watch};
 
 pub use self::handle::AuditHandle;
 use self::handle::{Ack, Job, spawn_ticker};
+use self::pending::Pending;
 use super::AuditError;
 use super::chain::Chain;
 use super::files::{FileOp, Faults, first_seq, io, open_append, rotated_name, sync_dir};
 pub use super::health::STALLED_AFTER;
 use super::health::Health;
-use super::record::{AuditEvent, AuditRecord, AuditStatus, Line};
+use super::record::{AuditEvent, AuditRecord, AuditStatus};
 use super::recovery::{self, Recovery};
 use crate::config::{AuditConfig, AuditOnError, Secret};
 use crate::tools::ErrorCode;
@@ -51,7 +54,7 @@ const BATCH: usize = 512;
 pub(super) const MAX_BACKLOG: usize = 100_000;
 
 /// A record as the writer holds it: with the time it was made, which its line's `ts` says however
-/// long the disk then refuses it.
+/// long the disk then refuses it. Its line, once made, is in [`Writer::pending`].
 struct Held {
     record: AuditRecord,
     made: DateTime<Utc>,
@@ -123,18 +126,18 @@ pub(super) async fn open_with(
         file,
         len,
         seq: state.seq,
-        prev: state.prev,
+        pending: Pending::new(state.seq, state.prev, 0),
         chain,
         instance,
         rotate_bytes: config.rotate_bytes,
         on_error: config.on_error,
         health: health.clone(),
         backlog: Vec::new(),
+        prepared: 0,
         reopen: false,
         open: HashSet::new(),
         checkpoint_records: config.checkpoint_records,
         checkpoint_interval: Duration::from_secs(config.checkpoint_interval_s),
-        since_checkpoint: 0,
         last_checkpoint: Instant::now(),
         flushed: flushed_tx,
         metrics: options.metrics,
@@ -177,8 +180,11 @@ struct Writer {
     file: std::fs::File,
     /// Bytes of the file known durable: everything after this is cut on a failure.
     len: u64,
+    /// `seq` of the last durable line.
     seq: u64,
-    prev: String,
+    /// The lines of the held records (and checkpoints among them), made once and written by every
+    /// retry; the chain head after them.
+    pending: Pending,
     chain: Chain,
     instance: String,
     rotate_bytes: u64,
@@ -186,6 +192,8 @@ struct Writer {
     health: Arc<Health>,
     /// Records whose write failed, in order, written before anything newer.
     backlog: Vec<Held>,
+    /// How many of `backlog`, from the start, have their line in `pending`.
+    prepared: usize,
     /// A rotation renamed the file but could not open the new one: `file` is the rotated file,
     /// which must not take one more line; the next commit opens the new file first.
     reopen: bool,
@@ -194,7 +202,6 @@ struct Writer {
     open: HashSet<(String, String)>,
     checkpoint_records: u64,
     checkpoint_interval: Duration,
-    since_checkpoint: u64,
     last_checkpoint: Instant,
     flushed: watch::Sender<u64>,
     metrics: Option<Metrics>,
@@ -278,10 +285,11 @@ impl Writer {
         admitted
     }
 
-    /// Write the held records, then `fresh`, in one fsynced batch.
+    /// Write the held records, then `fresh`, in one fsynced batch. Held records keep the lines
+    /// made for them at their first attempt (see [`pending`]): only `fresh` is serialised.
     fn commit(&mut self, fresh: Vec<Held>) -> Result<(), AuditError> {
         let timed = self.checkpoint_interval > Duration::ZERO
-            && self.since_checkpoint > 0
+            && self.pending.since > 0
             && self.last_checkpoint.elapsed() >= self.checkpoint_interval;
         if self.backlog.is_empty() && fresh.is_empty() && !timed {
             return Ok(());
@@ -291,12 +299,22 @@ impl Writer {
         let _running = health.commit_started();
         let fresh_from = self.backlog.len();
         self.backlog.extend(fresh);
-        match self.write(timed) {
+        // Where the lines of `fresh` begin, to make them again should their records be rewritten.
+        let mut fresh_mark = None;
+        let result = self
+            .prepare(fresh_from, false)
+            .and_then(|()| {
+                fresh_mark = Some(self.pending.mark());
+                self.prepare(self.backlog.len(), timed)
+            })
+            .and_then(|()| self.write());
+        match result {
             Ok(()) => {
                 if !self.health.writable.swap(true, Ordering::Relaxed) {
                     tracing::warn!("audit log writable again; held records written");
                 }
                 self.backlog.clear();
+                self.prepared = 0;
                 if let Err(err) = self.rotate_if_due() {
                     tracing::error!(error = %err, "audit log rotation failed");
                 }
@@ -309,11 +327,18 @@ impl Writer {
                 self.rollback();
                 if self.on_error == AuditOnError::FailClosed {
                     // The caller withholds these calls' results: the record says so.
+                    let mut rewritten = false;
                     for Held { record, .. } in &mut self.backlog[fresh_from..] {
                         if record.event == AuditEvent::CallFinished {
                             record.status = Some(AuditStatus::Failed);
                             record.error_code = Some(ErrorCode::AuditUnavailable);
+                            rewritten = true;
                         }
+                    }
+                    // Their lines say otherwise: this commit's lines are made again, once.
+                    if rewritten && let Some(mark) = fresh_mark {
+                        self.pending.truncate(mark);
+                        self.prepared = fresh_from;
                     }
                 }
                 Err(AuditError::Unavailable)
@@ -321,56 +346,29 @@ impl Writer {
         }
     }
 
-    /// Serialise the backlog (and any checkpoints due), write it and fsync. The chain and the
-    /// durable length move on only when all of it is on disk.
-    fn write(&mut self, timed_checkpoint: bool) -> Result<(), AuditError> {
+    /// Write the held lines ([`Writer::pending`]) and fsync. The durable length and seq move on
+    /// only when all of them are on disk; on a failure the lines stay, to be written as they are.
+    fn write(&mut self) -> Result<(), AuditError> {
         self.reopen_if_rotated()?;
         // A previous rollback may have failed: never append after a torn tail.
         if self.file.metadata().map_err(io)?.len() != self.len {
             self.file.set_len(self.len).map_err(io)?;
         }
-        let mut buffer = Vec::with_capacity(self.backlog.len() * 512);
-        let (mut seq, mut prev, mut since) = (self.seq, self.prev.clone(), self.since_checkpoint);
-        let mut checkpointed = false;
-        let push = |line: &Line, seq_prev: &mut String, buffer: &mut Vec<u8>| -> Result<(), AuditError> {
-            let bytes = serde_json::to_vec(line).map_err(|_| AuditError::Io("serialising a record".into()))?;
-            *seq_prev = self.chain.link(&bytes);
-            buffer.extend_from_slice(&bytes);
-            buffer.push(b'\n');
-            Ok(())
-        };
-        for held in &self.backlog {
-            seq += 1;
-            let line = Line::made_at(held.record.clone(), held.made, seq, &self.instance, prev.clone());
-            push(&line, &mut prev, &mut buffer)?;
-            since += 1;
-            if self.checkpoint_records > 0 && since >= self.checkpoint_records {
-                seq += 1;
-                push(&Line::checkpoint(seq, &self.instance, prev.clone()), &mut prev, &mut buffer)?;
-                (since, checkpointed) = (0, true);
-            }
-        }
-        if timed_checkpoint && since > 0 {
-            seq += 1;
-            push(&Line::checkpoint(seq, &self.instance, prev.clone()), &mut prev, &mut buffer)?;
-            (since, checkpointed) = (0, true);
-        }
         let started = Instant::now();
         // After a failed fsync the kernel may have dropped the pages: nothing of this batch is
         // claimed durable, the caller cuts it off and writes it again.
-        let written = self.fault(FileOp::Write).and_then(|()| self.file.write_all(&buffer)).and_then(|()| self.file.sync_data());
+        let written = self.fault(FileOp::Write).and_then(|()| self.file.write_all(&self.pending.bytes)).and_then(|()| self.file.sync_data());
         if let Some(metrics) = &self.metrics {
             metrics.audit_commit(started.elapsed());
         }
         written.map_err(io)?;
-        self.len += buffer.len() as u64;
-        self.seq = seq;
-        self.prev = prev;
-        self.since_checkpoint = since;
-        if checkpointed {
+        self.len += self.pending.bytes.len() as u64;
+        self.seq = self.pending.seq;
+        if self.pending.checkpointed {
             self.last_checkpoint = Instant::now();
         }
-        let _ = self.flushed.send(seq);
+        self.pending.written();
+        let _ = self.flushed.send(self.seq);
         Ok(())
     }
 
