@@ -2,7 +2,9 @@
 //! the standard realtime `error` event, and the frames voxgate sends the model.
 //!
 //! Every event voxgate originates carries an `event_id` starting with [`EVENT_ID_PREFIX`], so an
-//! upstream `error` answering one of them is recognised as voxgate's own business.
+//! upstream `error` answering one of them is recognised as voxgate's own business
+//! ([`is_own_event_id`]). A client event voxgate rewrites without an `event_id` of its own goes
+//! with a stand-in ([`STAND_IN_PREFIX`]): still the client's event.
 
 use serde_json::{Value, json};
 
@@ -14,9 +16,23 @@ pub const EVENT_ID_PREFIX: &str = "voxgate_";
 /// Prefix of every event type in voxgate's own namespace; none may come from the upstream.
 pub const TYPE_PREFIX: &str = "voxgate.";
 
+/// Prefix of the stand-in `event_id` voxgate gives a client event it rewrites that had none: an
+/// upstream `error` naming one is about that client event, and reaches the client naming nothing.
+pub const STAND_IN_PREFIX: &str = "voxgate_client_";
+
 /// A fresh event id for an event voxgate sends.
 pub fn event_id() -> String {
     format!("{EVENT_ID_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A fresh stand-in id for a client event voxgate rewrites (see [`STAND_IN_PREFIX`]).
+pub fn stand_in_event_id() -> String {
+    format!("{STAND_IN_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Whether `id` is one of voxgate's own events' (a stand-in is the client's event's).
+pub fn is_own_event_id(id: &str) -> bool {
+    id.starts_with(EVENT_ID_PREFIX) && !id.starts_with(STAND_IN_PREFIX)
 }
 
 /// Client error codes voxgate emits in the standard `error` event.
@@ -184,6 +200,14 @@ pub fn response_create(event_id: &str, tool_choice_forced: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stand_in_is_the_clients_event_not_voxgates() {
+        assert!(is_own_event_id(&event_id()));
+        assert!(!is_own_event_id(&stand_in_event_id()));
+        assert!(stand_in_event_id().starts_with(STAND_IN_PREFIX));
+        assert!(!is_own_event_id("c1"));
+    }
 
     #[test]
     fn error_event_has_the_standard_shape() {

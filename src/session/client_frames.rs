@@ -16,7 +16,7 @@ use super::bridge::{Bridge, close_frame};
 use super::pace::Pace;
 use crate::protocol::client::{self, CallGuard, Refusal};
 use crate::protocol::peek_client;
-use crate::protocol::voxgate::codes;
+use crate::protocol::voxgate::{self as events, codes};
 
 /// Distinct tool names the client's `response.create`s may add to the session's client tools,
 /// beyond those of its `session.update` (see [`ClientTools`]).
@@ -171,7 +171,7 @@ impl Bridge {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
         // A frame voxgate rewrites gets a stand-in id if it has none, so that an upstream `error`
         // refusing it can be told from others (upstream_frames.rs).
-        let own_event_id = event_id.is_none().then(stand_in_event_id);
+        let own_event_id = event_id.is_none().then(events::stand_in_event_id);
         let merged = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), own_event_id.as_deref());
         let merged = match merged {
             Ok(merged) => merged,
@@ -208,7 +208,7 @@ impl Bridge {
         // `event_id` gets a stand-in, as a rewritten `session.update` does: an upstream `error`
         // refusing it (other than for an active response) would name nothing the gate can match,
         // and a tool output's answer would wait out the gate's fallback.
-        let stand_in = event_id.is_none().then(stand_in_event_id);
+        let stand_in = event_id.is_none().then(events::stand_in_event_id);
         let guarded = client::guard_response_create(text.as_bytes(), &server_tools, &self.call_guard(), stand_in.as_deref());
         let merged = match guarded {
             Ok(merged) => merged,
@@ -348,15 +348,6 @@ impl ClientEvent {
     fn forwarded_as_is(self) -> bool {
         matches!(self, Self::AudioAppend | Self::AudioClear | Self::Other)
     }
-}
-
-/// Prefix of the stand-in `event_id` voxgate gives a client frame it rewrites that had none: an
-/// upstream `error` naming one is about that frame, and reaches the client naming nothing, as the
-/// client sent nothing (upstream_frames.rs).
-pub(super) const STAND_IN_PREFIX: &str = "voxgate_client_";
-
-fn stand_in_event_id() -> String {
-    format!("{STAND_IN_PREFIX}{}", uuid::Uuid::new_v4().simple())
 }
 
 /// Close codes a peer may not send on the wire are replaced by 1000.

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::SessionOutcome;
 use super::bridge::{Bridge, close_frame};
 use super::resume::{Reason, Seen};
-use super::client_frames::{STAND_IN_PREFIX, sendable};
+use super::client_frames::sendable;
 use crate::config::UpstreamProtocol;
 use crate::protocol::server::{self as events_in, Item};
 use crate::protocol::voxgate::{self as events, ToolSummary, codes};
@@ -234,13 +234,13 @@ impl Bridge {
                 tracing::debug!(parent: &self.span, "upstream refused the client update the server tools were merged into");
                 self.send_tool_injection().await;
             }
-            let stand_in = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(STAND_IN_PREFIX));
+            let stand_in = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::STAND_IN_PREFIX));
             if stand_in {
                 // About a client frame voxgate gave an id of its own (client_frames.rs): the
                 // client sent none, so its copy names none.
                 for_client = without_event_id(text.as_str());
             }
-            let ours = !stand_in && error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX));
+            let ours = error.error.event_id.as_deref().is_some_and(events::is_own_event_id);
             if ours {
                 let code = error.error.code.as_deref().unwrap_or_default();
                 let event_id = error.error.event_id.as_deref().unwrap_or_default();

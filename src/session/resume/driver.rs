@@ -203,7 +203,22 @@ impl Bridge {
 fn is_client_frame(message: &Message) -> bool {
     let Message::Text(text) = message else { return false };
     match crate::protocol::peek_client(text.as_str()) {
-        Ok((kind, event_id)) => kind != "session.update" && !event_id.is_some_and(|id| id.starts_with(events::EVENT_ID_PREFIX)),
+        Ok((kind, event_id)) => kind != "session.update" && !event_id.is_some_and(|id| events::is_own_event_id(&id)),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client request voxgate sent with a stand-in id is the client's: a resume carries it to the
+    /// new upstream if the old one never took it (it was taken for one of voxgate's own and lost).
+    #[test]
+    fn a_request_with_a_stand_in_id_is_the_clients() {
+        let request = |id: &str| Message::text(format!(r#"{{"type":"response.create","event_id":"{id}"}}"#));
+        assert!(is_client_frame(&request(&events::stand_in_event_id())));
+        assert!(is_client_frame(&request("c1")));
+        assert!(!is_client_frame(&request(&events::event_id())));
     }
 }

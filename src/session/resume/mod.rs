@@ -367,7 +367,7 @@ impl Resume {
     fn note_released(&mut self, message: &Message, untaken: bool) {
         let Message::Text(text) = message else { return };
         let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str()) else { return };
-        let voxgate = event_id.as_deref().is_some_and(|id| id.starts_with(crate::protocol::voxgate::EVENT_ID_PREFIX));
+        let voxgate = event_id.as_deref().is_some_and(crate::protocol::voxgate::is_own_event_id);
         match kind.as_ref() {
             "session.update" if !untaken => self.unanswered_updates = self.unanswered_updates.saturating_add(1),
             "response.create" if !voxgate => self.client.requested(text.as_str(), event_id.as_deref()),
