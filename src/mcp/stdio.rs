@@ -140,10 +140,13 @@ impl Transport<RoleClient> for StdioServer {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        // The end of its stdin tells the server to exit.
-        let closed = self.io.close().await;
-        self.process.stop().await;
-        closed
+        // The end of its stdin tells the server to exit. A server that stopped reading leaves a
+        // send blocked on its full pipe, holding the writer that closing needs: the close is
+        // bounded, and the group is killed either way (which fails that send).
+        let closed = tokio::time::timeout(EXIT_GRACE, self.io.close()).await;
+        let grace = if closed.is_ok() { EXIT_GRACE } else { Duration::ZERO };
+        self.process.stop(grace).await;
+        closed.unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "the server's stdin could not be closed")))
     }
 }
 
@@ -156,10 +159,10 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Give the server [`EXIT_GRACE`] to exit, kill its group, reap it. Cancelled part-way, the
-    /// server is still unreaped and `drop` kills the group.
-    async fn stop(&mut self) {
-        let deadline = tokio::time::Instant::now() + EXIT_GRACE;
+    /// Give the server `grace` to exit, kill its group, reap it. Cancelled part-way, the server is
+    /// still unreaped and `drop` kills the group.
+    async fn stop(&mut self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
         while self.child.is_some() && !self.exited() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(EXIT_POLL).await;
         }
@@ -288,6 +291,31 @@ while read -r line; do :; done"#;
             assert!(reaped(server), "the server was not reaped ({stays})");
             assert!(soon(|| !alive(helper)).await, "the server's helper outlived the connection ({stays})");
         }
+    }
+
+    /// A server that stopped reading its stdin, with a request blocked on the full pipe: the send
+    /// holds the writer that closing the stdin needs. The close is bounded and the group killed
+    /// anyway (before, the close waited for ever and the server and its group were left running).
+    #[tokio::test]
+    async fn a_server_that_stopped_reading_is_still_killed_when_the_connection_ends() {
+        use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
+        use rmcp::service::PeerRequestOptions;
+        let dir = tempfile::tempdir().unwrap();
+        let (client, server, helper) = connected(dir.path(), true).await;
+        // Far more than a pipe holds (64 KiB): the write blocks, as the server never reads.
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("blob".into(), serde_json::Value::String("x".repeat(4 << 20)));
+        let request = ClientRequest::CallToolRequest(Request::new(CallToolRequestParams::new("t").with_arguments(arguments)));
+        let peer = client.peer().clone();
+        let blocked = tokio::spawn(async move { peer.send_request_with_option(request, PeerRequestOptions::no_options()).await.map(drop) });
+        // Nothing tells when the write has filled the pipe and blocked (the pipe is the server's):
+        // it needs a few scheduler turns, and the test fails on the old close either way once it
+        // has (the wait below is not what is tested).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::timeout(Duration::from_secs(10), client.cancel()).await.expect("the connection ended").unwrap();
+        assert!(soon(|| reaped(server)).await, "the server was left running");
+        assert!(soon(|| !alive(helper)).await, "the server's helper outlived the connection");
+        blocked.abort();
     }
 
     /// A connection given up before it is established (its transport dropped, not closed) kills

@@ -46,6 +46,9 @@ const HTTP_RETRY_MAX: Duration = Duration::from_secs(30);
 const MAX_LIST_PAGES: usize = 64;
 /// Tools listed at most, over all pages, allowed or not.
 const MAX_LISTED_TOOLS: usize = 4096;
+/// Bound on the end of a connection when voxgate stops: a stdio server's close takes at most a
+/// few seconds (stdio.rs); an HTTP server's goodbye is not worth holding the shutdown for.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Client = RunningService<RoleClient, LinkHandler>;
 
@@ -111,7 +114,9 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
                     tokio::select! {
                         _ = stop.cancelled() => {
                             closed.cancel();
-                            let _ = running.await;
+                            if tokio::time::timeout(STOP_TIMEOUT, running).await.is_err() {
+                                tracing::warn!(server = %link.name, "MCP connection did not end in time at shutdown");
+                            }
                             return;
                         }
                         Some(()) = changes.recv() => listed = refresh(&link, &hub, &peer).await,
