@@ -57,9 +57,10 @@ pub enum CalendarError {
     /// the call's time was left: it was given up, and nothing was stored.
     #[error("the calendar file could not be written within the call's time")]
     WriteTooSlow,
-    /// The local calendar's write had committed, but did not finish within the call's time: the
-    /// event is most likely stored.
-    #[error("the calendar file was still being written when the call's time ran out")]
+    /// The local calendar's write had committed (renamed over the file), but did not finish within
+    /// the call's time, or its directory could not be synced after the rename: the event is most
+    /// likely stored, and a retry could book it twice.
+    #[error("the calendar file was replaced, but the write was not confirmed (unfinished in time, or not synced)")]
     WriteUnconfirmed,
     /// The CalDAV server answered with a status voxgate cannot act on.
     #[error("the calendar server answered HTTP {0}")]
@@ -116,7 +117,7 @@ impl From<CalendarError> for ToolError {
                 ToolError::Backend("the calendar answered too slowly; the event was not created; try again".into())
             }
             CalendarError::WriteUnconfirmed => ToolError::Backend(
-                "the calendar did not confirm the event in time; it may have been created; list that day before booking again"
+                "the calendar did not confirm the event; it may have been created; list that day before booking again"
                     .into(),
             ),
             CalendarError::NoCalendar => ToolError::Backend("no calendar was found on the calendar server".into()),

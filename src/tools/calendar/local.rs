@@ -7,9 +7,10 @@
 //! done.
 //!
 //! A create says what became of its event ([`CommitGate`]): the call gives up on a write that has
-//! not committed (the rename) shortly before its timeout, and the write then commits nothing; once
-//! the write has committed the call waits for it, so the model is never told `timeout` about an
-//! event that is in the file.
+//! not committed (the rename) shortly before its timeout, and the write then commits nothing (nor
+//! writes its temp copy); once the write has committed, or the worker has any other answer, the call
+//! waits for it, so the model is never told `timeout` or "not created" about an event that is in the
+//! file because of a worker that had already decided.
 //!
 //! One process owns the file: `open` takes an exclusive advisory lock (`flock`) on a lock file next
 //! to it (`.calendar.ics.lock`) and fails if another process still holds it after a short wait.
@@ -79,7 +80,10 @@ impl LocalCalendar {
         }
         let write_lock = take_ownership(&path)?;
         if !path.exists() {
-            write_atomically(&path, ics::empty_calendar().as_bytes(), || true).map_err(CalendarError::Unavailable)?;
+            match write_atomically(&path, ics::empty_calendar().as_bytes(), || true) {
+                Ok(Replace::Replaced | Replace::Kept) => {}
+                Ok(Replace::ReplacedUnsynced(e)) | Err(e) => return Err(CalendarError::Unavailable(e)),
+            }
         }
         Ok(Self { path: Arc::new(path), tz, write_lock })
     }
@@ -129,7 +133,14 @@ impl CalendarBackend for LocalCalendar {
             // Held until the worker is done, not by this future: when the call gives up, this work
             // still runs (to commit nothing), and the next create must wait for it.
             let _writer = writer;
-            write_event(&path, tz, event, &worker_gate)
+            let answer = write_event(&path, tz, event, &worker_gate);
+            #[cfg(test)]
+            faults::hold_answer(&path, &worker_gate);
+            // The answer is final on every path (written, found from an earlier attempt, refused,
+            // failed): a call reaching its give-up instant now waits for it instead of saying "not
+            // created" about what may be an event in the file.
+            worker_gate.settle(Commit::Committing);
+            answer
         });
         let joined = |done: Result<_, tokio::task::JoinError>| done.unwrap_or(Err(CalendarError::Worker));
         let Some((give_up, answer_by)) = times else {
@@ -138,12 +149,14 @@ impl CalendarBackend for LocalCalendar {
         if let Ok(done) = tokio::time::timeout_at(give_up, &mut worker).await {
             return joined(done);
         }
-        if gate.settle(Commit::Abandoned) == Commit::Pending {
-            return Err(CalendarError::WriteTooSlow);
-        }
+        let abandoned = gate.settle(Commit::Abandoned) == Commit::Pending;
         // Committing: the event is (about to be) in the file, so its answer is worth waiting for.
+        // Abandoned: the worker commits nothing now, so whatever it still answers in time is true
+        // (the event an earlier attempt stored, a refusal), and it answers at once once it has read
+        // the file, skipping the write.
         match tokio::time::timeout_at(answer_by, &mut worker).await {
             Ok(done) => joined(done),
+            Err(_) if abandoned => Err(CalendarError::WriteTooSlow),
             Err(_) => Err(CalendarError::WriteUnconfirmed),
         }
     }
@@ -160,7 +173,8 @@ enum Commit {
     /// Not settled: the worker has not reached the rename and the call still waits.
     #[default]
     Pending,
-    /// The worker renames (or has renamed) the new file over the calendar: the call waits for it.
+    /// The worker renames (or has renamed) the new file over the calendar, or has its answer
+    /// without a write: the call waits for it.
     Committing,
     /// The call gave up (or was dropped): the worker commits nothing.
     Abandoned,
@@ -175,6 +189,11 @@ impl CommitGate {
             *state = to;
         }
         found
+    }
+
+    /// Where it stands, without settling it.
+    fn state(&self) -> Commit {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -201,10 +220,21 @@ fn write_event(path: &Path, tz: Tz, event: CalendarEvent, gate: &CommitGate) -> 
     }
     let vevent = ics::event_to_ics(&event, Utc::now())?;
     let updated = ics::insert_event(&text, &vevent)?;
-    let commit = || gate.settle(Commit::Committing) != Commit::Abandoned;
-    if !write_atomically(path, updated.as_bytes(), commit).map_err(CalendarError::Unavailable)? {
-        // Nobody waits for this answer any more: the call reported that nothing was written.
+    // Looked at (not settled) before writing the copy too: writing and syncing a whole calendar
+    // for a call that gave up would only keep the next create waiting on the write lock.
+    if gate.state() == Commit::Abandoned {
         return Err(CalendarError::WriteTooSlow);
+    }
+    let commit = || gate.settle(Commit::Committing) != Commit::Abandoned;
+    match write_atomically(path, updated.as_bytes(), commit).map_err(CalendarError::Unavailable)? {
+        Replace::Replaced => {}
+        // The call gave up first: it reports that nothing was written, which is true.
+        Replace::Kept => return Err(CalendarError::WriteTooSlow),
+        // Readers see the event, but a crash might lose it: "try again" could book it twice.
+        Replace::ReplacedUnsynced(e) => {
+            tracing::warn!(error = %e, "the calendar was replaced but its directory could not be synced");
+            return Err(CalendarError::WriteUnconfirmed);
+        }
     }
     let stored = CalendarEvent {
         id: event.id,
@@ -305,10 +335,22 @@ fn remove_stale_temp_files(path: &Path) {
     }
 }
 
+/// What [`write_atomically`] did to the file (an error means it was not replaced).
+#[derive(Debug)]
+enum Replace {
+    /// `commit` said no: the file is as it was.
+    Kept,
+    /// Renamed over the file and durable.
+    Replaced,
+    /// Renamed over the file (readers see it) but the directory's fsync failed: a crash may still
+    /// bring back the old file.
+    ReplacedUnsynced(io::Error),
+}
+
 /// Replace `path` with `bytes` so that readers and crashes see the old or the new file, never a mix.
 /// `commit` is asked right before the rename, after which readers see the new file: when it says no,
-/// the file is left as it was. Whether the file was replaced.
-fn write_atomically(path: &Path, bytes: &[u8], commit: impl FnOnce() -> bool) -> io::Result<bool> {
+/// the file is left as it was.
+fn write_atomically(path: &Path, bytes: &[u8], commit: impl FnOnce() -> bool) -> io::Result<Replace> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -325,9 +367,13 @@ fn write_atomically(path: &Path, bytes: &[u8], commit: impl FnOnce() -> bool) ->
     if !matches!(renamed, Ok(true)) {
         // Best effort: a leftover temp file is harmless but untidy.
         let _ = fs::remove_file(&temp);
-        return renamed;
+        return renamed.map(|_| Replace::Kept);
     }
-    sync_dir(&dir).map(|()| true)
+    #[cfg(test)]
+    let synced = faults::dir_sync(path).and_then(|()| sync_dir(&dir));
+    #[cfg(not(test))]
+    let synced = sync_dir(&dir);
+    Ok(synced.map_or_else(Replace::ReplacedUnsynced, |()| Replace::Replaced))
 }
 
 /// The new text in `temp`, synced, with the permissions of the file it is to replace.
@@ -345,6 +391,8 @@ fn write_temp(temp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
         // Keep the permissions an operator gave the existing file.
         file.set_permissions(meta.permissions())?;
     }
+    #[cfg(test)]
+    faults::count_temp_write(path);
     file.write_all(bytes)?;
     file.sync_all()
 }
@@ -358,4 +406,66 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(not(unix))]
     let _ = dir;
     Ok(())
+}
+
+/// Faults and holds tests put into a calendar's writes, keyed by the calendar's path (tests run in
+/// parallel, each on its own file).
+#[cfg(test)]
+pub(super) mod faults {
+    use std::path::{Path, PathBuf};
+    use std::sync::{Mutex, PoisonError};
+    use std::time::{Duration, Instant};
+
+    use super::{Commit, CommitGate};
+
+    /// What a test asked for on one calendar file, and what its writes did.
+    #[derive(Debug, Default, Clone)]
+    pub(in crate::tools::calendar) struct Faults {
+        /// The directory's fsync after the rename fails.
+        pub(in crate::tools::calendar) fail_dir_sync: bool,
+        /// A create's worker keeps its answer until the call has settled its gate (given up).
+        pub(in crate::tools::calendar) answer_after_give_up: bool,
+        /// How many temp files writes have started.
+        pub(in crate::tools::calendar) temp_writes: usize,
+    }
+
+    static FAULTS: Mutex<Vec<(PathBuf, Faults)>> = Mutex::new(Vec::new());
+
+    /// Change what the writes to the calendar at `path` meet.
+    pub(in crate::tools::calendar) fn set(path: &Path, change: impl FnOnce(&mut Faults)) {
+        let mut all = FAULTS.lock().unwrap_or_else(PoisonError::into_inner);
+        match all.iter_mut().find(|(p, _)| p == path) {
+            Some((_, faults)) => change(faults),
+            None => {
+                let mut faults = Faults::default();
+                change(&mut faults);
+                all.push((path.to_path_buf(), faults));
+            }
+        }
+    }
+
+    /// What was set for (and counted on) the calendar at `path`.
+    pub(in crate::tools::calendar) fn get(path: &Path) -> Faults {
+        let all = FAULTS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.iter().find(|(p, _)| p == path).map(|(_, f)| f.clone()).unwrap_or_default()
+    }
+
+    pub(super) fn count_temp_write(path: &Path) {
+        set(path, |f| f.temp_writes += 1);
+    }
+
+    pub(super) fn dir_sync(path: &Path) -> std::io::Result<()> {
+        if get(path).fail_dir_sync {
+            return Err(std::io::Error::other("injected directory fsync failure"));
+        }
+        Ok(())
+    }
+
+    /// Polls: the gate has no waiters to wake, and this runs only in tests (bounded at 5 s).
+    pub(super) fn hold_answer(path: &Path, gate: &CommitGate) {
+        let asked = Instant::now();
+        while get(path).answer_after_give_up && gate.state() == Commit::Pending && asked.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::super::local::faults;
 use super::{Fixture, stray_files, tz, vevent_count};
 use crate::config::{CalendarBackendConfig, CalendarKind};
 use crate::tools::ToolError;
@@ -194,6 +195,8 @@ async fn a_create_cut_off_writes_nothing_and_holds_the_lock_until_its_worker_is_
     assert!(text.contains("SUMMARY:Next one"), "the second create was lost");
     assert_eq!(vevent_count(&text), 20_001);
     assert!(stray_files(f.path().parent().unwrap(), &f.path()).is_empty());
+    // The cut-off worker saw the gate before writing its copy of the file, and so spent no time on it.
+    assert_eq!(faults::get(&f.path()).temp_writes, 1, "the cut-off create still wrote its temp file");
 }
 
 /// One process owns the file: a second owner (another process's `flock` on the lock file next to
@@ -232,16 +235,8 @@ fn a_file_another_process_holds_is_refused_and_its_temp_files_are_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_that_runs_out_of_time_reports_what_became_of_its_event() {
     let f = std::sync::Arc::new(Fixture::with_file(tz("UTC"), Some(&bulk_calendar(60_000))));
-    let registered = f.tool("create_calendar_event");
     // Far shorter than reading and parsing the file takes.
-    let policy = ToolPolicy { timeout: std::time::Duration::from_millis(200), ..registered.policy.clone() };
-    let job = ToolJob {
-        tool: std::sync::Arc::new(RegisteredTool::new(registered.tool.clone(), policy).unwrap()),
-        args: json!({"title": "Cut off", "start_datetime": "2024-03-01T08:00Z"}),
-        ctx: super::ctx("s", "a"),
-        span: tracing::Span::none(),
-    };
-    let outcome = job.run().await;
+    let outcome = create_job(&f, json!({"title": "Cut off", "start_datetime": "2024-03-01T08:00Z"}), 200).run().await;
     // The next create waits on the write lock until the first one's worker is done.
     let second = f.create(json!({"title": "Next one", "start_datetime": "2024-03-01T09:00Z"}), "s", "b").await;
     assert_eq!(second["created"], true);
@@ -257,6 +252,45 @@ async fn a_create_that_runs_out_of_time_reports_what_became_of_its_event() {
     }
     assert_eq!(vevent_count(&text), 60_001 + usize::from(written));
     assert!(stray_files(f.path().parent().unwrap(), &f.path()).is_empty());
+}
+
+/// A replayed create (its event already in the file) whose worker answers only after the call gave
+/// up on it: the answer is final (nothing left to commit), so the call reports it rather than
+/// "the event was not created" about an event that is in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_create_answering_after_the_give_up_reports_the_event_in_the_file() {
+    let f = Fixture::new(tz("UTC"));
+    let args = json!({"title": "Replayed", "start_datetime": "2024-03-01T08:00Z"});
+    assert_eq!(f.create(args.clone(), "s", "a").await["created"], true);
+    faults::set(&f.path(), |faults| faults.answer_after_give_up = true);
+    let out = create_job(&f, args, 400).run().await.expect("the event is in the file");
+    assert_eq!(out.result["created"], false);
+    assert_eq!(vevent_count(&f.text()), 1);
+}
+
+/// The rename is the commit: a directory fsync failing after it leaves the event in the file, so
+/// the create must not say "unavailable; try again" (a retry would book it twice).
+#[tokio::test]
+async fn a_create_whose_directory_fsync_fails_says_the_event_may_have_been_created() {
+    let f = Fixture::new(tz("UTC"));
+    faults::set(&f.path(), |faults| faults.fail_dir_sync = true);
+    let args = json!({"title": "Unsynced", "start_datetime": "2024-03-01T08:00Z"});
+    let err = f.call("create_calendar_event", args, "s", "a").await.unwrap_err();
+    assert!(matches!(&err, ToolError::Backend(m) if m.contains("may have been created")), "{err:?}");
+    assert!(f.text().contains("SUMMARY:Unsynced"));
+    assert!(stray_files(f.path().parent().unwrap(), &f.path()).is_empty());
+}
+
+/// A create of `args` (call "a" of session "s") as the session runs it, with a `timeout_ms` timeout.
+fn create_job(f: &Fixture, args: Value, timeout_ms: u64) -> ToolJob {
+    let registered = f.tool("create_calendar_event");
+    let policy = ToolPolicy { timeout: std::time::Duration::from_millis(timeout_ms), ..registered.policy.clone() };
+    ToolJob {
+        tool: std::sync::Arc::new(RegisteredTool::new(registered.tool.clone(), policy).unwrap()),
+        args,
+        ctx: super::ctx("s", "a"),
+        span: tracing::Span::none(),
+    }
 }
 
 /// A calendar of `events` one-hour events: large enough that reading and parsing it takes a while.
