@@ -321,3 +321,49 @@ async fn held_records_are_serialised_once_and_still_chain_after_the_outage() {
     let finishes: Vec<_> = written.iter().filter(|l| l["event"] == "call_finished").collect();
     assert!(finishes.iter().all(|l| l["status"] == "failed" && l["error_code"] == "audit_unavailable"), "{finishes:?}");
 }
+
+/// A commit whose only line is a timed checkpoint, failed, is retried like any held record: the
+/// writer is healthy again once the disk is (it held the checkpoint and never wrote it, and fail
+/// closed kept refusing calls), and the log ends with that one checkpoint.
+#[tokio::test]
+async fn a_failed_checkpoint_alone_is_retried_and_health_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::config::AuditConfig { checkpoint_interval_s: 1, ..config(&dir, 0) };
+    let failing = Arc::new(AtomicBool::new(false));
+    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
+    handle.record(record(AuditEvent::CallStarted, "c1")).await.unwrap();
+    failing.store(true, Ordering::SeqCst);
+    // The ticker's checkpoint (due a second after the record) fails.
+    until("the checkpoint's write failed", std::time::Duration::from_secs(5), || !handle.is_healthy()).await;
+    failing.store(false, Ordering::SeqCst);
+    until("writable again", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
+    assert!(!handle.refuses_calls());
+    drop(handle);
+    writer.join().await.unwrap();
+    let written = lines(&cfg);
+    let checkpoints = written.iter().filter(|l| l["event"] == "checkpoint").count();
+    assert_eq!((written.len(), checkpoints), (2, 1), "{written:?}");
+}
+
+/// Through an outage longer than the interval, one timed checkpoint is held, not one per commit.
+#[tokio::test]
+async fn an_outage_holds_one_timed_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::config::AuditConfig { checkpoint_interval_s: 1, ..config(&dir, 0) };
+    let failing = Arc::new(AtomicBool::new(false));
+    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
+    failing.store(true, Ordering::SeqCst);
+    let mut held = Vec::new();
+    for i in 0..8 {
+        held.push(tokio::spawn(handle.record(record(AuditEvent::CallStarted, &format!("c{i}")))));
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    failing.store(false, Ordering::SeqCst);
+    until("writable again", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
+    drop(handle);
+    writer.join().await.unwrap();
+    let written = lines(&cfg);
+    let checkpoints = written.iter().filter(|l| l["event"] == "checkpoint").count();
+    assert!(checkpoints <= 2, "{checkpoints} checkpoints in {} lines", written.len());
+    drop(held);
+}

@@ -101,11 +101,15 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
     let mut expected_seq: Option<u64> = None;
     // Each open call, with where it started.
     let mut calls: HashMap<(String, String), String> = HashMap::new();
-    // Every call seen finished: a `call_started` of one of them is a second call under its id.
+    // Calls seen finished in this file and the one before it: a `call_started` of one of them is
+    // a second call under its id. Two files, not the whole history, so that memory stays bounded
+    // by the rotation size over years of kept rotations (a start again further apart is missed).
     let mut finished: HashSet<u128> = HashSet::new();
+    let mut finished_before: HashSet<u128> = HashSet::new();
     let mut most = 0;
     let mut raw = Vec::new();
     for (i, file) in files.iter().enumerate() {
+        finished_before = std::mem::take(&mut finished);
         let failed = |e: std::io::Error| AuditError::Io(format!("{}: {}", file.display(), e.kind()));
         let label = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let opened = match File::open(file) {
@@ -174,7 +178,7 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
                 AuditEvent::CallStarted => {
                     if calls.contains_key(&call) {
                         report.problems.push(format!("{at}: call {} started twice", call.1));
-                    } else if finished.contains(&call_digest(&call)) {
+                    } else if finished.contains(&call_digest(&call)) || finished_before.contains(&call_digest(&call)) {
                         // Held open again, so its second finish is not reported a second time.
                         report.problems.push(format!("{at}: call {} started again after its finish", call.1));
                     } else {

@@ -288,10 +288,14 @@ impl Writer {
     /// Write the held records, then `fresh`, in one fsynced batch. Held records keep the lines
     /// made for them at their first attempt (see [`pending`]): only `fresh` is serialised.
     fn commit(&mut self, fresh: Vec<Held>) -> Result<(), AuditError> {
+        // One checkpoint held at a time: an outage holds its lines, and the interval restarts
+        // only once they are durable, so every commit after the interval would add another.
         let timed = self.checkpoint_interval > Duration::ZERO
             && self.pending.since > 0
+            && !self.pending.checkpointed
             && self.last_checkpoint.elapsed() >= self.checkpoint_interval;
-        if self.backlog.is_empty() && fresh.is_empty() && !timed {
+        // Held lines with no record behind them (a checkpoint whose write failed) are retried too.
+        if self.backlog.is_empty() && fresh.is_empty() && !timed && self.pending.bytes.is_empty() {
             return Ok(());
         }
         // Read by the handles and the ticker while this thread may be blocked in the disk.
