@@ -105,11 +105,10 @@ pub(super) fn check(path: &Path, chain: &Chain) -> Result<(VerifyReport, usize),
     // a second call under its id. Two files, not the whole history, so that memory stays bounded
     // by the rotation size over years of kept rotations (a start again further apart is missed).
     let mut finished: HashSet<u128> = HashSet::new();
-    let mut finished_before: HashSet<u128> = HashSet::new();
     let mut most = 0;
     let mut raw = Vec::new();
     for (i, file) in files.iter().enumerate() {
-        finished_before = std::mem::take(&mut finished);
+        let finished_before = std::mem::take(&mut finished);
         let failed = |e: std::io::Error| AuditError::Io(format!("{}: {}", file.display(), e.kind()));
         let label = file.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let opened = match File::open(file) {
