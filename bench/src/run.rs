@@ -30,6 +30,11 @@ use crate::tools;
 /// The pause between one idle tool call's answer and the next call (and between the spaced fsync
 /// probes, which stand for those calls' audit commits).
 pub const IDLE_TOOL_GAP: Duration = Duration::from_millis(5);
+/// The capacity search stops once the smallest N that missed real time is within this factor of
+/// the largest that held: ±2 %, so that a ratio of two capacities near 0.95 can be told from
+/// 0.87 (with 10 %, a voxgate capacity of 820 against the relay's 940 could be anything from
+/// 0.80× to 0.96×). Each step more is one phase of a few seconds per path.
+const CAPACITY_RESOLUTION: f64 = 1.04;
 /// Appends per fsync probe.
 const FSYNC_PROBES: usize = 200;
 
@@ -359,7 +364,8 @@ impl Ctx {
 
     /// Largest N that keeps real time: every session alive, ≥ 99 % of frames back, p99 under the
     /// limit. Starts from the main phases' verdicts (the largest N that held, the smallest that did
-    /// not), doubles until a miss, then bisects to within 10 %.
+    /// not), doubles until a miss, then bisects until the smallest miss is within
+    /// [`CAPACITY_RESOLUTION`] of the largest hold.
     async fn capacity(&mut self, path: Path) {
         if self.skip(path) {
             return;
@@ -373,7 +379,7 @@ impl Ctx {
             let n = match missed {
                 None if held >= CEILING => break,
                 None => (held.max(50) * 2).min(CEILING),
-                Some(miss) if held > 0 && miss as f64 / held as f64 <= 1.1 => break,
+                Some(miss) if held > 0 && miss as f64 / held as f64 <= CAPACITY_RESOLUTION => break,
                 Some(miss) if miss <= 1 => break,
                 Some(miss) => (held + miss) / 2 / 10 * 10,
             };
