@@ -322,14 +322,19 @@ async fn held_records_are_serialised_once_and_still_chain_after_the_outage() {
     assert!(finishes.iter().all(|l| l["status"] == "failed" && l["error_code"] == "audit_unavailable"), "{finishes:?}");
 }
 
+/// A log with a timed checkpoint every second, and the switch that makes its writes fail.
+fn timed_checkpoints() -> (tempfile::TempDir, crate::config::AuditConfig, Arc<AtomicBool>) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::config::AuditConfig { checkpoint_interval_s: 1, ..config(&dir, 0) };
+    (dir, cfg, Arc::new(AtomicBool::new(false)))
+}
+
 /// A commit whose only line is a timed checkpoint, failed, is retried like any held record: the
 /// writer is healthy again once the disk is (it held the checkpoint and never wrote it, and fail
 /// closed kept refusing calls), and the log ends with that one checkpoint.
 #[tokio::test]
 async fn a_failed_checkpoint_alone_is_retried_and_health_comes_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = crate::config::AuditConfig { checkpoint_interval_s: 1, ..config(&dir, 0) };
-    let failing = Arc::new(AtomicBool::new(false));
+    let (_dir, cfg, failing) = timed_checkpoints();
     let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
     handle.record(record(AuditEvent::CallStarted, "c1")).await.unwrap();
     failing.store(true, Ordering::SeqCst);
@@ -348,9 +353,7 @@ async fn a_failed_checkpoint_alone_is_retried_and_health_comes_back() {
 /// Through an outage longer than the interval, one timed checkpoint is held, not one per commit.
 #[tokio::test]
 async fn an_outage_holds_one_timed_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = crate::config::AuditConfig { checkpoint_interval_s: 1, ..config(&dir, 0) };
-    let failing = Arc::new(AtomicBool::new(false));
+    let (_dir, cfg, failing) = timed_checkpoints();
     let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(failing_writes(&failing))).await.unwrap();
     failing.store(true, Ordering::SeqCst);
     let mut held = Vec::new();
