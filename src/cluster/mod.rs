@@ -9,7 +9,10 @@
 //! - the admin kill: `DELETE /admin/sessions/{id}` on any instance publishes the id to the owner's
 //!   channel, whose [`kill`] listener ends the session and answers; the deleter waits a bounded
 //!   time for that answer, and releases an entry no instance holds (stale after a restart within
-//!   the TTL under the same `instance_id`), so a kill is reported done only when one ended.
+//!   the TTL under the same `instance_id`), so a kill is reported done only when one ended. A
+//!   session with no entry (Redis came back empty, it was admitted while Redis was down, or its
+//!   instance is cut off from Redis) is asked for on a channel every instance hears: not found only
+//!   when every instance that heard it answered that it does not hold it.
 //!
 //! Redis down degrades, never refuses: caps fall back to this instance's own count, listings show
 //! this instance only, `voxgate_redis_up` is 0 and `/readyz` says so; the next successful refresh
@@ -188,8 +191,8 @@ impl Cluster {
             link.ttl / 3,
             stop.clone(),
         ));
-        let channel = registry::kill_channel(&cluster.instance);
-        tokio::spawn(kill::listen(link.client, link.conn.clone(), channel, live, stop, link.ttl / 3));
+        let listener = kill::Listener { client: link.client, conn: link.conn.clone(), instance: cluster.instance.clone(), live };
+        tokio::spawn(listener.run(stop, link.ttl / 3));
         cluster
     }
 
@@ -259,13 +262,18 @@ impl Cluster {
                 }
             }
         }
+        (self.list_local(), ListingScope::Instance)
+    }
+
+    /// This instance's sessions, oldest first, without asking Redis.
+    pub(crate) fn list_local(&self) -> Vec<SessionEntry> {
         let mut local: Vec<SessionEntry> = self.seats.iter().map(|s| s.entry.clone()).collect();
         local.sort_by(|a, b| {
             a.started_at
                 .cmp(&b.started_at)
                 .then_with(|| a.id.cmp(&b.id))
         });
-        (local, ListingScope::Instance)
+        local
     }
 
     /// End session `id` wherever it runs: [`KillOutcome::Forwarded`] only once its owner has
@@ -279,7 +287,7 @@ impl Cluster {
         };
         let entry = match shared.registry.find(id).await {
             Ok(Some(entry)) => entry,
-            Ok(None) => return KillOutcome::NotFound,
+            Ok(None) => return self.kill_unregistered(shared, id).await,
             Err(err) => {
                 shared.set_down(err);
                 tracing::warn!(error = %err, "session registry unavailable; cannot forward an admin kill");
@@ -308,6 +316,36 @@ impl Cluster {
             Err(err) => {
                 shared.set_down(err);
                 tracing::warn!(error = %err, "cannot forward an admin kill");
+                KillOutcome::Unreachable
+            }
+        }
+    }
+
+    /// End session `id`, which the registry does not know, on whichever instance holds it: every
+    /// instance that hears the broadcast answers, and `NotFound` only when all of them said they
+    /// do not hold it. Nobody hearing it (not even this instance's own listener) or not everyone
+    /// answering in [`KILL_ACK_WAIT`] leaves it unknown: `Unreachable`. Instances that predate the
+    /// broadcast do not hear it and are not counted.
+    async fn kill_unregistered(&self, shared: &Shared, id: &str) -> KillOutcome {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let verdict = match shared.registry.broadcast_kill(id, &nonce).await {
+            Ok(0) => {
+                tracing::warn!("an admin kill of an unregistered session was heard by no instance");
+                return KillOutcome::Unreachable;
+            }
+            Ok(heard) => shared.registry.broadcast_acks(&nonce, heard, KILL_ACK_WAIT).await,
+            Err(err) => Err(err),
+        };
+        match verdict {
+            Ok(Some(KillAck::Ended)) => KillOutcome::Forwarded,
+            Ok(Some(KillAck::Unknown)) => KillOutcome::NotFound,
+            Ok(None) => {
+                tracing::warn!("an admin kill of an unregistered session was not answered by every instance in time");
+                KillOutcome::Unreachable
+            }
+            Err(err) => {
+                shared.set_down(err);
+                tracing::warn!(error = %err, "cannot broadcast an admin kill");
                 KillOutcome::Unreachable
             }
         }

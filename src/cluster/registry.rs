@@ -9,7 +9,10 @@
 //!   cross-instance cap;
 //! - channel `voxgate:kill:{instance}` — admin kills for the instance: `{id} {nonce}` (a bare `{id}`
 //!   from an instance that predates acknowledgements is still obeyed, unacknowledged);
-//! - `voxgate:kill-ack:{nonce}` — the owner's answer to one kill ([`KillAck`]), with a short TTL.
+//! - `voxgate:kill-ack:{nonce}` — the owner's answer to one kill ([`KillAck`]), with a short TTL;
+//! - channel `voxgate:kill-all` — kills of a session with no registry entry, heard by every
+//!   instance (an instance that predates it does not subscribe, and is not counted);
+//! - `voxgate:kill-acks:{nonce}` — hash of each instance's answer to one such kill, short TTL.
 
 use std::time::Duration;
 
@@ -117,8 +120,15 @@ pub(super) fn kill_channel(instance: &str) -> String {
     format!("voxgate:kill:{instance}")
 }
 
+/// The pub/sub channel on which every instance takes kills of sessions the registry does not know.
+pub(super) const BROADCAST_CHANNEL: &str = "voxgate:kill-all";
+
 fn ack_key(nonce: &str) -> String {
     format!("voxgate:kill-ack:{nonce}")
+}
+
+fn broadcast_ack_key(nonce: &str) -> String {
+    format!("voxgate:kill-acks:{nonce}")
 }
 
 /// What the owner of a killed session answers.
@@ -170,8 +180,23 @@ pub(super) async fn acknowledge_kill(
     nonce: &str,
     ack: KillAck,
 ) -> Result<(), ClusterError> {
-    let mut conn = conn.clone();
-    bounded(conn.set_ex(ack_key(nonce), ack.as_str(), ACK_TTL_S)).await
+    let key = ack_key(nonce);
+    let key = &key;
+    bounded(conn, |mut c| async move { c.set_ex(key, ack.as_str(), ACK_TTL_S).await }).await
+}
+
+/// This instance's answer to a kill heard on [`BROADCAST_CHANNEL`], sent with `nonce`.
+pub(super) async fn acknowledge_broadcast_kill(
+    conn: &ConnectionManager,
+    nonce: &str,
+    instance: &str,
+    ack: KillAck,
+) -> Result<(), ClusterError> {
+    let key = broadcast_ack_key(nonce);
+    let mut pipe = redis::pipe();
+    pipe.atomic().hset(&key, instance, ack.as_str()).ignore().expire(&key, ACK_TTL_S as i64).ignore();
+    let pipe = &pipe;
+    bounded(conn, |mut c| async move { pipe.query_async::<()>(&mut c).await }).await
 }
 
 pub(super) struct Registry {
@@ -211,16 +236,15 @@ impl Registry {
             .arg(self.ttl_ms)
             .arg(cap.map_or(0, |(_, max)| max))
             .arg(json);
-        let mut conn = self.conn.clone();
-        let admitted: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        let invocation = &invocation;
+        let admitted: i64 = bounded(&self.conn, |mut c| async move { invocation.invoke_async(&mut c).await }).await?;
         Ok(admitted == 1)
     }
 
     /// Extend (or re-create) the entries of every session this instance holds.
     pub async fn refresh(&self, seated: &[Seated]) -> Result<(), ClusterError> {
         if seated.is_empty() {
-            let mut conn = self.conn.clone();
-            let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+            let _: String = bounded(&self.conn, |mut c| async move { redis::cmd("PING").query_async(&mut c).await }).await?;
             return Ok(());
         }
         for batch in seated.chunks(REFRESH_BATCH) {
@@ -238,8 +262,8 @@ impl Registry {
                     .arg(json)
                     .arg(if seat.cap_key.is_some() { "1" } else { "0" });
             }
-            let mut conn = self.conn.clone();
-            let _: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+            let invocation = &invocation;
+            let _: i64 = bounded(&self.conn, |mut c| async move { invocation.invoke_async(&mut c).await }).await?;
         }
         Ok(())
     }
@@ -252,21 +276,21 @@ impl Registry {
             invocation.key(user_key(cap_key));
         }
         invocation.arg(id);
-        let mut conn = self.conn.clone();
-        let _: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+        let invocation = &invocation;
+        let _: i64 = bounded(&self.conn, |mut c| async move { invocation.invoke_async(&mut c).await }).await?;
         Ok(())
     }
 
     /// Every live session of every instance, oldest first.
     pub async fn list(&self) -> Result<Vec<SessionEntry>, ClusterError> {
-        let mut conn = self.conn.clone();
-        let ids: Vec<String> = bounded(conn.zrange(INDEX_KEY, 0, -1)).await?;
+        let ids: Vec<String> = bounded(&self.conn, |mut c| async move { c.zrange(INDEX_KEY, 0, -1).await }).await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let keys: Vec<String> = ids.iter().map(|id| session_key(id)).collect();
+        let keys = &keys;
         let values: Vec<Option<String>> =
-            bounded(redis::cmd("MGET").arg(&keys).query_async(&mut conn)).await?;
+            bounded(&self.conn, |mut c| async move { redis::cmd("MGET").arg(keys).query_async(&mut c).await }).await?;
         // An entry that expired since the index was last pruned is simply gone.
         let mut entries: Vec<SessionEntry> = values
             .into_iter()
@@ -283,8 +307,9 @@ impl Registry {
 
     /// The registry entry of one session, if any instance holds it.
     pub async fn find(&self, id: &str) -> Result<Option<SessionEntry>, ClusterError> {
-        let mut conn = self.conn.clone();
-        let json: Option<String> = bounded(conn.get(session_key(id))).await?;
+        let key = session_key(id);
+        let key = &key;
+        let json: Option<String> = bounded(&self.conn, |mut c| async move { c.get(key).await }).await?;
         Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
     }
 
@@ -296,8 +321,40 @@ impl Registry {
         id: &str,
         nonce: &str,
     ) -> Result<usize, ClusterError> {
-        let mut conn = self.conn.clone();
-        bounded(conn.publish(kill_channel(instance), kill_message(id, nonce))).await
+        let (channel, message) = (kill_channel(instance), kill_message(id, nonce));
+        let (channel, message) = (&channel, &message);
+        bounded(&self.conn, |mut c| async move { c.publish(channel, message).await }).await
+    }
+
+    /// Ask every instance to end session `id`, answering under `nonce`; returns how many
+    /// subscribers heard it (instances that predate [`BROADCAST_CHANNEL`] are not among them).
+    pub async fn broadcast_kill(&self, id: &str, nonce: &str) -> Result<usize, ClusterError> {
+        let message = kill_message(id, nonce);
+        let message = &message;
+        bounded(&self.conn, |mut c| async move { c.publish(BROADCAST_CHANNEL, message).await }).await
+    }
+
+    /// The verdict on the broadcast kill sent with `nonce`, looked for until `wait` has passed:
+    /// `Ended` once any instance ended it, `Unknown` once all `heard` answered that they hold no
+    /// such session, `None` when neither by then.
+    pub async fn broadcast_acks(
+        &self,
+        nonce: &str,
+        heard: usize,
+        wait: Duration,
+    ) -> Result<Option<KillAck>, ClusterError> {
+        let key = broadcast_ack_key(nonce);
+        let key = &key;
+        poll_ack(wait, || async move {
+            let answers: Vec<String> = bounded(&self.conn, |mut c| async move { c.hvals(key).await }).await?;
+            let answers: Vec<KillAck> = answers.iter().filter_map(|a| KillAck::parse(a)).collect();
+            Ok(if answers.contains(&KillAck::Ended) {
+                Some(KillAck::Ended)
+            } else {
+                (answers.len() >= heard).then_some(KillAck::Unknown)
+            })
+        })
+        .await
     }
 
     /// The owner's answer to the kill sent with `nonce`, looked for until `wait` has passed
@@ -308,12 +365,10 @@ impl Registry {
         wait: Duration,
     ) -> Result<Option<KillAck>, ClusterError> {
         let key = ack_key(nonce);
-        poll_ack(wait, || {
-            let (mut conn, key) = (self.conn.clone(), key.clone());
-            async move {
-                let value: Option<String> = bounded(conn.get(key)).await?;
-                Ok(value.as_deref().and_then(KillAck::parse))
-            }
+        let key = &key;
+        poll_ack(wait, || async move {
+            let value: Option<String> = bounded(&self.conn, |mut c| async move { c.get(key).await }).await?;
+            Ok(value.as_deref().and_then(KillAck::parse))
         })
         .await
     }
@@ -344,10 +399,27 @@ where
     }
 }
 
-/// One Redis round trip under [`REDIS_TIMEOUT`]; errors keep only their kind (a URL may hold a
-/// password). Also the tickets' (`policy::tickets`).
-pub(crate) async fn bounded<T>(call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, ClusterError> {
-    match tokio::time::timeout(REDIS_TIMEOUT, call).await {
+/// One Redis round trip, `call` on a handle of `conn`, under [`REDIS_TIMEOUT`]; errors keep only
+/// their kind (a URL may hold a password). Also the tickets' (`policy::tickets`).
+///
+/// A call that finds its connection dropped (Redis restarted, failed over, or a proxy cut it) is
+/// made once more within the same bound: redis-rs's connection manager replaces a dead connection
+/// only after a command failed on it, and does not retry that command, so without this the first
+/// call after every restart fails although Redis answers.
+pub(crate) async fn bounded<T, Fut>(
+    conn: &ConnectionManager,
+    call: impl Fn(ConnectionManager) -> Fut,
+) -> Result<T, ClusterError>
+where
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    let attempts = async {
+        match call(conn.clone()).await {
+            Err(err) if err.is_connection_dropped() => call(conn.clone()).await,
+            other => other,
+        }
+    };
+    match tokio::time::timeout(REDIS_TIMEOUT, attempts).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => Err(ClusterError::from_redis(&err)),
         Err(_) => Err(ClusterError::Timeout),

@@ -236,16 +236,19 @@ fn redis_key(jti: &str) -> String {
 /// `SET voxgate:ticket:<jti> 1 NX EX <ttl>`, bounded: `Ok(true)` when this call claimed the
 /// ticket, `Ok(false)` when some instance already had.
 async fn claim_in_redis(redis: &redis::aio::ConnectionManager, jti: &str, ttl: u64) -> Result<bool, ClusterError> {
-    let mut conn = redis.clone();
     let mut set = redis::cmd("SET");
     set.arg(redis_key(jti)).arg(1).arg("NX").arg("EX").arg(ttl);
-    bounded(set.query_async::<Option<String>>(&mut conn)).await.map(|reply| reply.is_some())
+    let set = &set;
+    // Tried again if the connection dropped: a SET that landed before the drop makes the retry
+    // find the ticket spent, which refuses it, as a refusal for an unavailable Redis would have.
+    bounded(redis, |mut c| async move { set.query_async::<Option<String>>(&mut c).await }).await.map(|reply| reply.is_some())
 }
 
 /// `EXISTS voxgate:ticket:<jti>`, bounded: whether some instance spent the ticket.
 async fn spent_in_redis(redis: &redis::aio::ConnectionManager, jti: &str) -> Result<bool, ClusterError> {
-    let mut conn = redis.clone();
-    bounded(redis::cmd("EXISTS").arg(redis_key(jti)).query_async::<bool>(&mut conn)).await
+    let key = redis_key(jti);
+    let key = &key;
+    bounded(redis, |mut c| async move { redis::cmd("EXISTS").arg(key).query_async::<bool>(&mut c).await }).await
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::audit::AuditEvent;
 use crate::config::AuditOnError;
-use crate::cluster::KillOutcome;
+use crate::cluster::{KillOutcome, ListingScope};
 use crate::policy::Principal;
 use crate::session::calls::observe::count;
 use crate::session::calls::{Action, CallTable, DeclineReason, unix_ms};
@@ -47,16 +47,23 @@ async fn read_json<T: serde::de::DeserializeOwned>(state: &AppState, body: Body,
 }
 
 /// `GET /admin/sessions`: every instance's sessions (from the Redis registry), or this
-/// instance's when there is no Redis or it is down (`scope` says which).
+/// instance's when there is no Redis or it is down (`scope` says which). Tracked by the drain
+/// while it waits on Redis; once the drain has begun, this instance's own, at once.
 pub async fn list_sessions(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     state.require_admin(&headers)?;
+    let Some(_entered) = state.shutdown.enter() else {
+        let sessions = state.cluster.list_local();
+        return Ok(Json(json!({"sessions": sessions, "scope": ListingScope::Instance})).into_response());
+    };
     let (sessions, scope) = state.cluster.list().await;
     Ok(Json(json!({"sessions": sessions, "scope": scope})).into_response())
 }
 
 /// `DELETE /admin/sessions/{id}`: end the session on whichever instance holds it. 204 only for a
 /// session that ended (here, or confirmed by its instance); 404 when none holds it; 503 when that
-/// cannot be known now ([`crate::cluster::Cluster::kill`]).
+/// cannot be known now ([`crate::cluster::Cluster::kill`]). Tracked by the drain while it waits
+/// for an answer (else the drain cuts it, unanswered, though the kill may have gone out); once the
+/// drain has begun, only a session of this instance is ended, at once, and others are 503.
 pub async fn end_session(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -68,6 +75,12 @@ pub async fn end_session(
     if !plausible {
         return Err(ApiError::not_found());
     }
+    let Some(_entered) = state.shutdown.enter() else {
+        return match state.live.kill(&id) {
+            true => Ok(StatusCode::NO_CONTENT.into_response()),
+            false => Err(ApiError::draining()),
+        };
+    };
     match state.cluster.kill(&state.live, &id).await {
         KillOutcome::Ended | KillOutcome::Forwarded => Ok(StatusCode::NO_CONTENT.into_response()),
         KillOutcome::NotFound => Err(ApiError::not_found()),

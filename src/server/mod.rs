@@ -165,7 +165,8 @@ impl RunningServer {
 
     /// Drain (CONTRACT §1): stop accepting, tell every session to finish (parked calls are
     /// declined, running ones get until `server.drain_timeout_ms`, admin calls too), wait for
-    /// them and for requests still being admitted (`Shutdown::enter`), then flush the audit log.
+    /// them and for requests still being admitted or answering an admin (`Shutdown::enter`), then
+    /// flush the audit log.
     /// Returns the audit writer's result.
     pub async fn shutdown(self) -> Result<(), crate::audit::AuditError> {
         let RunningServer { state, serve, audit_writer, .. } = self;

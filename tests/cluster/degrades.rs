@@ -16,7 +16,7 @@ fn toml(redis_url: &str, extra: &str) -> String {
 }
 
 /// Open a session with `token` (a JWT or a ticket); the status, and the client when it opened.
-async fn open(url: &str, token: &str) -> (u16, Option<Client>) {
+pub(super) async fn open(url: &str, token: &str) -> (u16, Option<Client>) {
     let protocol = format!("voxgate-token.{token}");
     match Client::try_connect(url, &["realtime", &protocol], &[]).await {
         Ok(client) => (101, Some(client)),

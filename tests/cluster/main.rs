@@ -5,8 +5,9 @@
 //! through nginx; a killed instance's registry entries expire; every audit file verifies.
 //!
 //! This file holds the shared helpers and the main scenario; the processes are in [`instance`]
-//! (one voxgate) and [`nginx`] (the load balancer), the Redis outage in [`outage`], and Redis away
-//! from the start with in-process instances in [`degrades`].
+//! (one voxgate) and [`nginx`] (the load balancer), the Redis outage in [`outage`], Redis away
+//! from the start with in-process instances in [`degrades`], and a Redis restart's first calls and
+//! kills of unregistered sessions in [`recovery`].
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -16,6 +17,7 @@ mod instance;
 mod kills;
 mod nginx;
 mod outage;
+mod recovery;
 mod stalled;
 
 use std::collections::{HashMap, HashSet};
