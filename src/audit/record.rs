@@ -102,7 +102,8 @@ pub struct AuditRecord {
     pub arguments: Option<Value>,
     /// Who and from where (shared by every record of a session).
     pub origin: std::sync::Arc<Origin>,
-    /// For PHI tools: the resource touched (an event UID, a file id), never its content.
+    /// For PHI tools: the resource touched (an event UID; for a file, `sha256:` and the digest of
+    /// its id, as the id spells out the path), never its content.
     pub resource: Option<String>,
 }
 

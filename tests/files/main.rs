@@ -16,6 +16,7 @@ mod failures;
 mod nextcloud;
 mod phi;
 mod scenarios;
+mod walk;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -10,6 +10,8 @@ use super::file_id::RelPath;
 /// whole Nextcloud account must stay inside the tool's 30 s budget).
 pub const MAX_WALK_DEPTH: usize = 8;
 pub const MAX_WALK_ENTRIES: usize = 5000;
+/// Folders listed in one walk at most, the root among them.
+pub const MAX_WALK_FOLDERS: usize = 300;
 
 /// One file as the tools see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 
 use super::FilesError;
-use super::backend::{Candidates, FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
+use super::backend::{Candidates, FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, MAX_WALK_FOLDERS, mime_for};
 use super::file_id::RelPath;
 
 /// A folder of documents.
@@ -48,6 +48,10 @@ impl LocalFiles {
         let real = match joined.canonicalize() {
             Ok(real) => real,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FilesError::NotFound),
+            // A path through a file (`a.txt/x`) or a link loop names nothing: not an outage.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+                return Err(FilesError::NotFound);
+            }
             Err(e) => return Err(FilesError::Io(e)),
         };
         if !real.starts_with(&self.root) {
@@ -69,24 +73,44 @@ impl LocalFiles {
         }
     }
 
-    /// Every regular file under the root (bounded in depth and count), links out of it skipped,
-    /// and whether a bound left files out.
+    /// Every regular file under the root (bounded in depth, folders and count), links out of it
+    /// skipped, and whether a bound or a folder that could not be read left files out. A root that
+    /// cannot be read (gone, unmounted) fails: an empty answer would read as "nothing there".
     fn walk(&self) -> Result<Candidates, FilesError> {
         let mut files = Vec::new();
         let mut truncated = false;
-        let walker = walkdir::WalkDir::new(&self.root)
+        // The root counts as one, as in the WebDAV walk.
+        let mut folders = 1;
+        let mut walker = walkdir::WalkDir::new(&self.root)
             .min_depth(1)
             .max_depth(MAX_WALK_DEPTH)
-            .follow_links(false);
-        for item in walker
+            .follow_links(false)
             .into_iter()
-            .filter_entry(|e| !is_hidden(e.file_name()))
-        {
-            let Ok(item) = item else { continue };
+            .filter_entry(|e| !is_hidden(e.file_name()));
+        while let Some(item) = walker.next() {
+            let item = match item {
+                Ok(item) => item,
+                Err(err) if err.depth() == 0 => {
+                    // The io::Error alone: walkdir's own error text names the path.
+                    let err = err.into_io_error().unwrap_or_else(|| std::io::Error::other("the root could not be walked"));
+                    return Err(FilesError::Io(err));
+                }
+                Err(_) => {
+                    truncated = true;
+                    continue;
+                }
+            };
             let file_type = item.file_type();
             if file_type.is_dir() {
-                // A folder at the depth bound is not looked into: it may hold files.
-                truncated |= item.depth() >= MAX_WALK_DEPTH;
+                if item.depth() >= MAX_WALK_DEPTH {
+                    // A folder at the depth bound is not looked into: it may hold files.
+                    truncated = true;
+                } else if folders >= MAX_WALK_FOLDERS {
+                    truncated = true;
+                    walker.skip_current_dir();
+                } else {
+                    folders += 1;
+                }
                 continue;
             }
             let Ok(rel) = item.path().strip_prefix(&self.root) else {

@@ -116,8 +116,15 @@ async fn run_worker(worker: &std::path::Path, bytes: &[u8], timeout: Duration) -
         let mut stdout = stdout.take(MAX_TEXT_BYTES + 1);
         let read = stdout.read_to_end(&mut text);
         let (_, read) = tokio::join!(write, read);
+        drop(stdout);
+        // More text than is ever used: the worker is stopped rather than left blocked on writing
+        // the rest into a pipe nobody reads (which would end as `TooSlow`), and the text kept.
+        let cut = text.len() as u64 > MAX_TEXT_BYTES;
+        if cut {
+            let _ = child.start_kill();
+        }
         let status = child.wait().await;
-        (read.map(|_| text), status)
+        (read.map(|_| (text, cut)), status)
     };
     let Ok((text, status)) = tokio::time::timeout(timeout, exchange).await else {
         // A long or convoluted document, not necessarily a damaged one: said as it is.
@@ -125,9 +132,12 @@ async fn run_worker(worker: &std::path::Path, bytes: &[u8], timeout: Duration) -
         return Err(FilesError::TooSlow);
     };
     match (text, status) {
-        (Ok(text), Ok(status)) if status.success() && text.len() as u64 <= MAX_TEXT_BYTES => {
+        (Ok((mut text, true)), _) => {
+            tracing::debug!("the PDF's text was cut at its size bound");
+            text.truncate(usize::try_from(MAX_TEXT_BYTES).unwrap_or(usize::MAX));
             Ok(String::from_utf8_lossy(&text).into_owned())
         }
+        (Ok((text, false)), Ok(status)) if status.success() => Ok(String::from_utf8_lossy(&text).into_owned()),
         (_, Ok(status)) if status.code() == Some(i32::from(EXIT_UNREADABLE)) => Err(FilesError::Corrupt),
         // Its CPU-time limit ([`WORKER_CPU_S`]): too slow, as the wall-time limit above.
         (_, Ok(status)) if status.signal() == Some(libc::SIGXCPU) => {
@@ -220,6 +230,22 @@ mod tests {
         assert!(!run_worker(&env, b"x", WORKER_TIMEOUT).await.unwrap().contains("PATH="));
         let missing = dir.path().join("missing");
         assert!(matches!(run_worker(&missing, b"x", WORKER_TIMEOUT).await, Err(FilesError::Worker)));
+    }
+
+    /// Text over the 16 MiB bound is answered cut there, whether the rest fits in the pipe (the
+    /// worker ends by itself) or not (it would wait on its write for good): neither is a damaged
+    /// document nor a slow one.
+    #[tokio::test]
+    async fn text_over_the_bound_is_answered_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, extra) in [("fits", 10 * 1024), ("blocks", 200 * 1024)] {
+            let bytes = MAX_TEXT_BYTES + extra;
+            let long = script(&dir, name, &format!("cat > /dev/null; /usr/bin/head -c {bytes} /dev/zero | /usr/bin/tr '\\0' a"));
+            let text = run_worker(&long, b"x", Duration::from_secs(10)).await;
+            let text = text.unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!(text.len() as u64, MAX_TEXT_BYTES, "{name}");
+            assert!(text.bytes().all(|b| b == b'a'), "{name}");
+        }
     }
 
     #[tokio::test]

@@ -85,14 +85,17 @@ pub async fn search(backend: &dyn FilesBackend, request: &SearchRequest) -> Resu
         .collect();
     if request.include_content && !words.is_empty() {
         let limit = request.max_file_bytes.min(CONTENT_SEARCH_MAX_BYTES);
-        let mut to_read: Vec<usize> = (0..scored.len())
-            .filter(|&i| {
-                scored[i].0 < words.len()
-                    && scored[i].2.kind() != DocKind::Other
-                    && scored[i].2.size <= limit
-            })
+        let readable: Vec<usize> = (0..scored.len())
+            .filter(|&i| scored[i].0 < words.len() && scored[i].2.kind() != DocKind::Other)
+            .collect();
+        let mut to_read: Vec<usize> = readable
+            .iter()
+            .copied()
+            .filter(|&i| scored[i].2.size <= limit)
             .take(CONTENT_SEARCH_MAX_FILES + 1)
             .collect();
+        // A file too large to read here may match by its text too: the answer is not complete.
+        truncated |= readable.iter().any(|&i| scored[i].2.size > limit);
         // Files past the bound are not read: their text may match too.
         if to_read.len() > CONTENT_SEARCH_MAX_FILES {
             truncated = true;

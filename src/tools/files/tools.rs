@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use super::FilesError;
 use super::backend::{FileEntry, FilesBackend, Health};
@@ -199,6 +200,16 @@ impl Tool for RetrieveNextcloudFile {
 
     fn backend_reachable(&self) -> Option<bool> {
         Some(!unusable(self.backend.as_ref()))
+    }
+
+    /// The file read, as `sha256:` and the hex SHA-256 of its canonical file id: the id decodes
+    /// back to the path, which may itself be PHI (a patient's name as a folder), so the audit holds
+    /// a digest a reviewer can match against a known file's id (docs/audit.md), never the id.
+    fn audit_resource(&self, args: &Value, _ctx: &CallContext) -> Option<String> {
+        let written = args["file_id"].as_str()?;
+        // The same file whether or not the id came with blanks around it (the backend trims them).
+        let canonical = RelPath::from_file_id(written).map_or_else(|_| written.to_string(), |path| path.file_id());
+        Some(format!("sha256:{}", hex::encode(Sha256::digest(canonical))))
     }
 
     async fn call(&self, args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {

@@ -175,3 +175,82 @@ async fn a_content_search_that_could_not_read_every_file_says_it_was_truncated()
     let output = tool.call(args, crate::tools::test_support::ctx()).await.unwrap();
     assert_eq!(output.result["truncated"], true, "{}", output.result);
 }
+
+/// A content search does not read a file over its size limit: when that file's text could have
+/// matched, the answer says it is incomplete.
+#[tokio::test]
+async fn a_content_search_that_skipped_a_file_too_large_to_read_says_it_was_truncated() {
+    use crate::tools::Tool;
+    use crate::tools::files::SearchNextcloudFiles;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("small.txt"), "nothing here").unwrap();
+    let tool = SearchNextcloudFiles::new(std::sync::Arc::new(LocalFiles::open(dir.path()).unwrap()), 1024);
+    let args = serde_json::json!({"query": "glargine", "include_content": true});
+    let output = tool.call(args.clone(), crate::tools::test_support::ctx()).await.unwrap();
+    assert!(output.result.get("truncated").is_none(), "{}", output.result);
+
+    std::fs::write(dir.path().join("handbook.txt"), format!("insulin glargine {}", "x".repeat(2048))).unwrap();
+    let output = tool.call(args, crate::tools::test_support::ctx()).await.unwrap();
+    assert_eq!(output.result["truncated"], true, "{}", output.result);
+}
+
+/// A root that vanished (an unmounted or renamed share) is the store being unavailable, not an
+/// empty store: a search fails instead of answering "nothing found" as if complete.
+#[tokio::test]
+async fn a_vanished_root_fails_the_search() {
+    let (dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    std::fs::rename(&root, dir.path().join("moved")).unwrap();
+    let listed = files.candidates(&[], false).await;
+    assert!(matches!(listed, Err(FilesError::Io(_))), "{listed:?}");
+}
+
+/// A folder the walk cannot read leaves its files out: the listing says so. (Root reads every
+/// folder, so this can only be seen as another user.)
+#[tokio::test]
+async fn an_unreadable_folder_marks_the_listing_truncated() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    // This process's own /proc entry belongs to its user.
+    if std::fs::metadata("/proc/self").unwrap().uid() == 0 {
+        eprintln!("skipped: root reads every folder");
+        return;
+    }
+    let (_dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    assert!(!files.candidates(&[], false).await.unwrap().truncated);
+    std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let listed = files.candidates(&[], false).await;
+    std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(listed.unwrap().truncated);
+}
+
+/// The local walk lists at most 300 folders (the root among them), as the WebDAV walk does: the
+/// same tree gives the same answer on either backend, and a huge tree is not walked for good.
+#[tokio::test]
+async fn the_local_walk_is_bounded_in_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..400 {
+        let folder = dir.path().join(format!("folder-{i:03}"));
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("note.txt"), "").unwrap();
+    }
+    let files = LocalFiles::open(dir.path()).unwrap();
+    let listed = files.candidates(&[], false).await.unwrap();
+    assert_eq!(listed.files.len(), 299);
+    assert!(listed.truncated);
+}
+
+/// An id naming a path through a file (`a/b/note.txt/x`: ENOTDIR) or through a link loop (ELOOP)
+/// is a file that does not exist, as a WebDAV server says too: not the store being unavailable.
+#[tokio::test]
+async fn a_path_through_a_file_or_a_link_loop_is_not_found() {
+    let (_dir, root) = tree();
+    std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
+    let files = LocalFiles::open(&root).unwrap();
+    for id in ["a/b/note.txt/x", "loop/x.txt"] {
+        let read = files.read(&RelPath::parse(id).unwrap(), 1024).await;
+        assert!(matches!(read, Err(FilesError::NotFound)), "{id}: {read:?}");
+    }
+}

@@ -153,3 +153,27 @@ async fn a_content_search_in_time_reads_every_file() {
     // max_results 3.0 is 3, not the default 20.
     assert_eq!(output.result["files"].as_array().unwrap().len(), 3);
 }
+
+/// The audit names the file a retrieval read by a digest of its canonical file id (the id decodes
+/// to the path, which may itself be PHI): the same file gives the same digest however its id was
+/// padded, and neither the id nor the path appears.
+#[test]
+fn a_retrieval_is_audited_by_a_digest_of_its_file_id() {
+    use sha2::{Digest, Sha256};
+
+    let tool = retrieve_tool(fake(1, Some(Duration::ZERO)));
+    let id = file_id("/Clinic/protocol-00.txt");
+    let expected = format!("sha256:{}", hex::encode(Sha256::digest(format!("f1.{}", base64_of("Clinic/protocol-00.txt")))));
+    let resource = tool.audit_resource(&json!({"file_id": id}), &ctx());
+    assert_eq!(resource.as_deref(), Some(expected.as_str()));
+    // Surrounded by blanks (which the backend ignores too), it is the same file.
+    let other_spelling = format!(" {id} ");
+    assert_eq!(tool.audit_resource(&json!({"file_id": other_spelling}), &ctx()).as_deref(), Some(expected.as_str()));
+    let resource = resource.unwrap();
+    assert!(!resource.contains(&id) && !resource.contains("protocol"), "{resource}");
+}
+
+fn base64_of(path: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(path)
+}

@@ -72,9 +72,11 @@ impl DavClient {
     /// Send `method` to `url` and return a successful (2xx) answer, its body read whole (at most
     /// `max_bytes`). Transient failures are retried, each attempt within what is left of the call
     /// ([`with_retries`]); 401 becomes [`FilesError::CredentialsRefused`], 403
-    /// [`FilesError::Forbidden`], 404 [`FilesError::NotFound`].
+    /// [`FilesError::Forbidden`], 404 [`FilesError::NotFound`]. `reach` says whether a failure
+    /// speaks for the whole server (`/readyz`) or only for one folder below the root.
     pub async fn send(
         &self,
+        reach: Reach,
         method: Method,
         url: &Url,
         depth: Option<&'static str>,
@@ -83,20 +85,21 @@ impl DavClient {
     ) -> Result<Answer, FilesError> {
         // Read within the attempt: a body that stalls is cut off at the call's time left too.
         let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-        let outcome = with_retries("WebDAV", || self.attempt(&method, url, depth, body, cap)).await;
-        let error = match outcome {
-            Ok(answer) => {
-                self.set_health(HEALTH_UP);
-                return Ok(answer);
-            }
-            Err(failure) => files_error(failure, max_bytes),
+        let outcome = with_retries("WebDAV", || self.attempt(&method, url, depth, body, cap))
+            .await
+            .map_err(|failure| files_error(failure, max_bytes));
+        let health = match (&outcome, reach) {
+            (Ok(_), _) => Some(HEALTH_UP),
+            (Err(FilesError::CredentialsRefused), _) => Some(HEALTH_REFUSED),
+            // An offline external storage (503) or a slow folder: the server itself answered the root.
+            (Err(_), Reach::OneFolder) => None,
+            (Err(FilesError::Unreachable(_)), Reach::Server) => Some(HEALTH_UNREACHABLE),
+            (Err(_), Reach::Server) => Some(HEALTH_UP),
         };
-        self.set_health(match error {
-            FilesError::Unreachable(_) => HEALTH_UNREACHABLE,
-            FilesError::CredentialsRefused => HEALTH_REFUSED,
-            _ => HEALTH_UP,
-        });
-        Err(error)
+        if let Some(health) = health {
+            self.set_health(health);
+        }
+        outcome
     }
 
     async fn attempt(
@@ -136,6 +139,15 @@ impl DavClient {
     fn set_health(&self, value: u8) {
         self.health.store(value, Ordering::Relaxed);
     }
+}
+
+/// What a request's failure says about the server, for `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// The root, a file, the SEARCH arbiter: a failure means the server is unusable.
+    Server,
+    /// One folder below the root during a walk: its failure leaves the rest of the server usable.
+    OneFolder,
 }
 
 const HEALTH_UNKNOWN: u8 = 0;

@@ -20,6 +20,7 @@ use futures::StreamExt;
 use url::Url;
 
 use super::WebdavFiles;
+use super::client::Reach;
 use super::multistatus::DavResource;
 use crate::tools::files::FilesError;
 use crate::tools::files::backend::{Candidates, FileEntry, MAX_WALK_ENTRIES};
@@ -184,8 +185,12 @@ impl WebdavFiles {
                     found.truncated |= full;
                     resources
                 }
-                // As in the walk: a folder that vanished or that the server will not search is skipped.
-                Err(FilesError::NotFound | FilesError::Forbidden | FilesError::Status(_)) => continue,
+                // As in the walk: a folder that vanished or that the server will not search is
+                // skipped, and its files are missing from the answer.
+                Err(FilesError::NotFound | FilesError::Forbidden | FilesError::Status(_)) => {
+                    found.truncated = true;
+                    continue;
+                }
                 Err(err) => return Err(err),
             };
             for (path, resource) in resources {
@@ -201,7 +206,7 @@ impl WebdavFiles {
     /// and whether the answer is as long as the request's limit (the server may have left more out).
     async fn search_request(&self, body: &str) -> Result<(Vec<(RelPath, DavResource)>, bool), FilesError> {
         let found = self
-            .multistatus(b"SEARCH", &self.dasl.arbiter, None, body)
+            .multistatus(Reach::Server, b"SEARCH", &self.dasl.arbiter, None, body)
             .await?;
         let full = found.len() >= MAX_SEARCH_RESULTS;
         let kept = found

@@ -3,31 +3,29 @@
 //!
 //! A name search uses the server's WebDAV SEARCH when it advertises one ([`dasl`]: files and
 //! folders by name, then the files below each matching folder); otherwise, and for content
-//! searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests (servers
-//! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders and entries (a listing
-//! cut at a bound says so, and so does the search's answer). Every `href` a server returns is
+//! searches, listing is a breadth-first walk of `PROPFIND Depth: 1` requests ([`walk`]; servers
+//! such as Nextcloud refuse `Depth: infinity`), bounded in depth, folders, entries and time (a
+//! listing cut at a bound, or missing a folder that could not be listed, says so, and so does the
+//! search's answer). Every `href` a server returns is
 //! resolved against the root and kept only when it stays on the root's origin and below its path;
 //! every URL voxgate builds from a [`RelPath`] is checked the same way before it is requested.
 
 mod client;
 mod dasl;
 mod multistatus;
-
-use std::collections::VecDeque;
+mod walk;
 
 use reqwest::Method;
 use url::Url;
 
-use self::client::DavClient;
+use self::client::{DavClient, Reach};
 use self::dasl::Dasl;
 use self::multistatus::DavResource;
 use super::FilesError;
-use super::backend::{Candidates, FileEntry, FilesBackend, Health, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, mime_for};
+use super::backend::{Candidates, FileEntry, FilesBackend, Health, mime_for};
 use super::file_id::RelPath;
 use crate::config::FilesBackendConfig;
 
-/// Folders listed in one walk at most.
-const MAX_WALK_FOLDERS: usize = 300;
 /// Largest multistatus answer read (a folder of a few thousand entries is well below this).
 const MAX_MULTISTATUS_BYTES: u64 = 8 * 1024 * 1024;
 /// Largest body of an answer to `OPTIONS` read (only its headers are used; it is usually empty).
@@ -85,7 +83,7 @@ impl WebdavFiles {
     pub async fn probe(&self) {
         match self
             .client
-            .send(Method::OPTIONS, &self.root, None, None, MAX_OPTIONS_BYTES)
+            .send(Reach::Server, Method::OPTIONS, &self.root, None, None, MAX_OPTIONS_BYTES)
             .await
         {
             Ok(_) => tracing::info!("the WebDAV file server is reachable"),
@@ -144,6 +142,7 @@ impl WebdavFiles {
     /// Send a request whose answer is a multistatus (PROPFIND, SEARCH) and parse it.
     async fn multistatus(
         &self,
+        reach: Reach,
         method: &[u8],
         url: &Url,
         depth: Option<&'static str>,
@@ -153,7 +152,7 @@ impl WebdavFiles {
         // A listing larger than the cap is not a file that is too large: the answer is unusable.
         let answer = self
             .client
-            .send(method, url, depth, Some(body), MAX_MULTISTATUS_BYTES)
+            .send(reach, method, url, depth, Some(body), MAX_MULTISTATUS_BYTES)
             .await
             .map_err(|e| match e {
                 FilesError::TooLarge { .. } => FilesError::Malformed,
@@ -162,8 +161,8 @@ impl WebdavFiles {
         multistatus::parse(&answer.body)
     }
 
-    async fn propfind(&self, url: &Url) -> Result<Vec<DavResource>, FilesError> {
-        self.multistatus(b"PROPFIND", url, Some("1"), PROPFIND_BODY)
+    async fn propfind(&self, url: &Url, reach: Reach) -> Result<Vec<DavResource>, FilesError> {
+        self.multistatus(reach, b"PROPFIND", url, Some("1"), PROPFIND_BODY)
             .await
     }
 
@@ -188,7 +187,7 @@ impl WebdavFiles {
         let ask = || async {
             let answer = self
                 .client
-                .send(Method::OPTIONS, &self.dasl.arbiter, None, None, MAX_OPTIONS_BYTES)
+                .send(Reach::Server, Method::OPTIONS, &self.dasl.arbiter, None, None, MAX_OPTIONS_BYTES)
                 .await?;
             Ok::<bool, FilesError>(Dasl::advertised(&answer.headers))
         };
@@ -197,60 +196,6 @@ impl WebdavFiles {
             .await
             .copied()
             .unwrap_or(false)
-    }
-
-    /// Every file below the root, breadth first, within the walk's bounds, and whether they left
-    /// files out.
-    async fn walk(&self) -> Result<Candidates, FilesError> {
-        let mut files = Vec::new();
-        let mut folders = Pending::new();
-        while let Some((folder, depth)) = folders.next() {
-            if files.len() >= MAX_WALK_ENTRIES {
-                folders.cut = true;
-                break;
-            }
-            let url = match &folder {
-                Some(path) => self.url_of(path)?,
-                None => self.root.clone(),
-            };
-            let resources = match self.propfind(&url).await {
-                Ok(resources) => resources,
-                // A folder that vanished or that the server will not list is skipped; the root is not.
-                Err(FilesError::NotFound | FilesError::Forbidden | FilesError::Status(_))
-                    if folder.is_some() =>
-                {
-                    continue;
-                }
-                // 403 on the root: these credentials may not read the user's files.
-                Err(FilesError::Forbidden) => return Err(FilesError::CredentialsRefused),
-                Err(err) => return Err(err),
-            };
-            folders.listed += 1;
-            for resource in resources {
-                let Ok(Some(path)) = self.path_of(&resource.href) else {
-                    continue;
-                };
-                if folder.as_ref() == Some(&path) || path.name().starts_with('.') {
-                    continue;
-                }
-                if resource.is_collection {
-                    if depth + 1 < MAX_WALK_DEPTH {
-                        folders.push(path, depth + 1);
-                    } else {
-                        folders.cut = true;
-                    }
-                } else if files.len() < MAX_WALK_ENTRIES {
-                    files.push(self.entry(path, &resource)?);
-                } else {
-                    folders.cut = true;
-                }
-            }
-        }
-        let truncated = folders.cut || !folders.queue.is_empty();
-        if truncated {
-            tracing::debug!("WebDAV listing cut at its bounds");
-        }
-        Ok(Candidates { files, truncated })
     }
 }
 
@@ -262,43 +207,6 @@ fn decoded_segments(url: &Url) -> Option<Vec<Vec<u8>>> {
             .map(|s| percent_encoding::percent_decode_str(s).collect())
             .collect(),
     )
-}
-
-/// The folders a walk has still to list, breadth first, and how many it has listed.
-struct Pending {
-    queue: VecDeque<(Option<RelPath>, usize)>,
-    listed: usize,
-    /// Whether a folder or file was left out for the walk's bounds.
-    cut: bool,
-}
-
-impl Pending {
-    /// The root, to be listed first.
-    fn new() -> Self {
-        Self {
-            queue: VecDeque::from([(None, 0)]),
-            listed: 0,
-            cut: false,
-        }
-    }
-
-    /// The next folder to list, while the walk may list more.
-    fn next(&mut self) -> Option<(Option<RelPath>, usize)> {
-        if self.listed >= MAX_WALK_FOLDERS {
-            return None;
-        }
-        self.queue.pop_front()
-    }
-
-    /// Queue `folder`, unless the walk could not list it anyway: one listing may name thousands of
-    /// subfolders, and only [`MAX_WALK_FOLDERS`] are ever listed.
-    fn push(&mut self, folder: RelPath, depth: usize) {
-        if self.listed + self.queue.len() >= MAX_WALK_FOLDERS {
-            self.cut = true;
-            return;
-        }
-        self.queue.push_back((Some(folder), depth));
-    }
 }
 
 #[async_trait::async_trait]
@@ -318,7 +226,7 @@ impl FilesBackend for WebdavFiles {
                 }
             }
         }
-        self.walk().await
+        self.walk(by_content).await
     }
 
     async fn read(
@@ -329,7 +237,7 @@ impl FilesBackend for WebdavFiles {
         let url = self.url_of(path)?;
         // Metadata first: a folder is not a file, and an advertised size over the limit is refused
         // before any download starts.
-        let resources = self.propfind(&url).await?;
+        let resources = self.propfind(&url, Reach::Server).await?;
         let own = resources
             .into_iter()
             .find(|r| self.path_of(&r.href).ok().flatten().as_ref() == Some(path))
@@ -340,7 +248,7 @@ impl FilesBackend for WebdavFiles {
         if own.length.is_some_and(|len| len > max_bytes) {
             return Err(FilesError::TooLarge { limit: max_bytes });
         }
-        let bytes = self.client.send(Method::GET, &url, None, None, max_bytes).await?.body;
+        let bytes = self.client.send(Reach::Server, Method::GET, &url, None, None, max_bytes).await?.body;
         let mut entry = self.entry(path.clone(), &own)?;
         entry.size = bytes.len() as u64;
         Ok((entry, bytes))
@@ -442,31 +350,6 @@ mod tests {
             url.as_str(),
             "http://127.0.0.1:9/dav/Protocols/Diabetes%20&%20insulin%20%232.pdf"
         );
-    }
-
-    /// A server that lists thousands of subfolders: only as many are queued as the walk may still
-    /// list, and the walk knows it was cut.
-    #[test]
-    fn the_walk_queues_no_more_folders_than_it_may_list() {
-        let mut folders = Pending::new();
-        assert!(
-            folders
-                .next()
-                .is_some_and(|(root, depth)| root.is_none() && depth == 0)
-        );
-        folders.listed += 1;
-        for i in 0..10_000 {
-            folders.push(RelPath::parse(&format!("/Folder {i}")).unwrap(), 1);
-        }
-        assert_eq!(folders.queue.len(), MAX_WALK_FOLDERS - 1);
-        assert!(folders.cut);
-        let mut listed = 0;
-        while let Some((folder, _)) = folders.next() {
-            assert!(folder.is_some());
-            folders.listed += 1;
-            listed += 1;
-        }
-        assert_eq!(listed, MAX_WALK_FOLDERS - 1);
     }
 
     #[test]
