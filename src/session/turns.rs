@@ -43,8 +43,9 @@ const MAX_ACTIVE: usize = 8;
 #[derive(Debug, Default)]
 pub struct ResponseGate {
     /// Responses under way (`response.created` with no `response.done` yet), by id; `""` for one
-    /// whose id voxgate does not know (none given, or the upstream's refusal says one runs).
-    active: Vec<String>,
+    /// whose id voxgate does not know (none given, or the upstream's refusal says one runs). Each
+    /// with the outputs it covers: owed again if the upstream goes before it ends.
+    active: Vec<(String, usize)>,
     /// The client's own `response.create` that no `response.created` has followed yet: its
     /// `event_id`, and when voxgate stops waiting for it.
     client_request: Option<(Option<String>, Instant)>,
@@ -86,14 +87,16 @@ impl ResponseGate {
 
     /// A response started (`id`; `out_of_band` when its `conversation_id` is null).
     pub fn on_response_created(&mut self, id: Option<&str>, out_of_band: bool) {
-        self.mark_active(id.unwrap_or_default());
         // The client's request started, or gave way to this response: either way, no race now.
         self.client_request = None;
         if out_of_band {
             // Not voxgate's request (always the default conversation's), and what it says goes
             // into no conversation: it covers nothing.
+            self.mark_active(id.unwrap_or_default(), 0);
             return;
         }
+        let requested = self.last_request.as_ref().filter(|(last, _)| self.pending_request.as_ref() == Some(last)).map_or(0, |(_, n)| *n);
+        let owed = self.uncovered + requested;
         self.uncovered = if self.pending_request.is_some() {
             // Our own request: the server read it after every output sent before it, so its
             // response covers them; outputs sent after the request do not make it in.
@@ -107,6 +110,7 @@ impl ResponseGate {
         self.after_request = 0;
         self.pending_request = None;
         self.pending_until = None;
+        self.mark_active(id.unwrap_or_default(), owed.saturating_sub(self.uncovered));
     }
 
     /// Response `id` ended; `None` when its `response.done` could not be read (then which one
@@ -116,17 +120,17 @@ impl ResponseGate {
             self.active.clear();
             return;
         };
-        let at = self.active.iter().position(|a| a == id).or_else(|| self.active.iter().position(String::is_empty));
+        let at = self.active.iter().position(|(a, _)| a == id).or_else(|| self.active.iter().position(|(a, _)| a.is_empty()));
         if let Some(at) = at {
             self.active.remove(at);
         }
     }
 
-    fn mark_active(&mut self, id: &str) {
+    fn mark_active(&mut self, id: &str, covers: usize) {
         if self.active.len() >= MAX_ACTIVE {
             self.active.remove(0);
         }
-        self.active.push(id.to_string());
+        self.active.push((id.to_string(), covers));
     }
 
     /// The client sent its own `response.create` (`event_id`) upstream.
@@ -165,7 +169,7 @@ impl ResponseGate {
                 self.release_pending(event_id);
                 self.uncovered += count;
                 if self.active.is_empty() {
-                    self.mark_active("");
+                    self.mark_active("", 0);
                 }
                 true
             }
@@ -233,9 +237,11 @@ impl ResponseGate {
     }
 
     /// The upstream was replaced (a resume): its response and speech state are gone with it. A
-    /// request it never answered is due again on the new upstream.
+    /// request it never answered is due again on the new upstream, and so are the outputs of a
+    /// response it never finished: the restore carries them, but nothing asks the new model to
+    /// speak them.
     pub fn on_upstream_replaced(&mut self) {
-        self.active.clear();
+        self.uncovered += self.active.drain(..).map(|(_, covers)| covers).sum::<usize>();
         self.user_speaking = false;
         self.not_before = None;
         if let Some(id) = self.pending_request.clone() {
@@ -308,6 +314,12 @@ mod tests {
         gate.on_response_created(Some("r"), false);
         gate.on_upstream_replaced();
         assert!(gate.is_quiet(now));
+        // The outputs of a response that started and never ended are owed again.
+        gate.on_output_sent();
+        gate.try_request(now, id);
+        gate.on_response_created(Some("r"), false);
+        gate.on_upstream_replaced();
+        assert!(gate.try_request(now, id).is_some(), "the response for the output is gone");
 
         // Within the grace after speech the server may still commit it and answer: not quiet.
         let mut gate = ResponseGate::default();

@@ -163,10 +163,15 @@ impl Bridge {
         // answered) by a healthy upstream, and will not start.
         let request = self.resume.take_client_request().filter(|_| gap.reason != Reason::MaxAge);
         if let Some(request) = request {
-            self.send_upstream(Message::text(request)).await;
+            let request = Message::text(request);
+            // Pending on the new upstream, like every client frame released below: lost with it
+            // before it answers (a flapping upstream), it goes to the next one too.
+            self.resume.note_released(&request, true);
+            self.send_upstream(request).await;
         }
         let (held, audio_dropped_ms) = gap.held.release(Instant::now());
         for frame in held.into_iter().filter(|f| !f.untaken || is_client_frame(&f.message)) {
+            self.resume.note_released(&frame.message, frame.untaken);
             self.send_upstream(frame.message).await;
         }
         let items = restore.item_ids.len();

@@ -3,8 +3,10 @@
 //!
 //! It is built only from what the upstream itself reports, so it holds exactly what the model
 //! had in context: items from `conversation.item.created/added/done` and
-//! `response.output_item.done`, the `output` of `response.done`, and user transcripts from
-//! `conversation.item.input_audio_transcription.completed`. Each item is kept once, under its
+//! `response.output_item.done`, the `output` of `response.done`, user transcripts from
+//! `conversation.item.input_audio_transcription.completed`, and a call's whole arguments from
+//! `response.function_call_arguments.done` (a call still streaming them is kept, marked
+//! incomplete, and not restored). Each item is kept once, under its
 //! item id, in the order it first appeared; a later event about the same item fills it in (an
 //! audio turn's transcript arrives after the item, an assistant message's text with its `.done`);
 //! `conversation.item.deleted` removes it. (A truncated assistant item keeps its whole transcript:
@@ -33,7 +35,8 @@ use serde_json::Value;
 pub(crate) enum Entry {
     User(String),
     Assistant(String),
-    Call { call_id: String, name: String, arguments: String },
+    /// `complete`: its arguments are whole (a call still streaming them is not restored).
+    Call { call_id: String, name: String, arguments: String, complete: bool },
     Output { call_id: String, output: String },
 }
 
@@ -41,7 +44,7 @@ impl Entry {
     fn bytes(&self) -> usize {
         match self {
             Entry::User(text) | Entry::Assistant(text) => text.len(),
-            Entry::Call { call_id, name, arguments } => call_id.len() + name.len() + arguments.len(),
+            Entry::Call { call_id, name, arguments, .. } => call_id.len() + name.len() + arguments.len(),
             Entry::Output { call_id, output } => call_id.len() + output.len(),
         }
     }
@@ -51,7 +54,8 @@ impl Entry {
     fn improves_on(&self, other: &Entry) -> bool {
         match (self, other) {
             (Entry::User(new), Entry::User(_)) | (Entry::Assistant(new), Entry::Assistant(_)) => !new.is_empty(),
-            (Entry::Call { arguments, .. }, Entry::Call { .. }) => !arguments.is_empty(),
+            // A finished call is never taken back to one still streaming its arguments.
+            (Entry::Call { arguments, complete, .. }, Entry::Call { complete: was, .. }) => (*complete || !*was) && (!arguments.is_empty() || *complete && !*was),
             _ => true,
         }
     }
@@ -106,6 +110,7 @@ pub(crate) fn records(kind: &str) -> bool {
             | "conversation.item.done"
             | "response.output_item.done"
             | "response.done"
+            | "response.function_call_arguments.done"
             | "conversation.item.input_audio_transcription.completed"
             | "conversation.item.input_audio_transcription.failed"
             | "conversation.item.deleted"
@@ -138,6 +143,10 @@ impl ConversationLog {
                 self.remove(item_id);
                 Some(Transcript::Settled(item_id.to_string()))
             }
+            "response.function_call_arguments.done" => {
+                self.complete_call(&event);
+                None
+            }
             "response.done" => {
                 for item in event["response"]["output"].as_array().into_iter().flatten() {
                     self.observe_item(item);
@@ -169,6 +178,20 @@ impl ConversationLog {
         let entry = entry_of(item)?;
         let owed = matches!(&entry, Entry::User(text) if text.is_empty()) && awaits_transcript(item);
         (self.upsert(id, entry) && owed).then(|| Transcript::Owed(id.to_string()))
+    }
+
+    /// A call's arguments are whole (`response.function_call_arguments.done`), whether or not its
+    /// item's `.done` follows (a call is accepted without it after `calls::settle::SETTLE_WAIT`):
+    /// the call logged under its item id (or, failing that, its call id) is complete. A call not
+    /// logged is not added: its item, had it come, would have been.
+    fn complete_call(&mut self, event: &Value) {
+        let (Some(call_id), Some(arguments)) = (event["call_id"].as_str(), event["arguments"].as_str()) else { return };
+        let item_id = event["item_id"].as_str();
+        let by_item = self.items.iter().find(|l| Some(l.id.as_str()) == item_id && matches!(l.entry, Entry::Call { .. }));
+        let found = by_item.or_else(|| self.items.iter().find(|l| matches!(&l.entry, Entry::Call { call_id: c, .. } if c == call_id)));
+        let Some(Logged { id, entry: Entry::Call { name, .. } }) = found else { return };
+        let (id, entry) = (id.clone(), Entry::Call { call_id: call_id.to_string(), name: name.clone(), arguments: arguments.to_string(), complete: true });
+        self.upsert(&id, entry);
     }
 
     /// True when the item is new to the log. An item deleted or dropped before is not logged again.
@@ -258,7 +281,12 @@ fn entry_of(item: &Value) -> Option<Entry> {
             // instructions are restored with the session configuration instead.
             _ => None,
         },
-        "function_call" => Some(Entry::Call { call_id: text("call_id")?, name: text("name")?, arguments: text("arguments").unwrap_or_default() }),
+        "function_call" => Some(Entry::Call {
+            call_id: text("call_id")?,
+            name: text("name")?,
+            arguments: text("arguments").unwrap_or_default(),
+            complete: item["status"] != "in_progress",
+        }),
         "function_call_output" => Some(Entry::Output { call_id: text("call_id")?, output: text("output").unwrap_or_default() }),
         _ => None,
     }
@@ -323,10 +351,28 @@ mod tests {
         assert_eq!(
             entries(&log),
             vec![
-                ("fc1".into(), Entry::Call { call_id: "c1".into(), name: "lookup".into(), arguments: "{\"q\":1}".into() }),
+                ("fc1".into(), Entry::Call { call_id: "c1".into(), name: "lookup".into(), arguments: "{\"q\":1}".into(), complete: true }),
                 ("fo1".into(), Entry::Output { call_id: "c1".into(), output: "{\"ok\":true}".into() }),
             ]
         );
+    }
+
+    /// A call still streaming its arguments is logged incomplete (the restore leaves it out); its
+    /// arguments' `.done` completes it, though its item's `.done` never comes.
+    #[test]
+    fn a_call_is_complete_once_its_arguments_are() {
+        let mut log = ConversationLog::new(10, 10_000);
+        let call = |status: &str, args: &str| json!({"id": "fc1", "type": "function_call", "status": status, "name": "lookup", "call_id": "c1", "arguments": args});
+        feed(&mut log, json!({"type": "conversation.item.added", "item": call("in_progress", "")}));
+        let complete = |log: &ConversationLog| log.items().map(|l| matches!(l.entry, Entry::Call { complete: true, .. })).collect::<Vec<_>>();
+        assert_eq!(complete(&log), [false]);
+        feed(&mut log, json!({"type": "response.function_call_arguments.done", "item_id": "fc1", "call_id": "c1", "name": "lookup", "arguments": "{\"q\":1}"}));
+        assert_eq!(complete(&log), [true]);
+        feed(&mut log, json!({"type": "conversation.item.added", "item": call("in_progress", "")}));
+        assert_eq!(entries(&log)[0].1, Entry::Call { call_id: "c1".into(), name: "lookup".into(), arguments: "{\"q\":1}".into(), complete: true });
+        // Unknown calls are not added.
+        feed(&mut log, json!({"type": "response.function_call_arguments.done", "item_id": "x", "call_id": "c9", "name": "lookup", "arguments": "{}"}));
+        assert_eq!(log.len(), 1);
     }
 
     #[test]

@@ -249,7 +249,13 @@ impl Resume {
             }
             _ => {}
         }
-        if kind.starts_with("conversation.item.") && !self.echoes.items.is_empty() {
+        if kind == "conversation.item.deleted" && !self.echoes.items.is_empty() {
+            // A client may re-create a deleted item under its id: that one is no echo.
+            let id = serde_json::from_slice::<Value>(bytes).ok().and_then(|e| e["item_id"].as_str().map(str::to_string));
+            if let Some(id) = id {
+                self.echoes.items.remove(&id);
+            }
+        } else if kind.starts_with("conversation.item.") && !self.echoes.items.is_empty() {
             let id = serde_json::from_slice::<Value>(bytes).ok().and_then(|e| e["item"]["id"].as_str().map(str::to_string));
             if id.is_some_and(|id| self.echoes.items.contains(&id)) {
                 return Seen::Swallow;
@@ -361,9 +367,10 @@ impl Resume {
         Some(gap)
     }
 
-    /// A frame held in a postponed recycle's gap went to the old upstream after all: it counts as
-    /// sent to the live upstream. One from the old queue (`untaken`) was counted when first sent,
-    /// but for the client's request, which the gap took out of the pending state.
+    /// A frame held in a gap went to the live upstream after all (the old one, a recycle being
+    /// postponed, or the new one after its restore): it counts as sent there. One from the old
+    /// queue (`untaken`) was counted when first sent, but for the client's request, which the gap
+    /// took out of the pending state.
     fn note_released(&mut self, message: &Message, untaken: bool) {
         let Message::Text(text) = message else { return };
         let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str()) else { return };
@@ -433,8 +440,10 @@ impl Resume {
     /// the client.
     fn restore(&mut self, attempts: u32, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
         let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
-        // The restore's `session.updated` answers an update the old upstream never answered.
-        let owed = std::mem::take(&mut self.unanswered_updates) > 0;
+        // The restore's `session.updated` answers an update the old upstream never answered; it
+        // stays owed until it comes, or a loss before it would swallow it at the next restore.
+        let owed = self.unanswered_updates > 0;
+        self.unanswered_updates = u32::from(owed && restore.updates_session);
         let session_created = self.created_forwarded;
         self.echoes = Echoes { session_created, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
         self.client.upstream_replaced();

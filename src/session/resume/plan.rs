@@ -32,11 +32,12 @@ pub(crate) struct Restore {
     pub items_dropped: usize,
 }
 
-/// The effective session configuration: every `session.update` voxgate sent upstream, merged key
-/// by key, less voxgate's own tool definitions. Kept as JSON text, parsed only to merge (once or
-/// twice a session) and to restore: as a parsed `Value` the ≈ 14 KB configuration with its tool
-/// schemas cost every idle session ≈ 100 KiB, as text ≈ 18 KiB. The server tools are the same for
-/// every session of a user, so they are not kept at all: the restore puts them back.
+/// The effective session configuration: every `session.update` voxgate sent upstream, merged
+/// field by field at every depth (see [`merge_into`]), less voxgate's own tool definitions. Kept
+/// as JSON text, parsed only to merge (once or twice a session) and to restore: as a parsed
+/// `Value` the ≈ 14 KB configuration with its tool schemas cost every idle session ≈ 100 KiB, as
+/// text ≈ 18 KiB. The server tools are the same for every session of a user, so they are not
+/// kept at all: the restore puts them back.
 #[derive(Debug, Default)]
 pub(crate) struct EffectiveSession(Option<Box<str>>);
 
@@ -79,7 +80,8 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
             Entry::Assistant(text) if !text.is_empty() => {
                 json!({"type": "message", "role": "assistant", "content": [{"type": assistant_part, "text": text}]})
             }
-            Entry::Call { call_id, name, arguments } => {
+            // A call whose arguments never finished was not run and gets no output.
+            Entry::Call { call_id, name, arguments, complete: true } => {
                 calls.insert(call_id.as_str());
                 json!({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
             }
@@ -96,18 +98,44 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
     Restore { frames, item_ids, updates_session, items_dropped: log.dropped() }
 }
 
-/// Shallow-merge the `session` of a `session.update` frame into the effective configuration, as
-/// the server does: each key the update sets replaces the one before. Server tools are left out
-/// of `tools` (the restore puts them back; see [`EffectiveSession`]).
+/// Merge the `session` of a `session.update` frame into the effective configuration, as the
+/// server does (see [`merge_into`]). Server tools are left out of `tools` (the restore puts them
+/// back; see [`EffectiveSession`]).
 pub(crate) fn merge_session_update(effective: &mut EffectiveSession, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
     let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return };
     if let Some(Value::Object(session)) = update.remove("session") {
         let mut merged = effective.parsed();
-        merged.extend(session);
+        merge_into(&mut merged, session);
         if let Some(Value::Array(tools)) = merged.get_mut("tools") {
             tools.retain(|tool| !tool["name"].as_str().is_some_and(&is_server_tool));
         }
         effective.0 = Some(Value::Object(merged).to_string().into_boxed_str());
+    }
+}
+
+/// Only the fields an update names change, at any depth: the server keeps
+/// `audio.input.format` when an update sets only `audio.output.voice`, so a shallow merge would
+/// restore a g711 or push-to-talk session as PCM16 with server VAD. A value that is not an object
+/// on both sides replaces the old one: `null` clears (`turn_detection: null` is push-to-talk),
+/// arrays such as `tools` replace whole. An object whose `type` changes is another variant
+/// (`server_vad` to `semantic_vad`, `audio/pcm` to `audio/pcmu`) and replaces the old one too:
+/// the old variant's fields would make the server refuse the restore's update.
+fn merge_into(old: &mut Map<String, Value>, update: Map<String, Value>) {
+    for (key, value) in update {
+        match (old.get_mut(&key), value) {
+            (Some(Value::Object(old)), Value::Object(new)) if same_variant(old, &new) => merge_into(old, new),
+            (_, value) => {
+                old.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Both objects are of one variant, or at least one names none.
+fn same_variant(old: &Map<String, Value>, new: &Map<String, Value>) -> bool {
+    match (old.get("type"), new.get("type")) {
+        (Some(old), Some(new)) => old == new,
+        _ => true,
     }
 }
 
@@ -157,6 +185,32 @@ mod tests {
         assert!(frames.iter().all(|f| f["event_id"].as_str().unwrap().starts_with(RESTORE_EVENT_PREFIX)));
         assert_eq!(restore.item_ids.len(), 4);
         assert!(restore.updates_session);
+    }
+
+    /// The server merges nested objects: an update of the output voice keeps the formats and the
+    /// push-to-talk set before. A null clears, arrays replace whole, and an object whose `type`
+    /// changes (another variant: server VAD to semantic VAD) replaces the old one.
+    #[test]
+    fn nested_objects_merge_as_the_server_merges_them() {
+        let mut session = EffectiveSession::default();
+        let update = |session: &mut EffectiveSession, value: Value| {
+            merge_session_update(session, json!({"type": "session.update", "session": value}).to_string().as_bytes(), |n| n == "server");
+        };
+        update(&mut session, json!({"audio": {"input": {"format": {"type": "audio/pcmu"}, "turn_detection": {"type": "server_vad", "silence_duration_ms": 500}, "noise_reduction": {"type": "near_field"}},
+            "output": {"format": {"type": "audio/pcmu"}}}, "tools": [{"name": "a"}, {"name": "b"}]}));
+        update(&mut session, json!({"audio": {"input": {"turn_detection": null, "noise_reduction": {"type": "far_field"}}}}));
+        update(&mut session, json!({"audio": {"output": {"voice": "marin"}}, "tools": [{"name": "c"}, {"name": "server"}]}));
+        assert_eq!(
+            Value::Object(session.parsed()),
+            json!({"audio": {"input": {"format": {"type": "audio/pcmu"}, "turn_detection": null, "noise_reduction": {"type": "far_field"}},
+                "output": {"format": {"type": "audio/pcmu"}, "voice": "marin"}}, "tools": [{"name": "c"}]})
+        );
+        update(&mut session, json!({"audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}}));
+        update(&mut session, json!({"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}, "format": {"type": "audio/pcm", "rate": 24000}}}}));
+        update(&mut session, json!({"audio": {"input": {"turn_detection": {"silence_duration_ms": 300}}}}));
+        let merged = Value::Object(session.parsed());
+        assert_eq!(merged["audio"]["input"]["turn_detection"], json!({"type": "semantic_vad", "eagerness": "low", "silence_duration_ms": 300}));
+        assert_eq!(merged["audio"]["input"]["format"], json!({"type": "audio/pcm", "rate": 24000}));
     }
 
     #[test]

@@ -58,10 +58,15 @@ const FIRST_ATTEMPT_JITTER: Duration = Duration::from_millis(500);
 
 /// The attempts of a resume (`upstream.resume_attempts`) are spread over at least this long, so
 /// that a provider answering 429/503 for a few seconds does not end every session a second after
-/// the blip. The retries but the last keep the doubling back-off (250 ms, 500 ms, …), so a
-/// connect that failed once is tried again while the user may still be speaking; the last waits
-/// for what is left of the window. Each gets up to 50 % jitter.
+/// the blip. The retries but the last keep the doubling back-off (250 ms, 500 ms, … up to
+/// [`MAX_RETRY_DELAY`]), so a connect that failed once is tried again while the user may still be
+/// speaking; the last waits for what is left of the window. Each gets up to 50 % jitter.
 pub(super) const RETRY_WINDOW: Duration = Duration::from_secs(10);
+
+/// No retry of a resume waits longer than this (plus its jitter), however many attempts
+/// `upstream.resume_attempts` allows: the client sits in a silent gap meanwhile, and the doubling
+/// back-off alone would have the 16th attempt wait over an hour.
+pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 
 /// How long attempt `attempt` (1-based) of a resume of `attempts` waits before connecting.
 pub(super) fn delay_before(attempt: u32, attempts: u32) -> Duration {
@@ -71,9 +76,10 @@ pub(super) fn delay_before(attempt: u32, attempts: u32) -> Duration {
     }
     // The tools' back-off (tools::http), retry by retry; the last one fills the window.
     let retry = attempt - 1;
+    let base = |retry: u32| http::backoff_base(retry).min(MAX_RETRY_DELAY);
     if attempt < attempts {
-        return http::backoff(retry);
+        return http::jittered(base(retry));
     }
-    let earlier: Duration = (1..retry).map(http::backoff_base).sum();
-    http::jittered(http::backoff_base(retry).max(RETRY_WINDOW.saturating_sub(earlier)))
+    let earlier: Duration = (1..retry).map(base).sum();
+    http::jittered(base(retry).max(RETRY_WINDOW.saturating_sub(earlier)))
 }

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{connector, drop_model, message, next_json, resumable};
-use crate::session::harness::{TOOL, launch, upstream_conn};
+use crate::session::harness::{Harness, TOOL, launch, upstream_conn};
 
 /// The first upstream goes away before its `session.created`: the client has seen none, so the
 /// new upstream's is no echo. It is forwarded, and the server tools are injected then (the
@@ -32,10 +32,8 @@ async fn an_upstream_lost_before_its_session_created_leaves_the_new_one_configur
     assert_eq!(next_json(&mut h.browser).await["type"], "response.created");
 }
 
-/// Only the restore's echoes of a restored item (`conversation.item.created/added/done`) are kept
-/// from the client: the answer to its own `conversation.item.retrieve` of that item is its own.
-#[tokio::test(start_paused = true)]
-async fn a_restored_item_the_client_retrieves_reaches_the_client() {
+/// A session whose one item, `u1`, was restored on a new upstream.
+async fn restored_u1() -> Harness {
     let (mut h, offer, _) = resumable(|_| {}).await;
     h.model_sends(message("u1", "user", "input_text", "What is the dose?")).await;
     h.browser_expects("conversation.item.done").await;
@@ -44,6 +42,14 @@ async fn a_restored_item_the_client_retrieves_reaches_the_client() {
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
     assert_eq!(h.model_expects("conversation.item.create").await["item"]["id"], "u1");
     h.browser_expects("voxgate.session.resumed").await;
+    h
+}
+
+/// Only the restore's echoes of a restored item (`conversation.item.created/added/done`) are kept
+/// from the client: the answer to its own `conversation.item.retrieve` of that item is its own.
+#[tokio::test(start_paused = true)]
+async fn a_restored_item_the_client_retrieves_reaches_the_client() {
+    let mut h = restored_u1().await;
     let item = json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the dose?"}]});
     h.model_sends(json!({"type": "conversation.item.added", "event_id": "n1", "previous_item_id": null, "item": item})).await;
     h.browser_sends(json!({"type": "conversation.item.retrieve", "event_id": "get_u1", "item_id": "u1"})).await;
@@ -51,4 +57,17 @@ async fn a_restored_item_the_client_retrieves_reaches_the_client() {
     h.model_sends(json!({"type": "conversation.item.retrieved", "event_id": "n2", "item": item})).await;
     let retrieved = next_json(&mut h.browser).await;
     assert_eq!((retrieved["type"].as_str(), retrieved["item"]["id"].as_str()), (Some("conversation.item.retrieved"), Some("u1")), "{retrieved}");
+}
+
+/// A client that deletes a restored item and creates a new one under its id sees the new one:
+/// only the restore's echoes are kept from it.
+#[tokio::test(start_paused = true)]
+async fn an_item_re_created_under_a_restored_items_id_reaches_the_client() {
+    let mut h = restored_u1().await;
+    let item = |text: &str| json!({"id": "u1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]});
+    h.model_sends(json!({"type": "conversation.item.added", "event_id": "n1", "previous_item_id": null, "item": item("What is the dose?")})).await;
+    h.model_sends(json!({"type": "conversation.item.deleted", "event_id": "n2", "item_id": "u1"})).await;
+    assert_eq!(next_json(&mut h.browser).await["event_id"], "n2");
+    h.model_sends(json!({"type": "conversation.item.added", "event_id": "n3", "previous_item_id": null, "item": item("For a child?")})).await;
+    assert_eq!(next_json(&mut h.browser).await["event_id"], "n3", "the new item is the client's");
 }

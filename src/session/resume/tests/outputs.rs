@@ -56,7 +56,7 @@ async fn carried_until_the_request(h: &mut Harness) -> Vec<String> {
 
 /// What the model has been sent and not yet read: a delta from the model is passed to the
 /// browser first, which shows that voxgate has handled everything before it.
-async fn sent_to_model_by_now(h: &mut Harness) -> Vec<Value> {
+pub(super) async fn sent_to_model_by_now(h: &mut Harness) -> Vec<Value> {
     h.model_sends(json!({"type": "response.output_text.delta", "event_id": "probe", "delta": "x"})).await;
     h.browser_expects("response.output_text.delta").await;
     let mut sent = Vec::new();
