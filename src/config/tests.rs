@@ -76,6 +76,7 @@ fn every_validation_error_names_its_key() {
         ("[upstream]\nconnect_timeout_ms = 0", &[], "upstream.connect_timeout_ms"),
         ("[upstream]\nprotocol = \"v2\"", &[], "upstream.protocol"),
         ("[upstream]\nresume_attempts = 0", &[], "upstream.resume_attempts"),
+        ("[upstream]\nresume_attempts = 11", &[], "upstream.resume_attempts"),
         ("[upstream]\nresume_max_items = 0", &[], "upstream.resume_max_items"),
         ("[upstream]\nsend_timeout_ms = 0", &[], "upstream.send_timeout_ms"),
         // An empty key is no key: refused where a key is required, not sent as `Bearer `.

@@ -59,8 +59,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         // A realtime server's `session.updated` alone is ≈ 14 KB; below that no session starts.
         return Err(ConfigError::new("upstream.max_frame_bytes", "must be between 64 KiB and 1 GiB"));
     }
-    if upstream.resume && upstream.resume_attempts == 0 {
-        return Err(ConfigError::new("upstream.resume_attempts", "must be at least 1 while upstream.resume is on"));
+    // The client hears silence while a resume tries: ten attempts at the 30 s back-off ceiling
+    // are already five minutes of it.
+    if upstream.resume && !(1..=10).contains(&upstream.resume_attempts) {
+        return Err(ConfigError::new("upstream.resume_attempts", "must be between 1 and 10 while upstream.resume is on"));
     }
     if upstream.resume && upstream.resume_max_items == 0 {
         return Err(ConfigError::new("upstream.resume_max_items", "must be at least 1 while upstream.resume is on"));
