@@ -67,7 +67,9 @@ const ADMIT: &str = concat!(
 local ttl = tonumber(ARGV[2])
 if #KEYS == 3 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
+  -- Already counted (a retry after the reply to the first run was lost): admitted, not a second seat.
+  if not redis.call('ZSCORE', KEYS[3], ARGV[1])
+    and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return 0 end
   redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
@@ -181,8 +183,15 @@ pub(super) async fn acknowledge_kill(
     ack: KillAck,
 ) -> Result<(), ClusterError> {
     let key = ack_key(nonce);
-    let key = &key;
-    bounded(conn, |mut c| async move { c.set_ex(key, ack.as_str(), ACK_TTL_S).await }).await
+    // A kill heard twice (its PUBLISH retried after a lost reply) finds its session gone the
+    // second time: that `unknown` must not replace the first answer, `ended`.
+    let mut set = redis::cmd("SET");
+    set.arg(&key).arg(ack.as_str()).arg("EX").arg(ACK_TTL_S);
+    if ack == KillAck::Unknown {
+        set.arg("NX");
+    }
+    let set = &set;
+    bounded(conn, |mut c| async move { set.query_async::<()>(&mut c).await }).await
 }
 
 /// This instance's answer to a kill heard on [`BROADCAST_CHANNEL`], sent with `nonce`.
@@ -194,7 +203,13 @@ pub(super) async fn acknowledge_broadcast_kill(
 ) -> Result<(), ClusterError> {
     let key = broadcast_ack_key(nonce);
     let mut pipe = redis::pipe();
-    pipe.atomic().hset(&key, instance, ack.as_str()).ignore().expire(&key, ACK_TTL_S as i64).ignore();
+    // As for a forwarded kill: an `unknown` heard second never replaces `ended`.
+    if ack == KillAck::Unknown {
+        pipe.atomic().hset_nx(&key, instance, ack.as_str()).ignore();
+    } else {
+        pipe.atomic().hset(&key, instance, ack.as_str()).ignore();
+    }
+    pipe.expire(&key, ACK_TTL_S as i64).ignore();
     let pipe = &pipe;
     bounded(conn, |mut c| async move { pipe.query_async::<()>(&mut c).await }).await
 }
@@ -328,10 +343,19 @@ impl Registry {
 
     /// Ask every instance to end session `id`, answering under `nonce`; returns how many
     /// subscribers heard it (instances that predate [`BROADCAST_CHANNEL`] are not among them).
+    ///
+    /// PUBLISH's own count includes pattern subscribers (an operator's `PSUBSCRIBE 'voxgate:*'`),
+    /// which never answer: waiting for them turned every 404 into a 503. So the count is the
+    /// channel's own subscribers (`PUBSUB NUMSUB`, taken atomically with the PUBLISH), at most
+    /// PUBLISH's.
     pub async fn broadcast_kill(&self, id: &str, nonce: &str) -> Result<usize, ClusterError> {
         let message = kill_message(id, nonce);
-        let message = &message;
-        bounded(&self.conn, |mut c| async move { c.publish(BROADCAST_CHANNEL, message).await }).await
+        let mut pipe = redis::pipe();
+        pipe.atomic().publish(BROADCAST_CHANNEL, &message).cmd("PUBSUB").arg("NUMSUB").arg(BROADCAST_CHANNEL);
+        let pipe = &pipe;
+        let (heard, (_, listeners)): (usize, (String, usize)) =
+            bounded(&self.conn, |mut c| async move { pipe.query_async(&mut c).await }).await?;
+        Ok(heard.min(listeners))
     }
 
     /// The verdict on the broadcast kill sent with `nonce`, looked for until `wait` has passed:

@@ -233,15 +233,24 @@ fn redis_key(jti: &str) -> String {
     format!("voxgate:ticket:{jti}")
 }
 
-/// `SET voxgate:ticket:<jti> 1 NX EX <ttl>`, bounded: `Ok(true)` when this call claimed the
+/// `SET voxgate:ticket:<jti> <claim> NX EX <ttl>`, bounded: `Ok(true)` when this call claimed the
 /// ticket, `Ok(false)` when some instance already had.
+///
+/// The value is this claim's own random mark: a SET that landed just before its connection
+/// dropped is made again (`bounded`), finds the key set, and the key holding this claim's mark
+/// says the ticket was spent by this very call, not replayed.
 async fn claim_in_redis(redis: &redis::aio::ConnectionManager, jti: &str, ttl: u64) -> Result<bool, ClusterError> {
+    let key = redis_key(jti);
+    let claim = uuid::Uuid::new_v4().simple().to_string();
     let mut set = redis::cmd("SET");
-    set.arg(redis_key(jti)).arg(1).arg("NX").arg("EX").arg(ttl);
+    set.arg(&key).arg(&claim).arg("NX").arg("EX").arg(ttl);
     let set = &set;
-    // Tried again if the connection dropped: a SET that landed before the drop makes the retry
-    // find the ticket spent, which refuses it, as a refusal for an unavailable Redis would have.
-    bounded(redis, |mut c| async move { set.query_async::<Option<String>>(&mut c).await }).await.map(|reply| reply.is_some())
+    if bounded(redis, |mut c| async move { set.query_async::<Option<String>>(&mut c).await }).await?.is_some() {
+        return Ok(true);
+    }
+    let key = &key;
+    let holder: Option<String> = bounded(redis, |mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await }).await?;
+    Ok(holder.as_deref() == Some(claim.as_str()))
 }
 
 /// `EXISTS voxgate:ticket:<jti>`, bounded: whether some instance spent the ticket.

@@ -92,6 +92,14 @@ async fn unregistered() {
 
     assert_eq!(instance::delete_session(b.addr, "vgs_nobody").await, 404, "no instance has it");
 
+    // An operator's monitor on a pattern hears every broadcast and never answers: it is not an
+    // instance, and the kill is still a 404 (it was a 503 once PUBLISH's count was waited for).
+    let monitor = redis::Client::open(redis.url()).unwrap();
+    let mut monitor = monitor.get_async_pubsub().await.unwrap();
+    monitor.psubscribe("voxgate:*").await.unwrap();
+    assert_eq!(instance::delete_session(b.addr, "vgs_nobody").await, 404, "a pattern monitor is not an instance");
+    drop(monitor);
+
     // A listener that hears the broadcast and never answers: not every instance answered, 503.
     let silent = redis::Client::open(redis.url()).unwrap();
     let mut pubsub = silent.get_async_pubsub().await.unwrap();
