@@ -6,7 +6,7 @@
 //! NAT entry) stays subscribed in Redis's eyes, so publishers count it as listening while nothing
 //! arrives, and without the check every kill forwarded here would be lost until TCP noticed.
 //!
-//! Each kill is answered under its nonce ([`registry::acknowledge_kill`], with this instance's id
+//! Each kill is answered under its nonce ([`acknowledge_kill`], with this instance's id
 //! for a broadcast one): `ended`, or `unknown` when this instance holds no such session. The
 //! deleter waits a bounded time for the answers, so it never reports a kill heard by nobody as done.
 
@@ -17,6 +17,7 @@ use futures::StreamExt;
 use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
+use super::ClusterError;
 use super::registry::{self, KillAck};
 use crate::session::live::LiveSessions;
 
@@ -67,9 +68,9 @@ impl Listener {
         let Some(nonce) = nonce else { return };
         // Bounded: a Redis too slow to take the answer leaves the deleter to answer 503.
         let answered = if channel == registry::BROADCAST_CHANNEL {
-            registry::acknowledge_broadcast_kill(&self.conn, nonce, &self.instance, ack).await
+            acknowledge_broadcast_kill(&self.conn, nonce, &self.instance, ack).await
         } else {
-            registry::acknowledge_kill(&self.conn, nonce, ack).await
+            acknowledge_kill(&self.conn, nonce, ack).await
         };
         if let Err(err) = answered {
             tracing::warn!(error = %err, "could not answer an admin kill");
@@ -104,4 +105,42 @@ impl Listener {
             }
         }
     }
+}
+
+/// The owner's answer to the kill sent with `nonce`.
+async fn acknowledge_kill(
+    conn: &ConnectionManager,
+    nonce: &str,
+    ack: KillAck,
+) -> Result<(), ClusterError> {
+    let key = registry::ack_key(nonce);
+    // A kill heard twice (its PUBLISH retried after a lost reply) finds its session gone the
+    // second time: that `unknown` must not replace the first answer, `ended`.
+    let mut set = redis::cmd("SET");
+    set.arg(&key).arg(ack.as_str()).arg("EX").arg(registry::ACK_TTL_S);
+    if ack == KillAck::Unknown {
+        set.arg("NX");
+    }
+    let set = &set;
+    registry::bounded(conn, |mut c| async move { set.query_async::<()>(&mut c).await }).await
+}
+
+/// This instance's answer to a kill heard on [`BROADCAST_CHANNEL`], sent with `nonce`.
+async fn acknowledge_broadcast_kill(
+    conn: &ConnectionManager,
+    nonce: &str,
+    instance: &str,
+    ack: KillAck,
+) -> Result<(), ClusterError> {
+    let key = registry::broadcast_ack_key(nonce);
+    let mut pipe = redis::pipe();
+    // As for a forwarded kill: an `unknown` heard second never replaces `ended`.
+    if ack == KillAck::Unknown {
+        pipe.atomic().hset_nx(&key, instance, ack.as_str()).ignore();
+    } else {
+        pipe.atomic().hset(&key, instance, ack.as_str()).ignore();
+    }
+    pipe.expire(&key, registry::ACK_TTL_S as i64).ignore();
+    let pipe = &pipe;
+    registry::bounded(conn, |mut c| async move { pipe.query_async::<()>(&mut c).await }).await
 }

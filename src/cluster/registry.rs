@@ -28,7 +28,7 @@ const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 const REFRESH_BATCH: usize = 200;
 const INDEX_KEY: &str = "voxgate:sessions";
 /// How long an owner's answer to a kill is kept: far longer than anyone waits for it.
-const ACK_TTL_S: u64 = 30;
+pub(super) const ACK_TTL_S: u64 = 30;
 /// How often a deleter looks for the owner's answer.
 const ACK_POLL: Duration = Duration::from_millis(50);
 
@@ -125,11 +125,11 @@ pub(super) fn kill_channel(instance: &str) -> String {
 /// The pub/sub channel on which every instance takes kills of sessions the registry does not know.
 pub(super) const BROADCAST_CHANNEL: &str = "voxgate:kill-all";
 
-fn ack_key(nonce: &str) -> String {
+pub(super) fn ack_key(nonce: &str) -> String {
     format!("voxgate:kill-ack:{nonce}")
 }
 
-fn broadcast_ack_key(nonce: &str) -> String {
+pub(super) fn broadcast_ack_key(nonce: &str) -> String {
     format!("voxgate:kill-acks:{nonce}")
 }
 
@@ -143,7 +143,7 @@ pub(super) enum KillAck {
 }
 
 impl KillAck {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             KillAck::Ended => "ended",
             KillAck::Unknown => "unknown",
@@ -174,44 +174,6 @@ pub(super) fn parse_kill_message(payload: &str) -> (&str, Option<&str>) {
         Some((id, _)) => (id, None),
         None => (payload, None),
     }
-}
-
-/// The owner's answer to the kill sent with `nonce`.
-pub(super) async fn acknowledge_kill(
-    conn: &ConnectionManager,
-    nonce: &str,
-    ack: KillAck,
-) -> Result<(), ClusterError> {
-    let key = ack_key(nonce);
-    // A kill heard twice (its PUBLISH retried after a lost reply) finds its session gone the
-    // second time: that `unknown` must not replace the first answer, `ended`.
-    let mut set = redis::cmd("SET");
-    set.arg(&key).arg(ack.as_str()).arg("EX").arg(ACK_TTL_S);
-    if ack == KillAck::Unknown {
-        set.arg("NX");
-    }
-    let set = &set;
-    bounded(conn, |mut c| async move { set.query_async::<()>(&mut c).await }).await
-}
-
-/// This instance's answer to a kill heard on [`BROADCAST_CHANNEL`], sent with `nonce`.
-pub(super) async fn acknowledge_broadcast_kill(
-    conn: &ConnectionManager,
-    nonce: &str,
-    instance: &str,
-    ack: KillAck,
-) -> Result<(), ClusterError> {
-    let key = broadcast_ack_key(nonce);
-    let mut pipe = redis::pipe();
-    // As for a forwarded kill: an `unknown` heard second never replaces `ended`.
-    if ack == KillAck::Unknown {
-        pipe.atomic().hset_nx(&key, instance, ack.as_str()).ignore();
-    } else {
-        pipe.atomic().hset(&key, instance, ack.as_str()).ignore();
-    }
-    pipe.expire(&key, ACK_TTL_S as i64).ignore();
-    let pipe = &pipe;
-    bounded(conn, |mut c| async move { pipe.query_async::<()>(&mut c).await }).await
 }
 
 pub(super) struct Registry {

@@ -1,0 +1,219 @@
+//! The response gate, driven through its events with explicit instants.
+
+use super::*;
+
+fn id() -> String {
+    "voxgate_r".into()
+}
+
+#[test]
+fn a_replaced_upstream_forgets_its_response_and_owes_an_unanswered_request() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_some());
+    gate.on_speech_started();
+    assert!(!gate.is_quiet(now));
+    gate.on_upstream_replaced();
+    assert!(gate.is_quiet(now));
+    assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"), "the unanswered request is due again");
+
+    let mut gate = ResponseGate::default();
+    gate.on_response_created(Some("r"), false);
+    gate.on_upstream_replaced();
+    assert!(gate.is_quiet(now));
+    // The outputs of a response that started and never ended are owed again.
+    gate.on_output_sent();
+    gate.try_request(now, id);
+    gate.on_response_created(Some("r"), false);
+    gate.on_upstream_replaced();
+    assert!(gate.try_request(now, id).is_some(), "the response for the output is gone");
+
+    // Within the grace after speech the server may still commit it and answer: not quiet.
+    let mut gate = ResponseGate::default();
+    gate.on_speech_started();
+    gate.on_speech_stopped(now);
+    assert!(!gate.is_quiet(now));
+    assert!(gate.is_quiet(now + AFTER_SPEECH_GRACE));
+    assert_eq!(gate.try_request(now, id), None, "nothing was owed");
+}
+
+#[test]
+fn one_request_for_a_batch_and_none_while_active() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    assert!(gate.try_request(now, id).is_none(), "nothing to answer");
+    gate.on_response_created(Some("r"), false);
+    gate.on_output_sent();
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_none(), "a response is active");
+    gate.on_response_done(Some("r"));
+    assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"));
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_none(), "our request is still pending");
+    gate.on_response_created(Some("r"), false);
+    assert!(gate.try_request(now, id).is_none(), "a response is active");
+    gate.on_response_done(Some("r"));
+    assert!(gate.try_request(now, id).is_some(), "the output sent after our request needs its own turn");
+    gate.on_response_created(Some("r"), false);
+    gate.on_response_done(Some("r"));
+    assert!(gate.try_request(now, id).is_none(), "covered");
+}
+
+#[test]
+fn never_over_a_speaking_user_and_waits_for_vad_after_speech() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_speech_started();
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_none());
+    gate.on_speech_stopped(now);
+    assert!(gate.try_request(now, id).is_none(), "grace for server VAD");
+    assert_eq!(gate.wake_at(), Some(now + AFTER_SPEECH_GRACE));
+    assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some());
+}
+
+#[test]
+fn vad_response_covers_outputs() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_speech_started();
+    gate.on_output_sent();
+    gate.on_output_acknowledged();
+    gate.on_speech_stopped(now);
+    gate.on_response_created(Some("r"), false);
+    gate.on_response_done(Some("r"));
+    assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_none());
+}
+
+#[test]
+fn refused_request_is_retried_after_the_active_response() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    let sent = gate.try_request(now, id).unwrap();
+    // Server VAD started a response just before our request arrived: it may have missed the
+    // output, so the refused request is retried after it.
+    gate.on_response_created(Some("r"), false);
+    assert!(gate.on_request_refused(&sent));
+    gate.on_response_done(Some("r"));
+    assert!(gate.try_request(now, id).is_some(), "retried after the racing response");
+
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    let sent = gate.try_request(now, id).unwrap();
+    assert!(gate.on_request_refused(&sent));
+    assert!(gate.try_request(now, id).is_none(), "still active");
+    gate.on_response_done(Some("r"));
+    assert!(gate.try_request(now, id).is_some(), "retried");
+    assert!(!gate.on_request_refused("someone_else"));
+}
+
+#[test]
+fn wake_at_is_armed_only_when_time_alone_opens_the_gate() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    gate.on_speech_started();
+    gate.on_speech_stopped(now);
+    gate.on_response_created(Some("r"), false);
+    assert_eq!(gate.wake_at(), None, "an active response holds the gate: no timer");
+    gate.on_response_done(Some("r"));
+    assert_eq!(gate.wake_at(), Some(now + AFTER_SPEECH_GRACE));
+    gate.on_speech_started();
+    assert_eq!(gate.wake_at(), None, "a speaking user holds the gate: no timer");
+}
+
+#[test]
+fn any_error_or_silence_frees_a_pending_request() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    let sent = gate.try_request(now, id).unwrap();
+    assert!(gate.on_request_failed(&sent));
+    let again = gate.try_request(now, id).expect("asked again after an error");
+    assert!(gate.on_request_failed(&again));
+    assert!(gate.try_request(now, id).is_none(), "stops asking after repeated refusals");
+
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    gate.try_request(now, id).unwrap();
+    assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
+    gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
+    assert_eq!(gate.wake_at(), None);
+    assert!(gate.try_request(now + REQUEST_ANSWER_TIMEOUT, id).is_some(), "an unanswered request is retried");
+}
+
+#[test]
+fn the_clients_own_request_in_flight_holds_the_gate() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_client_request(Some("client_1"), now);
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_none(), "the client's request would race ours");
+    // Its response began before our output was in: the output needs a turn of its own.
+    gate.on_response_created(Some("r_client"), false);
+    gate.on_response_done(Some("r_client"));
+    assert!(gate.try_request(now, id).is_some());
+
+    // Refused by name, or with no name by the active-response code: over.
+    let mut gate = ResponseGate::default();
+    gate.on_client_request(Some("client_1"), now);
+    gate.on_output_sent();
+    gate.on_client_error(Some("someone_else"), Some("invalid_value"));
+    assert!(gate.try_request(now, id).is_none());
+    gate.on_client_error(Some("client_1"), Some("invalid_value"));
+    assert!(gate.try_request(now, id).is_some());
+    let mut gate = ResponseGate::default();
+    gate.on_client_request(None, now);
+    gate.on_output_sent();
+    gate.on_client_error(None, Some("invalid_value"));
+    assert!(gate.try_request(now, id).is_none(), "an error with no id may be about anything");
+    gate.on_client_error(None, Some("conversation_already_has_active_response"));
+    assert!(gate.try_request(now, id).is_some());
+
+    // Never answered: given up, and time alone opens the gate then.
+    let mut gate = ResponseGate::default();
+    gate.on_client_request(Some("client_1"), now);
+    gate.on_output_sent();
+    assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
+    gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
+    assert!(gate.try_request(now + REQUEST_ANSWER_TIMEOUT, id).is_some());
+}
+
+#[test]
+fn responses_are_told_apart_by_id() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_response_created(Some("r_main"), false);
+    gate.on_response_created(Some("r_oob"), true);
+    gate.on_output_sent();
+    gate.on_response_done(Some("r_oob"));
+    assert!(gate.try_request(now, id).is_none(), "the default conversation's response still runs");
+    assert_eq!(gate.wake_at(), None);
+    gate.on_response_done(Some("r_main"));
+    assert!(gate.try_request(now, id).is_some());
+
+    // Started and never ended, again and again: bounded.
+    let mut gate = ResponseGate::default();
+    for i in 0..100 {
+        gate.on_response_created(Some(&format!("r{i}")), true);
+    }
+    assert_eq!(gate.active.len(), MAX_ACTIVE);
+}
+
+#[test]
+fn a_vad_response_covers_only_acknowledged_outputs() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_speech_started();
+    gate.on_output_sent();
+    gate.on_output_sent();
+    gate.on_output_acknowledged();
+    gate.on_speech_stopped(now);
+    // The server started a response after acknowledging one output only.
+    gate.on_response_created(Some("r"), false);
+    gate.on_output_acknowledged();
+    gate.on_response_done(Some("r"));
+    assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the late output gets its own turn");
+}
