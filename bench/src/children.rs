@@ -13,6 +13,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+/// How long a child has to exit after SIGTERM before it is killed: voxgate's drain with no session
+/// left returns at once, but an instrumented build (scripts/build-pgo) writes its profile on the
+/// way out, tens of megabytes.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
 /// A running child process; killed when dropped.
 pub struct Running {
     pub name: String,
@@ -27,9 +32,30 @@ impl Running {
         format!("ws://{}/v1/realtime", self.addr)
     }
 
-    pub async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    /// Stop the child as production would (SIGTERM: voxgate drains, the bench's servers return
+    /// from `main`) and wait for it; SIGKILL after [`STOP_GRACE`]. A clean exit matters beyond
+    /// tidiness: a profile-instrumented binary writes its profile only when it exits, so
+    /// scripts/build-pgo trains on nothing if its children are killed. An error says how the child
+    /// ended when that was not a clean exit, so a run reports it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let pid = libc::pid_t::try_from(self.pid).context("pid out of range")?;
+        // SAFETY: kill(2) with a pid this process spawned and has not yet reaped (the `Child` is
+        // still held), so the pid cannot have been reused.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            let err = std::io::Error::last_os_error();
+            let _ = self.child.start_kill();
+            bail!("{}: SIGTERM failed: {err}", self.name);
+        }
+        match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => bail!("{} ended with {status} after SIGTERM", self.name),
+            Ok(Err(err)) => bail!("{}: waiting for it: {err}", self.name),
+            Err(_) => {
+                let _ = self.child.start_kill();
+                let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+                bail!("{} still running {} s after SIGTERM; killed", self.name, STOP_GRACE.as_secs())
+            }
+        }
     }
 }
 

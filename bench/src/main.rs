@@ -150,9 +150,18 @@ fn serve_current_thread(listen: String, upstream: Option<(String, usize)>) -> an
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
         println!("listening on {}", listener.local_addr().context("local addr")?);
-        match upstream {
-            None => echo::serve(listener).await,
-            Some((upstream, threads)) => relay::serve(listener, upstream, threads).await,
+        let serve = async move {
+            match upstream {
+                None => echo::serve(listener).await,
+                Some((upstream, threads)) => relay::serve(listener, upstream, threads).await,
+            }
+        };
+        // SIGTERM ends the server by returning from `main`: exit handlers run, which is when a
+        // profile-instrumented build (scripts/build-pgo) writes its profile.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
+        tokio::select! {
+            served = serve => served,
+            _ = term.recv() => Ok(()),
         }
     })
 }

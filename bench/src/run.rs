@@ -164,12 +164,22 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         }
     }
     ctx.report.elapsed_s = started.elapsed().as_secs_f64();
-    ctx.echo.stop().await;
+    if let Err(err) = ctx.echo.stop().await {
+        ctx.report.errors.push(format!("stopping: {err:#}"));
+    }
     let _ = std::fs::remove_dir_all(&ctx.tmp);
     Ok(ctx.report)
 }
 
 impl Ctx {
+    /// Stop a server a phase started; how it ended is an error of the run unless it exited
+    /// cleanly on SIGTERM (children.rs says why that matters).
+    async fn stopped(&mut self, process: Running) {
+        if let Err(err) = process.stop().await {
+            self.report.errors.push(format!("stopping: {err:#}"));
+        }
+    }
+
     /// The paths measured, in their base order.
     fn paths(&self) -> Vec<Path> {
         let mut paths = vec![Path::Direct, Path::Relay, Path::Voxgate];
@@ -234,7 +244,7 @@ impl Ctx {
         let (process, url) = self.target(path).await?;
         let result = self.measure(path, n, with_tools, process.as_ref(), &url).await;
         if let Some(process) = process {
-            process.stop().await;
+            self.stopped(process).await;
         }
         result
     }
@@ -295,7 +305,7 @@ impl Ctx {
             let ws = client::open(&url, Duration::from_secs(30)).await?;
             let times = tools::run(ws, self.opts.tool_calls, path.client_answers_tools(), IDLE_TOOL_GAP).await;
             if let Some(process) = process {
-                process.stop().await;
+                self.stopped(process).await;
             }
             Ok(ToolRun::new(path, "idle", times?))
         }
@@ -341,7 +351,7 @@ impl Ctx {
             let sessions = sessions?;
             client::close_all(sessions).await;
             client::close_all(vec![warm]).await;
-            process.stop().await;
+            self.stopped(process).await;
             Ok(IdleMemory { path: path.name(), sessions: n, before, after, setup_s })
         }
         .await;
