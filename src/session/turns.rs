@@ -101,20 +101,23 @@ impl ResponseGate {
             _ => 0,
         };
         let owed = self.uncovered + requested;
-        self.uncovered = if self.pending_request.is_some() {
+        let covers = if self.pending_request.is_some() {
             // Our own request: the server read it after every output sent before it, so its
-            // response covers them; outputs sent after the request do not make it in.
+            // response covers them all; outputs sent after the request (counted apart) do not
+            // make it in.
             self.refusals = 0;
-            self.after_request
+            self.uncovered = self.after_request;
+            owed
         } else {
             // A response the server started on its own covers what it had acknowledged, not
             // what is still on the wire.
-            self.uncovered.min(self.unacknowledged)
+            self.uncovered = self.uncovered.min(self.unacknowledged);
+            owed - self.uncovered
         };
         self.after_request = 0;
         self.pending_request = None;
         self.pending_until = None;
-        self.mark_active(id.unwrap_or_default(), owed.saturating_sub(self.uncovered));
+        self.mark_active(id.unwrap_or_default(), covers);
     }
 
     /// Response `id` ended; `None` when its `response.done` could not be read (then which one

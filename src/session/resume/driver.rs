@@ -138,6 +138,7 @@ impl Bridge {
         let (held, audio_dropped_ms) = gap.held.release(Instant::now());
         for frame in held {
             self.resume.note_released(&frame.message, frame.untaken);
+            self.rearm_client_request(&frame.message);
             self.send_upstream(frame.message).await;
         }
         tracing::info!(parent: &self.span, audio_dropped_ms, "recycle postponed: no new upstream; the session goes on on its old one");
@@ -167,11 +168,13 @@ impl Bridge {
             // Pending on the new upstream, like every client frame released below: lost with it
             // before it answers (a flapping upstream), it goes to the next one too.
             self.resume.note_released(&request, true);
+            self.rearm_client_request(&request);
             self.send_upstream(request).await;
         }
         let (held, audio_dropped_ms) = gap.held.release(Instant::now());
         for frame in held.into_iter().filter(|f| !f.untaken || is_client_frame(&f.message)) {
             self.resume.note_released(&frame.message, frame.untaken);
+            self.rearm_client_request(&frame.message);
             self.send_upstream(frame.message).await;
         }
         let items = restore.item_ids.len();
@@ -192,6 +195,19 @@ impl Bridge {
         let outcome = if gap.reason == Reason::UpstreamError { SessionOutcome::UpstreamError } else { SessionOutcome::UpstreamClosed };
         let frame = close_frame(CloseCode::Error, "the realtime service went away and the session could not be resumed");
         self.begin_close_with(outcome, Some(frame), None).await;
+    }
+
+    /// A client `response.create` released after a gap is sent now: the response gate waits for
+    /// its answer from now, as when the client sent it. Its wait from the client's send may have
+    /// run out during a long gap, and voxgate's own request for a tool result would then follow the
+    /// client's at once: two responses, the result answered twice.
+    fn rearm_client_request(&mut self, message: &Message) {
+        let Message::Text(text) = message else { return };
+        if let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str())
+            && kind == "response.create"
+        {
+            self.gate.on_client_request(event_id.as_deref(), Instant::now());
+        }
     }
 
     /// Where `send_upstream` puts a frame during a gap.

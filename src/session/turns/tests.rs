@@ -38,6 +38,23 @@ fn a_replaced_upstream_forgets_its_response_and_owes_an_unanswered_request() {
     assert_eq!(gate.try_request(now, id), None, "nothing was owed");
 }
 
+/// Output A, voxgate's request for it, output B before the request's `response.created`: that
+/// response covers A (B needs a turn of its own). Both are owed again if the upstream goes before
+/// it ends.
+#[test]
+fn a_response_to_our_request_covers_its_outputs_though_another_arrived_meanwhile() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_some());
+    gate.on_output_sent();
+    gate.on_response_created(Some("r"), false);
+    assert_eq!(gate.active, [("r".to_string(), 1)], "the response covers A");
+    gate.on_upstream_replaced();
+    assert!(gate.try_request(now, id).is_some());
+    assert_eq!(gate.last_request, Some(("voxgate_r".to_string(), 2)), "A and B are owed again");
+}
+
 #[test]
 fn one_request_for_a_batch_and_none_while_active() {
     let now = Instant::now();

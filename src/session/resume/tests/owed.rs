@@ -101,3 +101,26 @@ async fn a_call_whose_arguments_were_still_streaming_is_not_restored() {
     let after = super::outputs::sent_to_model_by_now(&mut h).await;
     assert!(after.is_empty(), "{after:?}");
 }
+
+/// A push-to-talk client asks for a response during a gap longer than the gate's wait for a
+/// client request, while the answer to a tool result was cut by the loss. The restore sends the
+/// result and then the client's request, whose response covers the result: voxgate must not ask
+/// for another (the model would answer the result twice).
+#[tokio::test(start_paused = true)]
+async fn a_client_request_released_after_a_long_gap_holds_voxgates_own() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    output_asked_for(&mut h, "c1").await;
+    h.acknowledge("c1").await;
+    h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": "r2"}})).await;
+    h.browser_expects("response.created").await;
+    let proxy_side = lose(&mut h).await;
+    h.browser_sends(json!({"type": "response.create", "event_id": "client_rc"})).await;
+    browser_sync(&mut h).await;
+    tokio::time::advance(crate::session::turns::REQUEST_ANSWER_TIMEOUT + std::time::Duration::from_secs(1)).await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let kinds = until_response_create(&mut h.model).await;
+    assert_eq!(kinds, ["session.update", "function_call:c1", "function_call_output:c1", "response.create"]);
+    h.browser_expects("voxgate.session.resumed").await;
+    let after = super::outputs::sent_to_model_by_now(&mut h).await;
+    assert!(after.is_empty(), "only the client's request is sent: {after:?}");
+}
