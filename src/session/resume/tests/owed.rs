@@ -29,15 +29,20 @@ pub(super) async fn output_asked_for(h: &mut Harness, call_id: &str) {
     h.model_expects("response.create").await;
 }
 
+/// [`output_asked_for`], and the response to voxgate's request has started (`r2`).
+async fn answer_started(h: &mut Harness, call_id: &str) {
+    output_asked_for(h, call_id).await;
+    h.acknowledge(call_id).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": "r2"}})).await;
+    h.browser_expects("response.created").await;
+}
+
 /// voxgate's request to speak a tool result had started (`response.created`) when the upstream
 /// went: that response is gone with it, so the new upstream is asked again (CONTRACT §4).
 #[tokio::test(start_paused = true)]
 async fn a_tool_result_whose_answer_had_started_is_asked_for_again_after_the_restore() {
     let (mut h, offer, _) = resumable(|_| {}).await;
-    output_asked_for(&mut h, "c1").await;
-    h.acknowledge("c1").await;
-    h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": "r2"}})).await;
-    h.browser_expects("response.created").await;
+    answer_started(&mut h, "c1").await;
     lose_and_reconnect(&mut h, &offer).await;
     let kinds = until_response_create(&mut h.model).await;
     assert_eq!(kinds, ["session.update", "function_call:c1", "function_call_output:c1", "response.create"]);
@@ -109,10 +114,7 @@ async fn a_call_whose_arguments_were_still_streaming_is_not_restored() {
 #[tokio::test(start_paused = true)]
 async fn a_client_request_released_after_a_long_gap_holds_voxgates_own() {
     let (mut h, offer, _) = resumable(|_| {}).await;
-    output_asked_for(&mut h, "c1").await;
-    h.acknowledge("c1").await;
-    h.model_sends(json!({"type": "response.created", "event_id": "e", "response": {"id": "r2"}})).await;
-    h.browser_expects("response.created").await;
+    answer_started(&mut h, "c1").await;
     let proxy_side = lose(&mut h).await;
     h.browser_sends(json!({"type": "response.create", "event_id": "client_rc"})).await;
     browser_sync(&mut h).await;
