@@ -235,7 +235,7 @@ where
         Err(err) => {
             crate::telemetry::record_upstream_connect(&span, err.reason());
             metrics.upstream_connect_failed(err.reason());
-            tracing::warn!(session.id = %info.id, reason = err.reason(), "upstream connection failed");
+            tracing::warn!(session.id = %info.id, reason = err.reason(), detail = err.detail(), "upstream connection failed");
             let message = format!("{err}. Try again later.");
             metrics.client_error(codes::UPSTREAM_UNAVAILABLE);
             let _ = client.send(Message::text(events::error_event(codes::UPSTREAM_UNAVAILABLE, &message, None))).await;

@@ -58,6 +58,17 @@ impl UpstreamError {
             UpstreamError::BadRequest(_) => "bad_request",
         }
     }
+
+    /// What lies under the public text, for the operator's log: the transport's own error (refused
+    /// TCP, a failed DNS lookup, a TLS certificate) or which setting is unusable. Neither holds the
+    /// key, a body nor patient data: the transport's errors name their kind, not the request.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            UpstreamError::Unreachable(err) => Some(err.to_string()),
+            UpstreamError::BadRequest(what) => Some(what.clone()),
+            UpstreamError::Refused { .. } | UpstreamError::Timeout => None,
+        }
+    }
 }
 
 /// One TLS client configuration for every upstream connection. Left to tokio-tungstenite, each
@@ -135,5 +146,24 @@ mod tests {
         let Connector::Rustls(second) = TLS.clone() else { panic!("not rustls") };
         assert!(Arc::ptr_eq(&first, &second));
         assert!(first.alpn_protocols.is_empty(), "WebSocket upgrades need HTTP/1.1, no ALPN");
+    }
+
+    /// The log says why a connect failed (refused TCP here), the public text and metric label stay
+    /// generic, and neither names the address or the key.
+    #[tokio::test]
+    async fn a_failed_connect_says_why_in_its_detail_only() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut config = UpstreamConfig::default();
+        config.kind = Some(crate::config::UpstreamKind::Openai);
+        config.url = format!("ws://{closed}/v1/realtime");
+        config.api_key = Some(crate::config::Secret::new("sk-never-logged"));
+        let Err(err) = connect(&config, None).await else { panic!("nothing listens there") };
+        assert_eq!(err.reason(), "unreachable");
+        let detail = err.detail().unwrap();
+        assert!(detail.contains("Connection refused"), "{detail}");
+        for text in [detail, err.to_string()] {
+            assert!(!text.contains("sk-never") && !text.contains(&closed.port().to_string()), "{text}");
+        }
+        assert_eq!(UpstreamError::Timeout.detail(), None);
     }
 }

@@ -113,7 +113,7 @@ impl Bridge {
             }
             Err(err) => {
                 self.deps.metrics.upstream_connect_failed(err.reason());
-                tracing::warn!(parent: &self.span, reason = err.reason(), "resume: connection attempt failed");
+                tracing::warn!(parent: &self.span, reason = err.reason(), detail = err.detail(), "resume: connection attempt failed");
                 if self.resume.gap_reason() == Some(Reason::MaxAge) {
                     self.recycle_later().await;
                 } else if !self.resume.retry() {
