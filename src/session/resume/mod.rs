@@ -146,6 +146,8 @@ pub(super) struct Gap {
 struct Echoes {
     session_created: bool,
     session_updated: bool,
+    /// The restore's `session.update`, until its answer (either kind) comes.
+    session_update: Option<String>,
     items: HashSet<String>,
 }
 
@@ -228,6 +230,8 @@ impl Resume {
                 return Seen::Forward;
             }
             "session.updated" => {
+                // Answers come in order: the first after a restore is the restore's.
+                self.echoes.session_update = None;
                 if swallow_once(&mut self.echoes.session_updated) == Seen::Swallow {
                     return Seen::Swallow;
                 }
@@ -242,7 +246,7 @@ impl Resume {
                 let error = serde_json::from_slice::<Value>(bytes).ok();
                 let Some(event_id) = error.as_ref().and_then(|e| e["error"]["event_id"].as_str()) else { return Seen::Forward };
                 if event_id.starts_with(plan::RESTORE_EVENT_PREFIX) {
-                    return Seen::Swallow;
+                    return self.on_restore_refused(event_id, error.as_ref().and_then(|e| e["error"]["code"].as_str()));
                 }
                 self.client.refused(event_id);
                 return Seen::Forward;
@@ -267,6 +271,29 @@ impl Resume {
             None => {}
         }
         Seen::Forward
+    }
+
+    /// The new upstream refused a frame of the restore (`event_id`) with an `error` (`code`). Said
+    /// in the log (the code only: the message may quote content). A refused `session.update`
+    /// gets no `session.updated`: the next one answers the client's own update and is not kept
+    /// back as an echo; if the client was owed the restore's answer (its update had gone
+    /// unanswered on the old upstream), this refusal is that answer and reaches it.
+    fn on_restore_refused(&mut self, event_id: &str, code: Option<&str>) -> Seen {
+        // An error code is an identifier; anything else from the upstream is not logged.
+        let code = code.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        let is_session_update = self.echoes.session_update.as_deref() == Some(event_id);
+        let what = if is_session_update { "its configuration" } else { "an item" };
+        tracing::warn!(code, what, "resume: the new upstream refused part of the restore");
+        if !is_session_update {
+            return Seen::Swallow;
+        }
+        self.echoes.session_update = None;
+        self.echoes.session_updated = false;
+        if self.unanswered_updates > 0 {
+            self.unanswered_updates -= 1;
+            return Seen::Forward;
+        }
+        Seen::Swallow
     }
 
     /// voxgate sent this `session.update` upstream.
@@ -443,9 +470,14 @@ impl Resume {
         // The restore's `session.updated` answers an update the old upstream never answered; it
         // stays owed until it comes, or a loss before it would swallow it at the next restore.
         let owed = self.unanswered_updates > 0;
-        self.unanswered_updates = u32::from(owed && restore.updates_session);
-        let session_created = self.created_forwarded;
-        self.echoes = Echoes { session_created, session_updated: restore.updates_session && !owed, items: restore.item_ids.clone() };
+        let updates_session = restore.session_event_id.is_some();
+        self.unanswered_updates = u32::from(owed && updates_session);
+        self.echoes = Echoes {
+            session_created: self.created_forwarded,
+            session_updated: updates_session && !owed,
+            session_update: restore.session_event_id.clone(),
+            items: restore.item_ids.clone(),
+        };
         self.client.upstream_replaced();
         let now = Instant::now();
         self.recycle_at = self.settings.as_ref().and_then(|s| s.max_age).map(|age| now + recycle_age(age));

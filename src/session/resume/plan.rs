@@ -26,8 +26,9 @@ pub(crate) struct Restore {
     pub frames: Vec<String>,
     /// Item ids restored (their echoes are not forwarded to the client).
     pub item_ids: HashSet<String>,
-    /// Whether a `session.update` is among the frames (its `session.updated` is not forwarded).
-    pub updates_session: bool,
+    /// The event id of the `session.update` among the frames, if there is one (its
+    /// `session.updated` is not forwarded; an `error` naming it says the upstream refused it).
+    pub session_event_id: Option<String>,
     /// Items the log dropped to stay within its bounds (the oldest), over the session's life.
     pub items_dropped: usize,
 }
@@ -59,12 +60,14 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
     if let Some(Value::Array(tools)) = session.get_mut("tools") {
         tools.extend(server_tools.iter().cloned());
     }
-    let updates_session = !session.is_empty();
-    if updates_session {
+    let mut session_event_id = None;
+    if !session.is_empty() {
         if protocol == UpstreamProtocol::Ga {
             session.entry("type").or_insert_with(|| json!("realtime"));
         }
-        frames.push(json!({"type": "session.update", "event_id": event_id(), "session": session}).to_string());
+        let id = event_id();
+        frames.push(json!({"type": "session.update", "event_id": id, "session": session}).to_string());
+        session_event_id = Some(id);
     }
     let assistant_part = match protocol {
         UpstreamProtocol::Ga => "output_text",
@@ -95,7 +98,7 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
         item_ids.insert(logged.id.clone());
         frames.push(json!({"type": "conversation.item.create", "event_id": event_id(), "item": item}).to_string());
     }
-    Restore { frames, item_ids, updates_session, items_dropped: log.dropped() }
+    Restore { frames, item_ids, session_event_id, items_dropped: log.dropped() }
 }
 
 /// Merge the `session` of a `session.update` frame into the effective configuration, as the
@@ -184,7 +187,7 @@ mod tests {
         assert_eq!(items[3], &json!({"id": "a1", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "5 mg."}]}));
         assert!(frames.iter().all(|f| f["event_id"].as_str().unwrap().starts_with(RESTORE_EVENT_PREFIX)));
         assert_eq!(restore.item_ids.len(), 4);
-        assert!(restore.updates_session);
+        assert_eq!(restore.session_event_id.as_deref(), Some("voxgate_restore_1"));
     }
 
     /// The server merges nested objects: an update of the output voice keeps the formats and the

@@ -71,3 +71,44 @@ async fn an_item_re_created_under_a_restored_items_id_reaches_the_client() {
     h.model_sends(json!({"type": "conversation.item.added", "event_id": "n3", "previous_item_id": null, "item": item("For a child?")})).await;
     assert_eq!(next_json(&mut h.browser).await["event_id"], "n3", "the new item is the client's");
 }
+
+/// The new upstream's refusal of the restore's `session.update`.
+fn restore_refused() -> serde_json::Value {
+    json!({"type": "error", "event_id": "n_err", "error": {"type": "invalid_request_error", "code": "invalid_value",
+        "message": "Invalid value.", "event_id": "voxgate_restore_1"}})
+}
+
+/// The restore's configuration refused, with no update of the client's owed an answer: the
+/// refusal stays voxgate's, and the answer to the client's next `session.update` is the client's
+/// (it was kept back as the restore's echo, which will never come).
+#[tokio::test(start_paused = true)]
+async fn after_a_refused_restore_configuration_the_clients_next_update_is_answered() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "e_inj", "session": {"id": "sess_1"}})).await;
+    h.browser_expects("session.updated").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    assert_eq!(h.model_expects("session.update").await["event_id"], "voxgate_restore_1");
+    h.browser_expects("voxgate.session.resumed").await;
+    h.model_sends(restore_refused()).await;
+    // Read before the client's update (a later frame on the same socket reaches the client).
+    h.model_sends(json!({"type": "response.output_text.delta", "event_id": "probe", "delta": "x"})).await;
+    assert_eq!(next_json(&mut h.browser).await["event_id"], "probe", "the refusal is voxgate's");
+    h.browser_sends(json!({"type": "session.update", "event_id": "mine", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
+    assert_eq!(h.model_expects("session.update").await["event_id"], "mine");
+    h.model_sends(json!({"type": "session.updated", "event_id": "n1", "session": {"id": "sess_2", "instructions": "Be brief."}})).await;
+    h.model_sends(json!({"type": "response.created", "event_id": "n2", "response": {"id": "r2"}})).await;
+    let next = next_json(&mut h.browser).await;
+    assert_eq!((next["type"].as_str(), next["event_id"].as_str()), (Some("session.updated"), Some("n1")), "{next}");
+}
+
+/// The old upstream went owing an answer to an update (here voxgate's tool injection) and the new
+/// one refuses the restore's configuration, which was to be that answer: the refusal is it.
+#[tokio::test(start_paused = true)]
+async fn a_refused_restore_configuration_answers_an_update_the_old_upstream_owed() {
+    let mut h = restored_u1().await;
+    h.model_sends(restore_refused()).await;
+    let next = next_json(&mut h.browser).await;
+    assert_eq!((next["type"].as_str(), next["error"]["code"].as_str()), (Some("error"), Some("invalid_value")), "{next}");
+}
