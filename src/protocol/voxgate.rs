@@ -51,6 +51,7 @@ pub mod codes {
     pub const TOO_MANY_FRAMES: &str = "voxgate_too_many_frames";
     pub const HOSTED_MCP_REFUSED: &str = "voxgate_hosted_mcp_refused";
     pub const UPSTREAM_EVENT_UNREADABLE: &str = "voxgate_upstream_event_unreadable";
+    pub const RESUME_CONFIGURATION_REFUSED: &str = "voxgate_resume_configuration_refused";
 }
 
 /// The longest client `event_id` an `error` echoes. A client picks its ids; one of megabytes would

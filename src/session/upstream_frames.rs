@@ -53,9 +53,14 @@ impl Bridge {
                         self.deps.metrics.upstream_forged_event();
                         return true;
                     }
-                    Ok(kind) if self.resume.watches(&kind) && self.resume.on_upstream_event(&kind, text.as_bytes()) == Seen::Swallow => {
-                        return true;
-                    }
+                    Ok(kind) if self.resume.watches(&kind) => match self.resume.on_upstream_event(&kind, text.as_bytes()) {
+                        Seen::Forward => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
+                        Seen::Swallow => return true,
+                        Seen::RestoreRefused { configuration, code } => {
+                            self.on_restore_refused(configuration, code.as_deref()).await;
+                            return true;
+                        }
+                    },
                     Ok(kind) => events_in::needs_inspection(&kind).then(|| kind.into_owned()),
                     // Not JSON, no `type`, or two of them: no event of the API, and the client
                     // could read a different type than voxgate did (a forged voxgate.* one).
@@ -171,7 +176,7 @@ impl Bridge {
     }
 
     /// voxgate's own `session.update` with the server tools this user may call.
-    async fn send_tool_injection(&mut self) {
+    pub(super) async fn send_tool_injection(&mut self) {
         self.injected = true;
         self.merged_update = None;
         // Only the tools list: every other session setting stays the client's.

@@ -61,7 +61,8 @@ impl UpstreamError {
 
     /// What lies under the public text, for the operator's log: the transport's own error (refused
     /// TCP, a failed DNS lookup, a TLS certificate) or which setting is unusable. Neither holds the
-    /// key, a body nor patient data: the transport's errors name their kind, not the request.
+    /// key, a body nor patient data; a TLS name mismatch names the upstream's host and the
+    /// certificate's names, which are the operator's configuration.
     pub fn detail(&self) -> Option<String> {
         match self {
             UpstreamError::Unreachable(err) => Some(err.to_string()),

@@ -210,6 +210,22 @@ impl Bridge {
         }
     }
 
+    /// The new upstream refused part of the restore (`configuration`: its `session.update`;
+    /// `code` an identifier or nothing). A refused item is a gap in the model's memory of the
+    /// conversation and is only logged. A refused configuration leaves the new upstream session
+    /// on its defaults, without voxgate's tools: they are injected again (they are voxgate's to
+    /// keep), and the client is told that its own settings (instructions, voice, turn detection)
+    /// are gone, to send them again.
+    pub(crate) async fn on_restore_refused(&mut self, configuration: bool, code: Option<&str>) {
+        let what = if configuration { "configuration" } else { "item" };
+        tracing::warn!(parent: &self.span, code, what, "resume: the new upstream refused part of the restore");
+        if configuration {
+            self.send_tool_injection().await;
+            let message = "The realtime service refused the session configuration restored after a resume: the session goes on with the service's defaults and voxgate's tools. Send session.update again.";
+            self.client_error(events::codes::RESUME_CONFIGURATION_REFUSED, message, None).await;
+        }
+    }
+
     /// Where `send_upstream` puts a frame during a gap.
     pub(crate) fn hold_for_upstream(&mut self, message: Message) -> bool {
         self.resume.hold(message);

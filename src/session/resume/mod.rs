@@ -121,6 +121,9 @@ pub(crate) enum Seen {
     Forward,
     /// An echo of a restore: the client must not see it.
     Swallow,
+    /// The upstream refused a frame of the restore (`configuration`: its `session.update`) with
+    /// an `error` (`code`, when it is an identifier). The client does not see that error.
+    RestoreRefused { configuration: bool, code: Option<String> },
 }
 
 /// The time without an upstream.
@@ -273,27 +276,23 @@ impl Resume {
         Seen::Forward
     }
 
-    /// The new upstream refused a frame of the restore (`event_id`) with an `error` (`code`). Said
-    /// in the log (the code only: the message may quote content). A refused `session.update`
-    /// gets no `session.updated`: the next one answers the client's own update and is not kept
-    /// back as an echo; if the client was owed the restore's answer (its update had gone
-    /// unanswered on the old upstream), this refusal is that answer and reaches it.
+    /// The new upstream refused a frame of the restore (`event_id`) with an `error` (`code`). A
+    /// refused `session.update` gets no `session.updated`: the next one answers the client's own
+    /// update and is not kept back as an echo. If the restore's answer was owed to an update the
+    /// old upstream never answered, that update is answered now (by the bridge's error).
     fn on_restore_refused(&mut self, event_id: &str, code: Option<&str>) -> Seen {
         // An error code is an identifier; anything else from the upstream is not logged.
-        let code = code.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-        let is_session_update = self.echoes.session_update.as_deref() == Some(event_id);
-        let what = if is_session_update { "its configuration" } else { "an item" };
-        tracing::warn!(code, what, "resume: the new upstream refused part of the restore");
-        if !is_session_update {
-            return Seen::Swallow;
+        let code = code.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).map(str::to_string);
+        let configuration = self.echoes.session_update.as_deref() == Some(event_id);
+        if configuration {
+            self.echoes.session_update = None;
+            // Not kept back as an echo: the restore's answer was the client's (restore()).
+            let owed = !std::mem::take(&mut self.echoes.session_updated);
+            if owed {
+                self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
+            }
         }
-        self.echoes.session_update = None;
-        self.echoes.session_updated = false;
-        if self.unanswered_updates > 0 {
-            self.unanswered_updates -= 1;
-            return Seen::Forward;
-        }
-        Seen::Swallow
+        Seen::RestoreRefused { configuration, code }
     }
 
     /// voxgate sent this `session.update` upstream.

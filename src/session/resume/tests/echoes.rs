@@ -78,11 +78,27 @@ fn restore_refused() -> serde_json::Value {
         "message": "Invalid value.", "event_id": "voxgate_restore_1"}})
 }
 
-/// The restore's configuration refused, with no update of the client's owed an answer: the
-/// refusal stays voxgate's, and the answer to the client's next `session.update` is the client's
-/// (it was kept back as the restore's echo, which will never come).
+/// The new upstream refused the restore's configuration: it runs on its defaults. voxgate's tools
+/// are injected again, the client is told to send its configuration again, and the answer to its
+/// next `session.update` is its own (it was kept back as the restore's echo, which never comes).
+async fn refused_then_reinjected(h: &mut Harness) {
+    h.model_sends(restore_refused()).await;
+    let told = next_json(&mut h.browser).await;
+    assert_eq!((told["type"].as_str(), told["error"]["code"].as_str()), (Some("error"), Some("voxgate_resume_configuration_refused")), "{told}");
+    let injected = h.model_expects("session.update").await;
+    assert!(injected["session"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == TOOL), "{injected}");
+    h.model_sends(json!({"type": "session.updated", "event_id": "n_inj", "session": {"id": "sess_2"}})).await;
+    assert_eq!(next_json(&mut h.browser).await["event_id"], "n_inj", "the injection's answer is forwarded, as on a new session");
+    h.browser_sends(json!({"type": "session.update", "event_id": "mine", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
+    assert_eq!(h.model_expects("session.update").await["event_id"], "mine");
+    h.model_sends(json!({"type": "session.updated", "event_id": "n1", "session": {"id": "sess_2", "instructions": "Be brief."}})).await;
+    let next = next_json(&mut h.browser).await;
+    assert_eq!((next["type"].as_str(), next["event_id"].as_str()), (Some("session.updated"), Some("n1")), "{next}");
+}
+
+/// With every update answered before the loss.
 #[tokio::test(start_paused = true)]
-async fn after_a_refused_restore_configuration_the_clients_next_update_is_answered() {
+async fn a_refused_restore_configuration_is_replaced_by_the_tools_and_told_to_the_client() {
     let (mut h, offer, _) = resumable(|_| {}).await;
     h.model_sends(json!({"type": "session.updated", "event_id": "e_inj", "session": {"id": "sess_1"}})).await;
     h.browser_expects("session.updated").await;
@@ -91,24 +107,13 @@ async fn after_a_refused_restore_configuration_the_clients_next_update_is_answer
     offer.send(Ok(upstream_conn(proxy_side))).unwrap();
     assert_eq!(h.model_expects("session.update").await["event_id"], "voxgate_restore_1");
     h.browser_expects("voxgate.session.resumed").await;
-    h.model_sends(restore_refused()).await;
-    // Read before the client's update (a later frame on the same socket reaches the client).
-    h.model_sends(json!({"type": "response.output_text.delta", "event_id": "probe", "delta": "x"})).await;
-    assert_eq!(next_json(&mut h.browser).await["event_id"], "probe", "the refusal is voxgate's");
-    h.browser_sends(json!({"type": "session.update", "event_id": "mine", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
-    assert_eq!(h.model_expects("session.update").await["event_id"], "mine");
-    h.model_sends(json!({"type": "session.updated", "event_id": "n1", "session": {"id": "sess_2", "instructions": "Be brief."}})).await;
-    h.model_sends(json!({"type": "response.created", "event_id": "n2", "response": {"id": "r2"}})).await;
-    let next = next_json(&mut h.browser).await;
-    assert_eq!((next["type"].as_str(), next["event_id"].as_str()), (Some("session.updated"), Some("n1")), "{next}");
+    refused_then_reinjected(&mut h).await;
 }
 
-/// The old upstream went owing an answer to an update (here voxgate's tool injection) and the new
-/// one refuses the restore's configuration, which was to be that answer: the refusal is it.
+/// With an update the old upstream never answered (here voxgate's tool injection): the restore's
+/// answer was owed to it, and the refusal takes its place.
 #[tokio::test(start_paused = true)]
-async fn a_refused_restore_configuration_answers_an_update_the_old_upstream_owed() {
+async fn a_refused_restore_configuration_owed_to_an_update_is_replaced_the_same_way() {
     let mut h = restored_u1().await;
-    h.model_sends(restore_refused()).await;
-    let next = next_json(&mut h.browser).await;
-    assert_eq!((next["type"].as_str(), next["error"]["code"].as_str()), (Some("error"), Some("invalid_value")), "{next}");
+    refused_then_reinjected(&mut h).await;
 }
