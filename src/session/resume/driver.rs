@@ -203,8 +203,10 @@ impl Bridge {
     /// client's at once: two responses, the result answered twice.
     fn rearm_client_request(&mut self, message: &Message) {
         let Message::Text(text) = message else { return };
+        // voxgate's own request (its prefix; a stand-in's is the client's) is the gate's to track.
         if let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str())
             && kind == "response.create"
+            && !event_id.as_deref().is_some_and(events::is_own_event_id)
         {
             self.gate.on_client_request(event_id.as_deref(), Instant::now());
         }
