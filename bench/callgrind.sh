@@ -13,8 +13,11 @@
 #
 #   bench/callgrind.sh [SESSIONS] [VOXGATE]    # default 10 and target/production/voxgate
 #
-# Needs valgrind (`apt-get install valgrind`) and a production build with symbols
-# (`cargo build --profile production --workspace --bins`). About 2 minutes.
+# Needs valgrind (`apt-get install valgrind`) and a production build with symbols, the plain one
+# (`cargo build --profile production --workspace --bins`): the profile-guided build that ships
+# (scripts/build-pgo) inlines `Frame::format_into_buf`, the frame counter, and the script stops
+# with no frames counted. About 2 minutes. The servers are stopped with SIGTERM and must drain
+# and exit under valgrind within the bench's grace (15 s).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,6 +92,8 @@ def count(path):
 rows = {}
 for target, path in zip(('bare relay', 'voxgate'), sys.argv[1:3]):
     total, memset, frames = count(path)
+    if frames == 0:
+        sys.exit(f"{target}: no calls of Frame::format_into_buf counted (a profile-guided build inlines it: use the plain production build)")
     rows[target] = (total / frames, (total - memset) / frames, memset / frames, frames)
 print(f"User-space instructions per relayed frame (callgrind), N = {sys.argv[3]}, spread clock:\n")
 print("| target | frames counted | all | without memset | memset |")

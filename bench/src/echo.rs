@@ -31,7 +31,7 @@ pub const TOOL_ARGUMENTS: &str = r#"{"calculator_name":"bmi","parameters":{"weig
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Serve until the process is killed. Prints `listening on ADDR` once bound.
+/// Serve until the process ends (the bench stops it with SIGTERM, main.rs). Prints `listening on ADDR` once bound.
 pub async fn serve(listener: TcpListener) -> anyhow::Result<()> {
     loop {
         let (stream, _) = listener.accept().await.context("accept")?;

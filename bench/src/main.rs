@@ -148,6 +148,8 @@ fn serve_current_thread(listen: String, upstream: Option<(String, usize)>) -> an
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("runtime")?;
     runtime.block_on(async move {
+        // Before the address is announced: the bench may stop a server as soon as it has it.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
         let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
         println!("listening on {}", listener.local_addr().context("local addr")?);
         let serve = async move {
@@ -158,7 +160,6 @@ fn serve_current_thread(listen: String, upstream: Option<(String, usize)>) -> an
         };
         // SIGTERM ends the server by returning from `main`: exit handlers run, which is when a
         // profile-instrumented build (scripts/build-pgo) writes its profile.
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
         tokio::select! {
             served = serve => served,
             _ = term.recv() => Ok(()),

@@ -12,6 +12,7 @@ Usage: python python_relay.py --upstream ws://HOST:PORT/v1/realtime [--listen 12
 import argparse
 import asyncio
 import json
+import signal
 
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
@@ -40,10 +41,13 @@ async def main():
             for task in pending:
                 task.cancel()
 
+    # SIGTERM (how the bench stops its servers) ends the relay cleanly, with exit status 0.
+    stopped = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: stopped.done() or stopped.set_result(None))
     async with serve(handle, host, int(port), subprotocols=["realtime"], compression=None, max_size=None) as server:
         addr = server.sockets[0].getsockname()
         print(f"listening on {addr[0]}:{addr[1]}", flush=True)
-        await asyncio.Future()
+        await stopped
 
 
 if __name__ == "__main__":

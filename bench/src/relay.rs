@@ -113,7 +113,7 @@ fn counts(loads: &Loads) -> Vec<usize> {
     loads.iter().map(|n| n.load(Ordering::Relaxed)).collect()
 }
 
-/// Serve until the process is killed: accept here, relay on `threads` pinned threads.
+/// Serve until the process ends (SIGTERM, main.rs): accept here, relay on `threads` pinned threads.
 pub async fn serve(listener: TcpListener, upstream: String, threads: usize) -> anyhow::Result<()> {
     let threads = Threads::start(threads, upstream)?;
     loop {
