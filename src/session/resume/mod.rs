@@ -148,10 +148,16 @@ pub(super) struct Gap {
 #[derive(Default)]
 struct Echoes {
     session_created: bool,
-    session_updated: bool,
     /// The restore's `session.update`, until its answer (either kind) comes.
-    session_update: Option<String>,
+    session_update: Option<RestoreUpdate>,
     items: HashSet<String>,
+}
+
+struct RestoreUpdate {
+    event_id: String,
+    /// Its `session.updated` is an echo, kept from the client; not when it answers an update the
+    /// old upstream never answered ([`Resume::restore`]).
+    echo: bool,
 }
 
 pub(super) struct Resume {
@@ -234,8 +240,7 @@ impl Resume {
             }
             "session.updated" => {
                 // Answers come in order: the first after a restore is the restore's.
-                self.echoes.session_update = None;
-                if swallow_once(&mut self.echoes.session_updated) == Seen::Swallow {
+                if self.echoes.session_update.take().is_some_and(|update| update.echo) {
                     return Seen::Swallow;
                 }
                 self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
@@ -283,14 +288,11 @@ impl Resume {
     fn on_restore_refused(&mut self, event_id: &str, code: Option<&str>) -> Seen {
         // An error code is an identifier; anything else from the upstream is not logged.
         let code = code.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')).map(str::to_string);
-        let configuration = self.echoes.session_update.as_deref() == Some(event_id);
-        if configuration {
-            self.echoes.session_update = None;
-            // Not kept back as an echo: the restore's answer was the client's (restore()).
-            let owed = !std::mem::take(&mut self.echoes.session_updated);
-            if owed {
-                self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
-            }
+        let update = self.echoes.session_update.take_if(|update| update.event_id == event_id);
+        let configuration = update.is_some();
+        // Not an echo: the restore's answer was owed to an update (restore()).
+        if update.is_some_and(|update| !update.echo) {
+            self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
         }
         Seen::RestoreRefused { configuration, code }
     }
@@ -469,12 +471,10 @@ impl Resume {
         // The restore's `session.updated` answers an update the old upstream never answered; it
         // stays owed until it comes, or a loss before it would swallow it at the next restore.
         let owed = self.unanswered_updates > 0;
-        let updates_session = restore.session_event_id.is_some();
-        self.unanswered_updates = u32::from(owed && updates_session);
+        self.unanswered_updates = u32::from(owed && restore.session_event_id.is_some());
         self.echoes = Echoes {
             session_created: self.created_forwarded,
-            session_updated: updates_session && !owed,
-            session_update: restore.session_event_id.clone(),
+            session_update: restore.session_event_id.clone().map(|event_id| RestoreUpdate { event_id, echo: !owed }),
             items: restore.item_ids.clone(),
         };
         self.client.upstream_replaced();
