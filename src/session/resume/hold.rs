@@ -5,7 +5,8 @@
 //!
 //! Bounded two ways. Audio (`input_audio_buffer.append`) older than `upstream.resume_audio_ms`
 //! is stale for a voice conversation and is dropped, oldest first, with its duration counted
-//! (PCM16 at 24 kHz, the Realtime default: 48 bytes a millisecond). Everything held together
+//! (at the session's input format's byte rate: 48 bytes a millisecond for PCM16 at 24 kHz, the
+//! Realtime default, 8 for G.711). Everything held together
 //! is capped at [`MAX_HELD_BYTES`]: audio is dropped first; if the other frames alone exceed the
 //! cap the resume gives up, as dropping a control frame would silently change the conversation.
 
@@ -18,9 +19,6 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Upper bound of everything held during one gap.
 pub(crate) const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
-
-/// PCM16 mono at 24 kHz.
-const AUDIO_BYTES_PER_MS: usize = 48;
 
 /// The buffer is over its cap with nothing left it may drop.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -48,12 +46,14 @@ pub(crate) struct Held {
     frames: VecDeque<HeldFrame>,
     bytes: usize,
     audio_window: Duration,
+    /// The session's input audio, bytes a millisecond (at least 1).
+    audio_bytes_per_ms: usize,
     audio_dropped_ms: u64,
 }
 
 impl Held {
-    pub(crate) fn new(audio_window: Duration) -> Self {
-        Self { frames: VecDeque::new(), bytes: 0, audio_window, audio_dropped_ms: 0 }
+    pub(crate) fn new(audio_window: Duration, audio_bytes_per_ms: usize) -> Self {
+        Self { frames: VecDeque::new(), bytes: 0, audio_window, audio_bytes_per_ms: audio_bytes_per_ms.max(1), audio_dropped_ms: 0 }
     }
 
     pub(crate) fn push(&mut self, message: Message, now: Instant) -> Result<(), Overflow> {
@@ -67,7 +67,7 @@ impl Held {
     }
 
     fn push_frame(&mut self, message: Message, at: Instant, now: Instant, untaken: bool) -> Result<(), Overflow> {
-        let audio_ms = audio_ms(&message);
+        let audio_ms = audio_ms(&message, self.audio_bytes_per_ms);
         self.bytes += message.len();
         self.frames.push_back(HeldFrame { message, at, audio_ms, untaken });
         self.drop_stale_audio(now);
@@ -117,9 +117,9 @@ impl Held {
     }
 }
 
-/// The duration of an `input_audio_buffer.append`, from its base64 length; `None` for any other
-/// frame.
-fn audio_ms(message: &Message) -> Option<u64> {
+/// The duration of an `input_audio_buffer.append`, from its base64 length and the input's bytes a
+/// millisecond; `None` for any other frame.
+fn audio_ms(message: &Message, bytes_per_ms: usize) -> Option<u64> {
     // `Cow`, not `&str`: a string with escapes cannot be borrowed, and base64 is full of `/`,
     // which some encoders (PHP's `json_encode`) write as `\/`; with `&str` such an append would
     // fail to parse and be held as a control frame, never aged out nor counted.
@@ -132,7 +132,7 @@ fn audio_ms(message: &Message) -> Option<u64> {
     }
     let Message::Text(text) = message else { return None };
     let append: Append<'_> = serde_json::from_str(text.as_str()).ok()?;
-    (append.r#type == "input_audio_buffer.append").then(|| (append.audio.unwrap_or_default().len() * 3 / 4 / AUDIO_BYTES_PER_MS) as u64)
+    (append.r#type == "input_audio_buffer.append").then(|| (append.audio.unwrap_or_default().len() * 3 / 4 / bytes_per_ms) as u64)
 }
 
 #[cfg(test)]
@@ -140,6 +140,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// PCM16 at 24 kHz, bytes a millisecond.
+    const PCM16: usize = 48;
 
     /// 100 ms of PCM16 24 kHz audio, base64: 4800 bytes → 6400 characters.
     fn audio(tag: usize) -> Message {
@@ -153,7 +156,7 @@ mod tests {
     #[test]
     fn frames_come_out_in_order_and_stale_audio_is_dropped_and_counted() {
         let start = Instant::now();
-        let mut held = Held::new(Duration::from_millis(1000));
+        let mut held = Held::new(Duration::from_millis(1000), PCM16);
         held.push(audio(0), start).unwrap();
         held.push(Message::text(r#"{"type":"conversation.item.create","event_id":"c"}"#), start).unwrap();
         held.push(audio(1), start + Duration::from_millis(900)).unwrap();
@@ -168,7 +171,7 @@ mod tests {
     #[test]
     fn the_byte_cap_drops_audio_first_then_gives_up() {
         let now = Instant::now();
-        let mut held = Held::new(Duration::from_secs(3600));
+        let mut held = Held::new(Duration::from_secs(3600), PCM16);
         for i in 0..(MAX_HELD_BYTES / 6400 + 10) {
             held.push(audio(i), now).unwrap();
         }
@@ -176,19 +179,20 @@ mod tests {
         assert!(frames.iter().map(|f| f.message.len()).sum::<usize>() <= MAX_HELD_BYTES);
         assert!(dropped_ms >= 1000);
 
-        let mut held = Held::new(Duration::from_secs(3600));
+        let mut held = Held::new(Duration::from_secs(3600), PCM16);
         let big = Message::text(format!(r#"{{"type":"session.update","x":"{}"}}"#, "x".repeat(MAX_HELD_BYTES)));
         assert_eq!(held.push(big, now), Err(Overflow));
     }
 
     #[test]
     fn only_audio_appends_have_a_duration() {
-        assert_eq!(audio_ms(&audio(0)), Some(100));
+        assert_eq!(audio_ms(&audio(0), PCM16), Some(100));
+        assert_eq!(audio_ms(&audio(0), 8), Some(600), "the same bytes are 600 ms of G.711");
         // PHP's json_encode escapes every `/` of the base64: serde cannot borrow that string.
         let escaped = format!(r#"{{"type":"input_audio_buffer.append","audio":"{}"}}"#, r"AAA\/".repeat(1600));
-        assert_eq!(audio_ms(&Message::text(escaped)), Some(100));
-        assert_eq!(audio_ms(&Message::text(r#"{"type":"input_audio_buffer.commit"}"#)), None);
-        assert_eq!(audio_ms(&Message::text("not json")), None);
-        assert_eq!(audio_ms(&Message::Binary(vec![1, 2].into())), None);
+        assert_eq!(audio_ms(&Message::text(escaped), PCM16), Some(100));
+        assert_eq!(audio_ms(&Message::text(r#"{"type":"input_audio_buffer.commit"}"#), PCM16), None);
+        assert_eq!(audio_ms(&Message::text("not json"), PCM16), None);
+        assert_eq!(audio_ms(&Message::Binary(vec![1, 2].into()), PCM16), None);
     }
 }

@@ -366,7 +366,7 @@ impl Resume {
     fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, untaken: (Vec<Message>, Instant), ping_since: Option<Instant>, span: tracing::Span) -> bool {
         let (untaken, untaken_at) = untaken;
         let Some(settings) = &self.settings else { return false };
-        let mut held = hold::Held::new(settings.audio_window);
+        let mut held = hold::Held::new(settings.audio_window, self.session.input_audio_bytes_per_ms());
         let now = Instant::now();
         let mut overflowed = false;
         for message in untaken {

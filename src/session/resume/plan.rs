@@ -46,6 +46,31 @@ impl EffectiveSession {
     fn parsed(&self) -> Map<String, Value> {
         self.0.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
     }
+
+    /// Bytes of the client's audio a millisecond, from the input format configured (GA
+    /// `audio.input.format`, beta `input_audio_format`): G.711 (`audio/pcmu`, `audio/pcma`,
+    /// `g711_ulaw`, `g711_alaw`) is 8 kHz at one byte a sample, PCM16 two bytes a sample at its
+    /// rate, 24 kHz unless another is given (the Realtime default). Parsed once a gap.
+    pub(crate) fn input_audio_bytes_per_ms(&self) -> usize {
+        const PCM16_24KHZ: usize = 48;
+        if self.0.is_none() {
+            return PCM16_24KHZ;
+        }
+        let session = self.parsed();
+        let format = session.get("audio").and_then(|audio| audio.pointer("/input/format"));
+        let name = match format {
+            Some(format) => format.get("type").and_then(Value::as_str),
+            None => session.get("input_audio_format").and_then(Value::as_str),
+        };
+        match name {
+            Some("audio/pcmu" | "audio/pcma" | "g711_ulaw" | "g711_alaw") => 8,
+            _ => match format.and_then(|f| f.get("rate")).and_then(Value::as_u64) {
+                // Two bytes a sample; a rate under 1 kHz is nonsense, kept from dividing by zero.
+                Some(rate) if rate >= 1000 => (rate as usize * 2) / 1000,
+                _ => PCM16_24KHZ,
+            },
+        }
+    }
 }
 
 /// `server_tools`: the definitions voxgate injects for this user, put back into `tools`.
@@ -193,6 +218,23 @@ mod tests {
     /// The server merges nested objects: an update of the output voice keeps the formats and the
     /// push-to-talk set before. A null clears, arrays replace whole, and an object whose `type`
     /// changes (another variant: server VAD to semantic VAD) replaces the old one.
+    #[test]
+    fn the_input_audio_rate_follows_the_configured_format() {
+        let rate = |update: Value| {
+            let mut session = EffectiveSession::default();
+            merge_session_update(&mut session, json!({"type": "session.update", "session": update}).to_string().as_bytes(), |_| false);
+            session.input_audio_bytes_per_ms()
+        };
+        assert_eq!(EffectiveSession::default().input_audio_bytes_per_ms(), 48, "PCM16 at 24 kHz by default");
+        assert_eq!(rate(json!({"instructions": "x"})), 48);
+        assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcmu"}}}})), 8);
+        assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcma"}}}})), 8);
+        assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}})), 48);
+        assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})), 32);
+        assert_eq!(rate(json!({"input_audio_format": "g711_ulaw"})), 8);
+        assert_eq!(rate(json!({"input_audio_format": "pcm16"})), 48);
+    }
+
     #[test]
     fn nested_objects_merge_as_the_server_merges_them() {
         let mut session = EffectiveSession::default();
