@@ -33,7 +33,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use identity::hostname;
 pub use registry::SessionEntry;
-pub(crate) use registry::bounded;
+pub(crate) use registry::{MIN_SESSION_TTL_MS, bounded};
 use registry::{KillAck, Registry, Seated};
 
 use crate::session::live::{AdmitError, LiveSessions};

@@ -23,7 +23,12 @@ use serde::{Deserialize, Serialize};
 use super::ClusterError;
 
 /// A Redis round trip may take this long before the caller degrades to local behaviour.
-const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+const REDIS_TIMEOUT: Duration = Duration::from_millis(REDIS_TIMEOUT_MS);
+const REDIS_TIMEOUT_MS: u64 = 500;
+/// The shortest `redis.session_ttl_ms`: entries are refreshed every third of it, one call at a
+/// time, so a refresh (or a release queued before it) that runs out its time delays the next by
+/// up to [`REDIS_TIMEOUT`]; at three of them, one slow call does not let the entries lapse.
+pub(crate) const MIN_SESSION_TTL_MS: u64 = 3 * REDIS_TIMEOUT_MS;
 /// Sessions refreshed per script call, so one call never holds Redis for long.
 const REFRESH_BATCH: usize = 200;
 const INDEX_KEY: &str = "voxgate:sessions";

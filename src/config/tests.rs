@@ -69,6 +69,8 @@ fn every_validation_error_names_its_key() {
         ("[server]\ninstance_id = \"pod a\"", &[], "server.instance_id"),
         ("[server]\ninstance_id = \"\"", &[], "server.instance_id"),
         ("[redis]\nsession_ttl_ms = 10", &[], "redis.session_ttl_ms"),
+        // Under three Redis call timeouts: one slow refresh would let the entries lapse.
+        ("[redis]\nsession_ttl_ms = 1499", &[], "redis.session_ttl_ms"),
         ("[upstream]\nkind = \"bogus\"", &[], "upstream.kind"),
         ("[upstream]\nkind = \"openai\"", &[], "upstream.api_key"),
         ("[upstream]\nkind = \"openai\"\napi_key = \"k\"\nurl = \"http://x\"", &[], "upstream.url"),

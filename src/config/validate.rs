@@ -1,6 +1,7 @@
 //! Cross-field checks run after parsing. Every error names the dotted key and the reason.
 
 use super::{AuthMode, CalendarKind, Config, ConfigError, OtlpProtocol, UpstreamKind, UpstreamProtocol};
+use crate::cluster::MIN_SESSION_TTL_MS;
 use crate::tools::KNOWN_TOOLS;
 use crate::tools::calendar::MIN_CREATE_TIMEOUT;
 
@@ -41,8 +42,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(ConfigError::new("server.instance_id", "must be 1–64 characters of A-Z a-z 0-9 . _ -"));
         }
     }
-    if config.redis.session_ttl_ms < 300 {
-        return Err(ConfigError::new("redis.session_ttl_ms", "must be at least 300"));
+    if config.redis.session_ttl_ms < MIN_SESSION_TTL_MS {
+        return Err(ConfigError::new("redis.session_ttl_ms", format!("must be at least {MIN_SESSION_TTL_MS}")));
     }
     for (i, origin) in server.allowed_origins.iter().enumerate() {
         let ok = origin == "null" || url::Url::parse(origin).is_ok_and(|u| u.host().is_some());

@@ -11,7 +11,7 @@ use support::TestProxy;
 fn toml(redis_url: &str, extra: &str) -> String {
     format!(
         "[auth]\nmode = \"ticket\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\n\
-         [redis]\nurl = \"{redis_url}\"\nsession_ttl_ms = 600\n{extra}"
+         [redis]\nurl = \"{redis_url}\"\nsession_ttl_ms = 1500\n{extra}"
     )
 }
 

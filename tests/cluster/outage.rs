@@ -17,7 +17,7 @@ async fn outage() {
     let mut fake = FakeUpstream::start().await;
     let toml = |id: &str| {
         format!(
-            "[server]\ninstance_id = \"{id}\"\nmax_sessions_per_user = 1\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-user-hash-key\"\n[redis]\nurl = \"{}\"\nsession_ttl_ms = 600\n",
+            "[server]\ninstance_id = \"{id}\"\nmax_sessions_per_user = 1\n[auth]\nmode = \"jwt\"\njwt_secret = \"{SECRET}\"\nadmin_token = \"{ADMIN}\"\nuser_hash_key = \"shared-user-hash-key\"\n[redis]\nurl = \"{}\"\nsession_ttl_ms = 1500\n",
             redis.url()
         )
     };
