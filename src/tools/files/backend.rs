@@ -1,10 +1,14 @@
 //! The `FilesBackend` trait the tools talk to, the backend-neutral [`FileEntry`], and the kinds of
 //! document voxgate can turn into text ([`DocKind`]).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
+use tokio::time::Instant;
 
 use super::FilesError;
 use super::file_id::RelPath;
+use crate::tools::http;
 
 /// How far a listing goes: deeper folders and further entries are not looked at (a search over a
 /// whole Nextcloud account must stay inside the tool's 30 s budget).
@@ -12,6 +16,20 @@ pub const MAX_WALK_DEPTH: usize = 8;
 pub const MAX_WALK_ENTRIES: usize = 5000;
 /// Folders listed in one walk at most, the root among them.
 pub const MAX_WALK_FOLDERS: usize = 300;
+
+/// Of the call's time left when a walk starts, this much (at most a quarter of it) is kept for
+/// ranking and answering: the walk does not run into it.
+const WALK_RESERVE: Duration = Duration::from_secs(1);
+
+/// When a walk must stop and answer what it found (`truncated`) rather than be cut off with the
+/// call and lose it all: `None` outside a tool call (no deadline to keep). A content search's walk
+/// takes at most half of the time, the rest is for reading the files it found.
+pub(super) fn walk_deadline(by_content: bool) -> Option<Instant> {
+    let left = http::time_left()?;
+    let budget = left.saturating_sub(WALK_RESERVE.min(left / 4));
+    let budget = if by_content { budget / 2 } else { budget };
+    Some(Instant::now() + budget)
+}
 
 /// One file as the tools see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

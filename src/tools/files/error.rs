@@ -25,6 +25,9 @@ pub enum FilesError {
     /// or CPU limit): a very long or convoluted document, not necessarily a damaged one.
     #[error("reading the document's text took too long")]
     TooSlow,
+    /// Every PDF reader of the process stayed busy for as long as a document may wait for one.
+    #[error("every document reader is busy")]
+    Busy,
     /// Local store I/O (std's `io::Error` does not carry the path, so it is safe as a source).
     #[error("the file store could not be read")]
     Io(#[source] std::io::Error),
@@ -78,6 +81,7 @@ impl From<FilesError> for ToolError {
                 "The file store is unavailable right now.".into()
             }
             FilesError::Config(_) => "The file store is not configured correctly.".into(),
+            FilesError::Busy => "Too many documents are being read right now; try again in a moment.".into(),
         };
         ToolError::Backend(text)
     }

@@ -5,6 +5,12 @@
 //! still under the canonical root, so a link pointing out of the root (or a `..` that slipped past
 //! [`RelPath`]) is refused as if the file did not exist. Listings skip such links too. Only regular
 //! files are listed or opened: a FIFO or device under the root is "not found", never opened.
+//! The check and the open are two steps, and whoever can write under the root could swap a
+//! checked folder for a link in between: so the file opened is checked again, by where the kernel
+//! says the open descriptor leads ([`LocalFiles::open_inside`]).
+//!
+//! A walk has the same bounds as the WebDAV one (depth, folders, entries) and a time budget
+//! inside the call's timeout (a slow or huge disk answers what was found in time, `truncated`).
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -13,7 +19,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 
 use super::FilesError;
-use super::backend::{Candidates, FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, MAX_WALK_FOLDERS, mime_for};
+use super::backend::{Candidates, FileEntry, FilesBackend, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, MAX_WALK_FOLDERS, mime_for, walk_deadline};
 use super::file_id::RelPath;
 
 /// A folder of documents.
@@ -73,10 +79,11 @@ impl LocalFiles {
         }
     }
 
-    /// Every regular file under the root (bounded in depth, folders and count), links out of it
-    /// skipped, and whether a bound or a folder that could not be read left files out. A root that
-    /// cannot be read (gone, unmounted) fails: an empty answer would read as "nothing there".
-    fn walk(&self) -> Result<Candidates, FilesError> {
+    /// Every regular file under the root (bounded in depth, folders, count and time: `deadline`),
+    /// links out of it skipped, and whether a bound or a folder that could not be read left files
+    /// out. A root that cannot be read (gone, unmounted) fails: an empty answer would read as
+    /// "nothing there".
+    fn walk(&self, deadline: Option<std::time::Instant>) -> Result<Candidates, FilesError> {
         let mut files = Vec::new();
         let mut truncated = false;
         // The root counts as one, as in the WebDAV walk.
@@ -88,6 +95,11 @@ impl LocalFiles {
             .into_iter()
             .filter_entry(|e| !is_hidden(e.file_name()));
         while let Some(item) = walker.next() {
+            if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+                tracing::debug!("the local walk ran out of time; answering what it found");
+                truncated = true;
+                break;
+            }
             let item = match item {
                 Ok(item) => item,
                 Err(err) if err.depth() == 0 => {
@@ -155,11 +167,7 @@ impl LocalFiles {
         if !is_file {
             return Err(FilesError::NotFound);
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&real)
-            .map_err(FilesError::Io)?;
+        let file = self.open_inside(&real)?;
         let meta = file.metadata().map_err(FilesError::Io)?;
         if !meta.is_file() {
             return Err(FilesError::NotFound);
@@ -179,6 +187,38 @@ impl LocalFiles {
     }
 }
 
+impl LocalFiles {
+    /// Open `real` (a path [`Self::resolve`] checked) for reading, and check that what was opened
+    /// is still under the root: a folder on the way may have been swapped for a link since the
+    /// check. `O_NOFOLLOW` refuses a link swapped in as the file itself; the descriptor's own
+    /// path (`/proc/self/fd`) catches one further up. Refused as the check refuses a link out.
+    pub(super) fn open_inside(&self, real: &Path) -> Result<std::fs::File, FilesError> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(real)
+        {
+            Ok(file) => file,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(FilesError::NotFound),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FilesError::NotFound),
+            Err(e) => return Err(FilesError::Io(e)),
+        };
+        let opened = opened_path(&file).map_err(FilesError::Io)?;
+        if !opened.starts_with(&self.root) {
+            tracing::warn!("refused a file swapped for a link out of backends.files.root after its check");
+            return Err(FilesError::BadFileId);
+        }
+        Ok(file)
+    }
+}
+
+/// Where an open file is, as the kernel resolved it when opening (Linux, as the whole server:
+/// `sandbox.rs` sets Linux resource limits too).
+fn opened_path(file: &std::fs::File) -> std::io::Result<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
 /// Dotfiles and dot-folders (`.git`, editor swap files) are not documents.
 fn is_hidden(name: &std::ffi::OsStr) -> bool {
     name.to_str().is_none_or(|n| n.starts_with('.'))
@@ -186,11 +226,12 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
 
 #[async_trait::async_trait]
 impl FilesBackend for LocalFiles {
-    async fn candidates(&self, _words: &[String], _by_content: bool) -> Result<Candidates, FilesError> {
+    async fn candidates(&self, _words: &[String], by_content: bool) -> Result<Candidates, FilesError> {
         let this = Self {
             root: self.root.clone(),
         };
-        tokio::task::spawn_blocking(move || this.walk())
+        let deadline = walk_deadline(by_content).map(tokio::time::Instant::into_std);
+        tokio::task::spawn_blocking(move || this.walk(deadline))
             .await
             .map_err(|_| FilesError::Worker)?
     }

@@ -11,6 +11,10 @@
 //! child, not the sessions: reported as too slow ([`FilesError::TooSlow`], a `timeout`) when it
 //! ran out of time, else as unreadable.
 //!
+//! PDFs read at once are bounded across the process ([`readers`]): each worker may take a core and
+//! up to [`WORKER_MEMORY`] for its whole run, so a burst of PDF retrievals across sessions waits
+//! for a reader (at most [`READER_WAIT`], then answered busy) instead of starting a worker each.
+//!
 //! The server names the worker once at start ([`set_worker`]); without one (the library used on its
 //! own, unit tests) extraction runs in this process, behind [`super::pdf_guard`]'s budget only. A
 //! server that cannot name its worker ([`refuse_in_process`]) reads no PDF at all: the guard is a
@@ -24,6 +28,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
 
 use super::FilesError;
 
@@ -39,6 +44,9 @@ const WORKER_TIMEOUT: Duration = Duration::from_secs(25);
 const MAX_TEXT_BYTES: u64 = 16 * 1024 * 1024;
 /// The most document bytes the worker reads (above `backends.files.max_file_bytes`' ceiling).
 const MAX_INPUT_BYTES: u64 = 128 * 1024 * 1024;
+
+/// How long a PDF waits for a free reader (see [`readers`]) before it is answered busy.
+const READER_WAIT: Duration = Duration::from_secs(10);
 
 /// Exit status of a worker that read the document and found no text it could extract.
 const EXIT_UNREADABLE: u8 = 3;
@@ -73,13 +81,37 @@ fn extractor<'a>(worker: Option<&'a PathBuf>, in_process_refused: bool) -> Extra
     }
 }
 
-/// The text of a PDF: in the worker when one is set, else here (unless that is refused).
+/// The PDF readers of this process: as many as it may use cores, at least two. A worker is
+/// CPU-bound for up to [`WORKER_CPU_S`]; more of them than cores would take the session threads'
+/// CPU, and each may map [`WORKER_MEMORY`].
+fn readers() -> &'static Semaphore {
+    static READERS: OnceLock<Semaphore> = OnceLock::new();
+    READERS.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get().max(2))))
+}
+
+/// The text of a PDF: in the worker when one is set, else here (unless that is refused), once one
+/// of the process's readers is free.
 pub async fn extract_pdf(bytes: Vec<u8>) -> Result<String, FilesError> {
-    match extractor(WORKER.get(), NO_IN_PROCESS.get().is_some()) {
-        Extractor::Worker(worker) => run_worker(worker, &bytes, WORKER_TIMEOUT).await,
-        Extractor::InProcess => in_process(bytes).await,
-        Extractor::Refused => Err(FilesError::Worker),
+    let extractor = extractor(WORKER.get(), NO_IN_PROCESS.get().is_some());
+    if extractor == Extractor::Refused {
+        return Err(FilesError::Worker);
     }
+    with_reader(readers(), READER_WAIT, async move {
+        match extractor {
+            Extractor::Worker(worker) => run_worker(worker, &bytes, WORKER_TIMEOUT).await,
+            _ => in_process(bytes).await,
+        }
+    })
+    .await
+}
+
+/// Run `read` holding one of `readers`, waiting at most `wait` for it ([`FilesError::Busy`]).
+async fn with_reader<T>(readers: &Semaphore, wait: Duration, read: impl Future<Output = Result<T, FilesError>>) -> Result<T, FilesError> {
+    let Ok(Ok(_reader)) = tokio::time::timeout(wait, readers.acquire()).await else {
+        tracing::debug!("every PDF reader stayed busy; the document was not read");
+        return Err(FilesError::Busy);
+    };
+    read.await
 }
 
 async fn in_process(bytes: Vec<u8>) -> Result<String, FilesError> {
@@ -199,6 +231,26 @@ mod tests {
         assert_eq!(extractor(Some(&worker), true), Extractor::Worker(&worker));
         assert_eq!(extractor(None, false), Extractor::InProcess);
         assert_eq!(extractor(None, true), Extractor::Refused);
+    }
+
+    /// A PDF waits for a free reader, then is answered busy; a reader freed in time is used.
+    #[tokio::test(start_paused = true)]
+    async fn pdfs_beyond_the_readers_wait_for_one_then_are_answered_busy() {
+        let pool = Semaphore::new(1);
+        let held = pool.acquire().await.unwrap();
+        let started = tokio::time::Instant::now();
+        let busy = with_reader(&pool, READER_WAIT, async { Ok(()) }).await;
+        assert!(matches!(busy, Err(FilesError::Busy)), "{busy:?}");
+        assert_eq!(started.elapsed(), READER_WAIT);
+        assert_eq!(crate::tools::ToolError::from(FilesError::Busy).code().as_str(), "backend_error");
+        let waiting = with_reader(&pool, READER_WAIT, async { Ok(7) });
+        let release = async {
+            tokio::time::sleep(READER_WAIT / 2).await;
+            drop(held);
+        };
+        let (read, ()) = tokio::join!(waiting, release);
+        assert_eq!(read.unwrap(), 7);
+        assert!(readers().available_permits() >= 2, "at least two readers");
     }
 
     /// A stand-in worker: a shell script doing what a worker might.

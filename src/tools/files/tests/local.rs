@@ -254,3 +254,42 @@ async fn a_path_through_a_file_or_a_link_loop_is_not_found() {
         assert!(matches!(read, Err(FilesError::NotFound)), "{id}: {read:?}");
     }
 }
+
+/// Between the check of a path and its open, whoever can write under the root can swap a checked
+/// folder for a link out of it, or the file itself for one: the file opened is checked again.
+#[test]
+fn a_path_swapped_for_a_link_out_after_its_check_is_refused() {
+    let (dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    let checked = root.canonicalize().unwrap().join("a/b/note.txt");
+    // The same layout outside the root, then `a` swapped for a link to it.
+    std::fs::create_dir_all(dir.path().join("elsewhere/b")).unwrap();
+    std::fs::write(dir.path().join("elsewhere/b/note.txt"), "outside").unwrap();
+    assert!(files.open_inside(&checked).is_ok(), "before the swap");
+    std::fs::rename(root.join("a"), dir.path().join("a-moved")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("elsewhere"), root.join("a")).unwrap();
+    let opened = files.open_inside(&checked);
+    assert!(matches!(opened, Err(FilesError::BadFileId)), "{opened:?}");
+    // The file itself swapped for a link (here one inside the root: still not opened through it).
+    std::fs::remove_file(root.join("a")).unwrap();
+    std::fs::rename(dir.path().join("a-moved"), root.join("a")).unwrap();
+    std::fs::remove_file(root.join("a/b/note.txt")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("outside.txt"), root.join("a/b/note.txt")).unwrap();
+    let opened = files.open_inside(&checked);
+    assert!(matches!(opened, Err(FilesError::NotFound)), "{opened:?}");
+}
+
+/// The walk keeps to its share of the call's time and answers what it found by then, marked
+/// truncated, instead of being cut off with the call: here the call has no time left at all.
+#[tokio::test]
+async fn a_walk_out_of_time_answers_what_it_found_in_time() {
+    let (_dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    let now = tokio::time::Instant::now();
+    let listed = crate::tools::http::within_deadline(now, files.candidates(&[], false)).await.unwrap();
+    assert!(listed.truncated);
+    assert!(listed.files.is_empty(), "{:?}", listed.files);
+    let later = now + std::time::Duration::from_secs(30);
+    let listed = crate::tools::http::within_deadline(later, files.candidates(&[], false)).await.unwrap();
+    assert_eq!((listed.files.len(), listed.truncated), (2, false));
+}

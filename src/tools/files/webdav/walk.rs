@@ -4,34 +4,17 @@
 //! Only the root decides whether the walk fails: once it is listed, a folder below it that fails
 //! (an offline external storage answering 503, a 403, a redirect, a listing over the size cap, a
 //! request cut off at the walk's time) is left out, the answer is marked `truncated`, and `/readyz`
-//! is left alone. The walk's time is a share of what is left of the call ([`walk_deadline`]), so it
+//! is left alone. The walk's time is a share of what is left of the call (`walk_deadline`), so it
 //! stops in time to answer what it found (and, for a content search, leaves time to read files)
 //! instead of being cut off with the call and losing every file already listed.
 
 use std::collections::VecDeque;
-use std::time::Duration;
-
-use tokio::time::Instant;
 
 use super::WebdavFiles;
 use super::client::Reach;
 use crate::tools::files::FilesError;
-use crate::tools::files::backend::{Candidates, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, MAX_WALK_FOLDERS};
+use crate::tools::files::backend::{Candidates, MAX_WALK_DEPTH, MAX_WALK_ENTRIES, MAX_WALK_FOLDERS, walk_deadline};
 use crate::tools::files::file_id::RelPath;
-use crate::tools::http;
-
-/// Of the call's time left when the walk starts, this much (at most a quarter of it) is kept for
-/// ranking and answering: no folder is listed into it.
-const WALK_RESERVE: Duration = Duration::from_secs(1);
-
-/// When the walk must stop listing: `None` outside a tool call (no deadline to keep). A content
-/// search's walk takes at most half of the time, the rest is for reading the files it found.
-fn walk_deadline(by_content: bool) -> Option<Instant> {
-    let left = http::time_left()?;
-    let budget = left.saturating_sub(WALK_RESERVE.min(left / 4));
-    let budget = if by_content { budget / 2 } else { budget };
-    Some(Instant::now() + budget)
-}
 
 impl WebdavFiles {
     /// Every file below the root, breadth first, within the walk's bounds, and whether they (or a
