@@ -23,7 +23,7 @@ mod kill;
 mod registry;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -42,6 +42,10 @@ use crate::telemetry::metrics::Metrics;
 /// Ended sessions waiting to be removed from Redis. When full (Redis far behind), entries are
 /// left to expire on their own within one TTL.
 const RELEASE_QUEUE: usize = 1024;
+/// After a failed Redis call, admissions use the local caps alone for this long, then one of them
+/// tries Redis again: an outage costs one admission a second at most a Redis timeout, and one
+/// slow call does not leave the caps unshared until the next refresh (a third of the TTL).
+const ADMISSION_PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long an admin kill waits for the owning instance to answer. Its listener answers as soon
 /// as the message arrives; one that has not by then is not hearing (a half-open subscription, a
 /// stalled instance) and the admin is told to try again.
@@ -142,6 +146,9 @@ struct Shared {
     up: AtomicBool,
     /// Whether refused credentials were logged in this outage (logged once, at error level).
     refused_logged: AtomicBool,
+    /// When Redis last failed, or an admission last tried it during an outage: ms since `epoch`.
+    tried_at_ms: AtomicU64,
+    epoch: tokio::time::Instant,
     metrics: Metrics,
 }
 
@@ -177,6 +184,8 @@ impl Cluster {
             releases,
             up: AtomicBool::new(true),
             refused_logged: AtomicBool::new(false),
+            tried_at_ms: AtomicU64::new(0),
+            epoch: tokio::time::Instant::now(),
             metrics,
         };
         let cluster = Arc::new(Self {
@@ -207,26 +216,37 @@ impl Cluster {
 
     /// Register a session that this instance's own caps already admitted, enforcing `cap`
     /// (the user's cap key and `server.max_sessions_per_user`) across instances. With Redis down
-    /// the session is admitted on the local caps alone and registered once Redis is back.
+    /// the session is admitted on the local caps alone and registered once Redis is back; one
+    /// admission a second ([`ADMISSION_PROBE_EVERY`]) tries Redis all the same, so the caps are
+    /// shared again as soon as it answers.
+    ///
+    /// Cancel-safe: dropped while Redis answers (the client went away), the registration it may
+    /// have made is released as an ended session's is, not left holding the user's cap for a TTL.
     pub async fn admit(
         self: &Arc<Self>,
         entry: SessionEntry,
         cap: Option<(String, usize)>,
     ) -> Result<Seat, AdmitError> {
         if let Some(shared) = &self.shared {
-            // During an outage admissions do not wait on Redis; the refresh tick notices its return.
-            let shared_result = match shared.up.load(Ordering::Relaxed) {
+            // During an outage admissions do not wait on Redis, but for the odd probe.
+            let shared_result = match shared.up.load(Ordering::Relaxed) || shared.claim_probe() {
                 true => {
-                    shared
-                        .registry
-                        .admit(&entry, cap.as_ref().map(|(key, max)| (key.as_str(), *max)))
-                        .await
+                    let mut unfinished = Unfinished { shared, id: &entry.id, cap_key: cap.as_ref().map(|(key, _)| key.as_str()) };
+                    let result = shared.registry.admit(&entry, cap.as_ref().map(|(key, max)| (key.as_str(), *max))).await;
+                    // A timeout too may have registered it: the seat below releases it, or a
+                    // refusal's release removes nothing. Only a drop before this line needs one.
+                    unfinished.id = "";
+                    result
                 }
                 false => Err(ClusterError::Down),
             };
             match shared_result {
                 Ok(true) => shared.set_up(),
-                Ok(false) => return Err(AdmitError::UserLimit),
+                Ok(false) => {
+                    // A refusal is an answer: Redis is up.
+                    shared.set_up();
+                    return Err(AdmitError::UserLimit);
+                }
                 Err(err) => {
                     shared.set_down(err);
                     shared.metrics.redis_fallback("session_cap");
@@ -364,6 +384,19 @@ impl Cluster {
 }
 
 impl Shared {
+    /// During an outage: whether this admission is the one that tries Redis now (at most one each
+    /// [`ADMISSION_PROBE_EVERY`] since the last failure or try).
+    fn claim_probe(&self) -> bool {
+        let now = self.now_ms();
+        let last = self.tried_at_ms.load(Ordering::Relaxed);
+        let every = u64::try_from(ADMISSION_PROBE_EVERY.as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(last) >= every && self.tried_at_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Redis answered; the return from an outage is logged once and exported as `voxgate_redis_up`.
     fn set_up(&self) {
         self.refused_logged.store(false, Ordering::Relaxed);
@@ -378,6 +411,7 @@ impl Shared {
     /// otherwise: unlike an outage, they do not end by themselves, and redis-rs's connection
     /// manager reconnects only after I/O errors, so it keeps the refusal until a restart.
     fn set_down(&self, err: ClusterError) {
+        self.tried_at_ms.store(self.now_ms(), Ordering::Relaxed);
         let was_up = self.up.swap(false, Ordering::Relaxed);
         if was_up {
             self.metrics.redis_up(false);
@@ -402,6 +436,23 @@ impl Shared {
         match result {
             Ok(_) => self.set_up(),
             Err(err) => self.set_down(*err),
+        }
+    }
+}
+
+/// An admission's Redis call in flight: dropped with it (the caller went away), it queues the
+/// release of what the call may have registered. `id` empty: the call finished, nothing to do.
+struct Unfinished<'a> {
+    shared: &'a Shared,
+    id: &'a str,
+    cap_key: Option<&'a str>,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if !self.id.is_empty() {
+            // Best effort, as a seat's: an entry whose release is lost expires within one TTL.
+            let _ = self.shared.releases.try_send((self.id.to_string(), self.cap_key.map(str::to_string)));
         }
     }
 }

@@ -18,6 +18,7 @@ mod kills;
 mod nginx;
 mod outage;
 mod recovery;
+mod slow;
 mod stalled;
 
 use std::collections::{HashMap, HashSet};
