@@ -1,5 +1,16 @@
 //! Who this instance is: `server.instance_id`, by default the hostname — on Kubernetes the pod
 //! name, so every log line, span, metric and registry entry names the pod that produced it.
+//!
+//! With Redis, an instance also claims its id ([`IdClaim`]): two running instances under one id
+//! would mix their sessions (a kill forwarded to the id reaches both; a session one of them holds
+//! looks stale to the other, whose kill then releases its entry), so the second one says so.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use super::ClusterError;
+use super::registry::bounded;
 
 /// Read where Linux keeps it; `HOSTNAME` for other systems and odd containers.
 const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
@@ -14,6 +25,63 @@ pub fn hostname() -> String {
         .map(|name| name.trim().to_string())
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| FALLBACK_INSTANCE_ID.to_string())
+}
+
+/// KEYS: the id's key; ARGV: this process's nonce, TTL (ms). 1: claimed (or renewed); 0: another
+/// process holds it.
+const CLAIM: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"#;
+
+/// KEYS: the id's key; ARGV: this process's nonce. Deletes the claim only if it is still ours.
+const GIVE_UP: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
+/// This process's claim on its instance id: `voxgate:instance:{id}` holding a nonce of this
+/// process, with the session TTL, renewed with every refresh of the session registry. A crashed
+/// process's claim expires within the TTL; a stopping one gives it up.
+pub(super) struct IdClaim {
+    key: String,
+    nonce: String,
+    ttl_ms: u64,
+    claim: redis::Script,
+    give_up: redis::Script,
+}
+
+impl IdClaim {
+    pub(super) fn new(instance: &str, ttl: Duration) -> Self {
+        Self {
+            key: format!("voxgate:instance:{instance}"),
+            nonce: uuid::Uuid::new_v4().simple().to_string(),
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            claim: redis::Script::new(CLAIM),
+            give_up: redis::Script::new(GIVE_UP),
+        }
+    }
+
+    /// Claim (or keep) the id: `false` when another running process holds it.
+    pub(super) async fn renew(&self, conn: &ConnectionManager) -> Result<bool, ClusterError> {
+        let mut invocation = self.claim.key(&self.key);
+        invocation.arg(&self.nonce).arg(self.ttl_ms);
+        let invocation = &invocation;
+        let claimed: i64 = bounded(conn, |mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(claimed == 1)
+    }
+
+    /// Give the id up, if this process holds it, so a successor under the same id (a restarted
+    /// pod) is not taken for a second instance.
+    pub(super) async fn give_up(&self, conn: &ConnectionManager) -> Result<(), ClusterError> {
+        let mut invocation = self.give_up.key(&self.key);
+        invocation.arg(&self.nonce);
+        let invocation = &invocation;
+        let _: i64 = bounded(conn, |mut c| async move { invocation.invoke_async(&mut c).await }).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use identity::hostname;
 pub use registry::SessionEntry;
 pub(crate) use registry::{MIN_SESSION_TTL_MS, bounded};
+use identity::IdClaim;
 use registry::{KillAck, Registry, Seated};
 
 use crate::session::live::{AdmitError, LiveSessions};
@@ -141,6 +142,10 @@ pub struct Cluster {
 
 struct Shared {
     registry: Registry,
+    conn: ConnectionManager,
+    id_claim: IdClaim,
+    /// Whether another running process claimed this instance's id at the last renewal.
+    id_conflict: AtomicBool,
     releases: mpsc::Sender<(String, Option<String>)>,
     /// Whether the last Redis round trip succeeded (`voxgate_redis_up`, `/readyz`).
     up: AtomicBool,
@@ -181,6 +186,9 @@ impl Cluster {
         metrics.redis_up(true);
         let shared = Shared {
             registry: Registry::new(link.conn.clone(), link.ttl),
+            conn: link.conn.clone(),
+            id_claim: IdClaim::new(&instance, link.ttl),
+            id_conflict: AtomicBool::new(false),
             releases,
             up: AtomicBool::new(true),
             refused_logged: AtomicBool::new(false),
@@ -212,6 +220,22 @@ impl Cluster {
     /// `None` without Redis, else whether Redis answered last time.
     pub fn redis_up(&self) -> Option<bool> {
         self.shared.as_ref().map(|s| s.up.load(Ordering::Relaxed))
+    }
+
+    /// Whether another running instance claimed this one's `server.instance_id` (see
+    /// [`identity`]); `false` without Redis.
+    pub fn id_conflict(&self) -> bool {
+        self.shared.as_ref().is_some_and(|s| s.id_conflict.load(Ordering::Relaxed))
+    }
+
+    /// The server is stopping: give up the claim on the instance id, so a successor under the
+    /// same id (a restarted pod) starts without a conflict. Bounded like every Redis call.
+    pub async fn leave(&self) {
+        if let Some(shared) = &self.shared {
+            if let Err(err) = shared.id_claim.give_up(&shared.conn).await {
+                tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
+            }
+        }
     }
 
     /// Register a session that this instance's own caps already admitted, enforcing `cap`
@@ -431,6 +455,24 @@ impl Shared {
         }
     }
 
+    /// Whether another process claims this instance's id; a change is logged once (an error: two
+    /// instances under one id is a configuration an operator must fix) and exported.
+    fn set_id_conflict(&self, instance: &str, conflict: bool) {
+        if self.id_conflict.swap(conflict, Ordering::Relaxed) == conflict {
+            return;
+        }
+        self.metrics.instance_id_conflict(conflict);
+        if conflict {
+            tracing::error!(
+                instance_id = instance,
+                "another running instance has this server.instance_id: admin kills and the session \
+                 registry mix their sessions; give every instance its own id (the default, the hostname, is)"
+            );
+        } else {
+            tracing::info!(instance_id = instance, "no other running instance has this server.instance_id any more");
+        }
+    }
+
     /// Record the outcome of a Redis round trip.
     fn record<T>(&self, result: &Result<T, ClusterError>) {
         match result {
@@ -490,6 +532,11 @@ async fn maintain(
             _ = tick.tick() => {
                 let Some(cluster) = cluster.upgrade() else { return };
                 let Some(shared) = &cluster.shared else { return };
+                let claimed = shared.id_claim.renew(&shared.conn).await;
+                if let Ok(claimed) = claimed {
+                    shared.set_id_conflict(&cluster.instance, !claimed);
+                }
+                shared.record(&claimed);
                 let seated: Vec<Seated> = cluster.seats.iter().map(|s| s.value().clone()).collect();
                 let result = shared.registry.refresh(&seated).await;
                 shared.record(&result);

@@ -17,7 +17,8 @@ pub async fn healthz() -> impl IntoResponse {
 /// (every tool answer waits on it).
 /// A tool whose remote backend cannot be reached is reported degraded, still 200: every other tool
 /// and the voice session itself keep working. A Redis outage is reported but keeps the instance
-/// ready: it degrades to local caps.
+/// ready: it degrades to local caps. So does another instance under this one's id (its sessions
+/// are served; only admin kills and the registry suffer).
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let audit = &state.deps.audit;
     let (status, head) = if state.shutdown.is_draining() {
@@ -45,9 +46,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         Some(true) => "redis: up\n",
         Some(false) => "redis: down (session caps and limits per instance, admin lists this instance only)\n",
     };
+    let id = if state.cluster.id_conflict() { "instance_id: also claimed by another running instance (see the logs)\n" } else { "" };
     // MCP servers that are down do not make the process unready (their tools are left out until
     // they return), but they are named here.
-    (status, format!("{head}{redis}{}", state.mcp.readiness_detail()))
+    (status, format!("{head}{redis}{id}{}", state.mcp.readiness_detail()))
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

@@ -182,6 +182,7 @@ impl RunningServer {
             Ok(shards) => shards.stop().await,
             Err(_) => tracing::warn!("the accept loop ended abnormally"),
         }
+        state.cluster.leave().await;
         // The sessions held the last audit handles; the writer ends once they are gone.
         drop(state);
         // Bounded: something still holding an audit handle must not keep the process alive.

@@ -108,6 +108,7 @@ struct Inner {
     http_rejections_total: Family<Labels1, Counter>,
     /// 1 while Redis answers (cluster registry, caps), 0 when it is down or not configured.
     redis_up: Gauge,
+    instance_id_conflict: Gauge,
     /// `voxgate_instance_info{instance_id} 1`: joins this target's series to its instance name.
     instance_info: Family<[(&'static str, String); 1], Gauge>,
     /// Connections and sessions on each session thread (`thread` is its index): the load the
@@ -227,6 +228,8 @@ impl Metrics {
                 "HTTP requests refused before a session started, by reason", Family::default()),
             redis_up: register(&mut r, "voxgate_redis_up",
                 "1 while Redis answers, 0 when it is down or not configured", Gauge::default()),
+            instance_id_conflict: register(&mut r, "voxgate_instance_id_conflict",
+                "1 while another running instance claims this one's server.instance_id (with Redis)", Gauge::default()),
             instance_info: register(&mut r, "voxgate_instance_info",
                 "This instance's server.instance_id", Family::default()),
             session_thread_load: register(&mut r, "voxgate_session_thread_connections",
@@ -431,6 +434,10 @@ impl Metrics {
     /// The gauge counting what runs on session thread `index` (the shards place by it).
     pub fn session_thread_load(&self, index: usize) -> Gauge {
         self.inner.session_thread_load.get_or_create_owned(&[("thread", index.to_string())])
+    }
+
+    pub fn instance_id_conflict(&self, conflict: bool) {
+        self.inner.instance_id_conflict.set(i64::from(conflict));
     }
 
     /// Name this instance (`voxgate_instance_info{instance_id="…"} 1`).

@@ -13,6 +13,7 @@
 mod support;
 
 mod degrades;
+mod duplicate;
 mod instance;
 mod kills;
 mod nginx;
