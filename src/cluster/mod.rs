@@ -231,10 +231,10 @@ impl Cluster {
     /// The server is stopping: give up the claim on the instance id, so a successor under the
     /// same id (a restarted pod) starts without a conflict. Bounded like every Redis call.
     pub async fn leave(&self) {
-        if let Some(shared) = &self.shared {
-            if let Err(err) = shared.id_claim.give_up(&shared.conn).await {
-                tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
-            }
+        if let Some(shared) = &self.shared
+            && let Err(err) = shared.id_claim.give_up(&shared.conn).await
+        {
+            tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
         }
     }
 
