@@ -143,7 +143,10 @@ pub struct Cluster {
 struct Shared {
     registry: Registry,
     conn: ConnectionManager,
-    id_claim: IdClaim,
+    /// This process's claim on its id; `true` inside once the server has given it up (no renewal
+    /// may take it again). A lock, not a flag: a renewal already sent must reach Redis before the
+    /// give-up does.
+    id_claim: (IdClaim, tokio::sync::Mutex<bool>),
     /// Whether another running process claimed this instance's id at the last renewal.
     id_conflict: AtomicBool,
     releases: mpsc::Sender<(String, Option<String>)>,
@@ -187,7 +190,7 @@ impl Cluster {
         let shared = Shared {
             registry: Registry::new(link.conn.clone(), link.ttl),
             conn: link.conn.clone(),
-            id_claim: IdClaim::new(&instance, link.ttl),
+            id_claim: (IdClaim::new(&instance, link.ttl), tokio::sync::Mutex::new(false)),
             id_conflict: AtomicBool::new(false),
             releases,
             up: AtomicBool::new(true),
@@ -231,10 +234,13 @@ impl Cluster {
     /// The server is stopping: give up the claim on the instance id, so a successor under the
     /// same id (a restarted pod) starts without a conflict. Bounded like every Redis call.
     pub async fn leave(&self) {
-        if let Some(shared) = &self.shared
-            && let Err(err) = shared.id_claim.give_up(&shared.conn).await
-        {
-            tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
+        if let Some(shared) = &self.shared {
+            let (claim, left) = &shared.id_claim;
+            let mut left = left.lock().await;
+            *left = true;
+            if let Err(err) = claim.give_up(&shared.conn).await {
+                tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
+            }
         }
     }
 
@@ -435,7 +441,13 @@ impl Shared {
     /// otherwise: unlike an outage, they do not end by themselves, and redis-rs's connection
     /// manager reconnects only after I/O errors, so it keeps the refusal until a restart.
     fn set_down(&self, err: ClusterError) {
-        self.tried_at_ms.store(self.now_ms(), Ordering::Relaxed);
+        // `Down` is an admission that did not ask (not the probe): it says nothing new, and
+        // counting it as a try would keep pushing the probe away under steady admissions.
+        if err != ClusterError::Down {
+            self.tried_at_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
+        // Whether another instance holds this one's id is not known while Redis cannot say.
+        self.set_id_conflict_unknown();
         let was_up = self.up.swap(false, Ordering::Relaxed);
         if was_up {
             self.metrics.redis_up(false);
@@ -452,6 +464,29 @@ impl Shared {
             tracing::warn!(
                 "redis is unreachable: per-instance session caps, admin listing of this instance only"
             );
+        }
+    }
+
+    /// Renew the claim on this instance's id, unless the server has given it up.
+    async fn renew_id_claim(&self, instance: &str) {
+        let (claim, left) = &self.id_claim;
+        let left = left.lock().await;
+        if *left {
+            return;
+        }
+        let claimed = claim.renew(&self.conn).await;
+        drop(left);
+        if let Ok(claimed) = claimed {
+            self.set_id_conflict(instance, !claimed);
+        }
+        self.record(&claimed);
+    }
+
+    /// Redis is down: a conflict reported before is not known to last (its other instance may
+    /// have stopped meanwhile); the next renewal says again.
+    fn set_id_conflict_unknown(&self) {
+        if self.id_conflict.swap(false, Ordering::Relaxed) {
+            self.metrics.instance_id_conflict(false);
         }
     }
 
@@ -532,14 +567,12 @@ async fn maintain(
             _ = tick.tick() => {
                 let Some(cluster) = cluster.upgrade() else { return };
                 let Some(shared) = &cluster.shared else { return };
-                let claimed = shared.id_claim.renew(&shared.conn).await;
-                if let Ok(claimed) = claimed {
-                    shared.set_id_conflict(&cluster.instance, !claimed);
-                }
-                shared.record(&claimed);
+                // The sessions' entries first: `redis.session_ttl_ms`'s minimum allows for one
+                // slow call before them, and a release may be that one.
                 let seated: Vec<Seated> = cluster.seats.iter().map(|s| s.value().clone()).collect();
                 let result = shared.registry.refresh(&seated).await;
                 shared.record(&result);
+                shared.renew_id_claim(&cluster.instance).await;
             }
         }
     }

@@ -182,7 +182,10 @@ impl RunningServer {
             Ok(shards) => shards.stop().await,
             Err(_) => tracing::warn!("the accept loop ended abnormally"),
         }
-        state.cluster.leave().await;
+        // Give up the instance id's claim (one renewal may be in flight before it, each bounded).
+        if tokio::time::timeout(Duration::from_secs(1), state.cluster.leave()).await.is_err() {
+            tracing::debug!("the instance id's claim was not given up in time; it expires within one TTL");
+        }
         // The sessions held the last audit handles; the writer ends once they are gone.
         drop(state);
         // Bounded: something still holding an audit handle must not keep the process alive.
