@@ -95,11 +95,9 @@ impl LocalFiles {
             .into_iter()
             .filter_entry(|e| !is_hidden(e.file_name()));
         while let Some(item) = walker.next() {
-            if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
-                tracing::debug!("the local walk ran out of time; answering what it found");
-                truncated = true;
-                break;
-            }
+            // Looked at after the root's error (below) would be: a root that cannot be read is an
+            // outage, however little time is left.
+            let out_of_time = deadline.is_some_and(|at| std::time::Instant::now() >= at);
             let item = match item {
                 Ok(item) => item,
                 Err(err) if err.depth() == 0 => {
@@ -112,6 +110,11 @@ impl LocalFiles {
                     continue;
                 }
             };
+            if out_of_time {
+                tracing::debug!("the local walk ran out of time; answering what it found");
+                truncated = true;
+                break;
+            }
             let file_type = item.file_type();
             if file_type.is_dir() {
                 if item.depth() >= MAX_WALK_DEPTH {
@@ -159,14 +162,9 @@ impl LocalFiles {
 
     fn read_now(&self, path: &RelPath, max_bytes: u64) -> Result<(FileEntry, Vec<u8>), FilesError> {
         let real = self.resolve(path)?;
-        // Only a regular file is opened: opening a FIFO for reading waits for a writer, for good,
-        // and a device may act on being opened. `real` has no links left, so this is the file
-        // itself. The open is non-blocking all the same, in case the file is swapped for a FIFO
-        // after the check; it changes nothing for reading a regular file.
-        let is_file = std::fs::metadata(&real).map_err(FilesError::Io)?.is_file();
-        if !is_file {
-            return Err(FilesError::NotFound);
-        }
+        // Only a regular file is opened for reading: opening a FIFO waits for a writer, for good,
+        // and a device may act on being opened. `open_inside` checks that on what it opens, as
+        // `real` may have changed since it was resolved (the open is non-blocking all the same).
         let file = self.open_inside(&real)?;
         let meta = file.metadata().map_err(FilesError::Io)?;
         if !meta.is_file() {
@@ -189,34 +187,55 @@ impl LocalFiles {
 
 impl LocalFiles {
     /// Open `real` (a path [`Self::resolve`] checked) for reading, and check that what was opened
-    /// is still under the root: a folder on the way may have been swapped for a link since the
-    /// check. `O_NOFOLLOW` refuses a link swapped in as the file itself; the descriptor's own
-    /// path (`/proc/self/fd`) catches one further up. Refused as the check refuses a link out.
+    /// is still under the root and a regular file: a folder on the way may have been swapped for
+    /// a link since the check. The path is opened first as a bare reference (`O_PATH`, which opens
+    /// no device and waits on no FIFO; `O_NOFOLLOW`: a link swapped in as the file itself is not
+    /// followed), checked by where the kernel says that descriptor leads (`/proc/self/fd`) and by
+    /// its type, and only then opened for reading, through the descriptor: the very file checked.
     pub(super) fn open_inside(&self, real: &Path) -> Result<std::fs::File, FilesError> {
-        let file = match std::fs::OpenOptions::new()
+        let reference = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
             .open(real)
-        {
-            Ok(file) => file,
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(FilesError::NotFound),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FilesError::NotFound),
-            Err(e) => return Err(FilesError::Io(e)),
-        };
-        let opened = opened_path(&file).map_err(FilesError::Io)?;
+            .map_err(not_found_or_io)?;
+        let opened = opened_path(&reference).map_err(FilesError::Io)?;
         if !opened.starts_with(&self.root) {
             tracing::warn!("refused a file swapped for a link out of backends.files.root after its check");
             return Err(FilesError::BadFileId);
         }
-        Ok(file)
+        // A link (O_NOFOLLOW with O_PATH opens the link itself), a FIFO or a device: not a document.
+        if !reference.metadata().map_err(FilesError::Io)?.is_file() {
+            return Err(FilesError::NotFound);
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fd_path(&reference))
+            .map_err(not_found_or_io)
     }
 }
 
-/// Where an open file is, as the kernel resolved it when opening (Linux, as the whole server:
-/// `sandbox.rs` sets Linux resource limits too).
-fn opened_path(file: &std::fs::File) -> std::io::Result<PathBuf> {
+/// A file or folder gone, or swapped for a file (`ENOTDIR`) or a link (`ELOOP`), since the check
+/// names nothing: not an outage of the store.
+fn not_found_or_io(e: std::io::Error) -> FilesError {
+    if e.kind() == std::io::ErrorKind::NotFound || matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) {
+        FilesError::NotFound
+    } else {
+        FilesError::Io(e)
+    }
+}
+
+/// The `/proc` name of an open descriptor (a link to what it refers to).
+fn fd_path(file: &std::fs::File) -> PathBuf {
     use std::os::fd::AsRawFd;
-    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// Where an open file is, as the kernel resolved it when opening. Linux with `/proc` mounted, as
+/// the whole server (`sandbox.rs` sets Linux resource limits too): without it no local file is
+/// read ("unavailable", logged).
+fn opened_path(file: &std::fs::File) -> std::io::Result<PathBuf> {
+    std::fs::read_link(fd_path(file))
 }
 
 /// Dotfiles and dot-folders (`.git`, editor swap files) are not documents.

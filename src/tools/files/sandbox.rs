@@ -13,7 +13,8 @@
 //!
 //! PDFs read at once are bounded across the process ([`readers`]): each worker may take a core and
 //! up to [`WORKER_MEMORY`] for its whole run, so a burst of PDF retrievals across sessions waits
-//! for a reader (at most [`READER_WAIT`], then answered busy) instead of starting a worker each.
+//! for a reader (at most [`READER_WAIT`], within the call's time, then answered busy) instead of
+//! starting a worker each.
 //!
 //! The server names the worker once at start ([`set_worker`]); without one (the library used on its
 //! own, unit tests) extraction runs in this process, behind [`super::pdf_guard`]'s budget only. A
@@ -45,8 +46,14 @@ const MAX_TEXT_BYTES: u64 = 16 * 1024 * 1024;
 /// The most document bytes the worker reads (above `backends.files.max_file_bytes`' ceiling).
 const MAX_INPUT_BYTES: u64 = 128 * 1024 * 1024;
 
-/// How long a PDF waits for a free reader (see [`readers`]) before it is answered busy.
+/// How long a PDF waits for a free reader (see [`readers`]) before it is answered busy, at most:
+/// never past a second before the call's own timeout, so the call hears "busy", not `timeout`.
 const READER_WAIT: Duration = Duration::from_secs(10);
+/// Kept of the call's time when waiting for a reader.
+const READER_WAIT_RESERVE: Duration = Duration::from_secs(1);
+/// PDF readers at once at most, whatever the cores: two workers at [`WORKER_MEMORY`] each fit
+/// the 2 GiB memory limit of the shipped production pod.
+const MAX_READERS: usize = 2;
 
 /// Exit status of a worker that read the document and found no text it could extract.
 const EXIT_UNREADABLE: u8 = 3;
@@ -81,12 +88,18 @@ fn extractor<'a>(worker: Option<&'a PathBuf>, in_process_refused: bool) -> Extra
     }
 }
 
-/// The PDF readers of this process: as many as it may use cores, at least two. A worker is
-/// CPU-bound for up to [`WORKER_CPU_S`]; more of them than cores would take the session threads'
-/// CPU, and each may map [`WORKER_MEMORY`].
+/// The PDF readers of this process ([`reader_count`]).
 fn readers() -> &'static Semaphore {
     static READERS: OnceLock<Semaphore> = OnceLock::new();
-    READERS.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get().max(2))))
+    READERS.get_or_init(|| Semaphore::new(reader_count(std::thread::available_parallelism().map_or(1, usize::from))))
+}
+
+/// Half the cores the process may use, one at least and [`MAX_READERS`] at most. A worker is
+/// CPU-bound for up to [`WORKER_CPU_S`]: more of them than half the cores would take the session
+/// threads' CPU. And each may map [`WORKER_MEMORY`]: a pod without a CPU limit sees the node's
+/// cores, which say nothing about its memory limit.
+fn reader_count(cores: usize) -> usize {
+    (cores / 2).clamp(1, MAX_READERS)
 }
 
 /// The text of a PDF: in the worker when one is set, else here (unless that is refused), once one
@@ -96,7 +109,8 @@ pub async fn extract_pdf(bytes: Vec<u8>) -> Result<String, FilesError> {
     if extractor == Extractor::Refused {
         return Err(FilesError::Worker);
     }
-    with_reader(readers(), READER_WAIT, async move {
+    let wait = crate::tools::http::time_left().map_or(READER_WAIT, |left| left.saturating_sub(READER_WAIT_RESERVE).min(READER_WAIT));
+    with_reader(readers(), wait, async move {
         match extractor {
             Extractor::Worker(worker) => run_worker(worker, &bytes, WORKER_TIMEOUT).await,
             _ => in_process(bytes).await,
@@ -250,7 +264,11 @@ mod tests {
         };
         let (read, ()) = tokio::join!(waiting, release);
         assert_eq!(read.unwrap(), 7);
-        assert!(readers().available_permits() >= 2, "at least two readers");
+    }
+
+    #[test]
+    fn half_the_cores_read_pdfs_one_at_least_two_at_most() {
+        assert_eq!([1, 2, 3, 4, 64].map(reader_count), [1, 1, 1, 2, 2]);
     }
 
     /// A stand-in worker: a shell script doing what a worker might.

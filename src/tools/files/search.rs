@@ -120,7 +120,9 @@ pub async fn search(backend: &dyn FilesBackend, request: &SearchRequest) -> Resu
                     };
                     let outcome = match tokio::time::timeout(budget, read).await {
                         Ok(Ok(text)) => ContentRead::Text(text),
-                        Ok(Err(FilesError::TooSlow)) | Err(_) => ContentRead::OutOfTime,
+                        // Busy: every PDF reader was taken (by other calls, or this one's other
+                        // reads); the document may match, so the answer is not complete.
+                        Ok(Err(FilesError::TooSlow | FilesError::Busy)) | Err(_) => ContentRead::OutOfTime,
                         Ok(Err(_)) => ContentRead::Failed,
                     };
                     (i, outcome)

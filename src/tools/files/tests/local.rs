@@ -270,11 +270,29 @@ fn a_path_swapped_for_a_link_out_after_its_check_is_refused() {
     std::os::unix::fs::symlink(dir.path().join("elsewhere"), root.join("a")).unwrap();
     let opened = files.open_inside(&checked);
     assert!(matches!(opened, Err(FilesError::BadFileId)), "{opened:?}");
-    // The file itself swapped for a link (here one inside the root: still not opened through it).
+    // The file itself swapped for a link (out of the root, as the folder was): not followed.
     std::fs::remove_file(root.join("a")).unwrap();
     std::fs::rename(dir.path().join("a-moved"), root.join("a")).unwrap();
     std::fs::remove_file(root.join("a/b/note.txt")).unwrap();
     std::os::unix::fs::symlink(dir.path().join("outside.txt"), root.join("a/b/note.txt")).unwrap();
+    let opened = files.open_inside(&checked);
+    assert!(matches!(opened, Err(FilesError::NotFound)), "{opened:?}");
+    // A checked folder swapped for a file names nothing (ENOTDIR): not the store being down.
+    std::fs::remove_dir_all(root.join("a/b")).unwrap();
+    std::fs::write(root.join("a/b"), "a file now").unwrap();
+    let opened = files.open_inside(&checked);
+    assert!(matches!(opened, Err(FilesError::NotFound)), "{opened:?}");
+}
+
+/// A FIFO swapped in for a checked file is not opened (it would wait for a writer): the path is
+/// first opened as a bare reference and its type checked.
+#[test]
+fn a_fifo_swapped_in_after_the_check_is_never_opened_for_reading() {
+    let (_dir, root) = tree();
+    let files = LocalFiles::open(&root).unwrap();
+    let checked = root.canonicalize().unwrap().join("a/b/note.txt");
+    std::fs::remove_file(&checked).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&checked).status().unwrap().success());
     let opened = files.open_inside(&checked);
     assert!(matches!(opened, Err(FilesError::NotFound)), "{opened:?}");
 }
