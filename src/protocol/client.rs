@@ -121,6 +121,13 @@ fn name_event(event: &mut Value, id: Option<&str>) -> bool {
     }
 }
 
+/// `bytes` (a JSON object) with `event_id` set to `id`, or `None` when it already has a string
+/// `event_id` (or is not an object).
+pub fn with_event_id(bytes: &[u8], id: &str) -> Option<String> {
+    let mut event: Value = serde_json::from_slice(bytes).ok()?;
+    name_event(&mut event, Some(id)).then(|| event.to_string())
+}
+
 /// A guarded event as JSON, refused when it is not JSON or an object in it has a key written
 /// twice ([`super::unique_keys`]).
 fn parse_guarded(bytes: &[u8]) -> Result<Value, Refusal> {

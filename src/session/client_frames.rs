@@ -182,6 +182,12 @@ impl Bridge {
         };
         match merged {
             None => {
+                // Without an id of its own it goes with the stand-in too: a refusal must name it,
+                // or a resume could not tell the update was refused (resume/updates.rs).
+                let text = match own_event_id.as_deref().and_then(|id| client::with_event_id(text.as_bytes(), id)) {
+                    Some(named) => tungstenite::Utf8Bytes::from(named),
+                    None => text,
+                };
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(text.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.send_upstream(Message::Text(text)).await;

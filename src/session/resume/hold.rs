@@ -56,6 +56,12 @@ impl Held {
         Self { frames: VecDeque::new(), bytes: 0, audio_window, audio_bytes_per_ms: audio_bytes_per_ms.max(1), audio_dropped_ms: 0 }
     }
 
+    /// Audio held from now on is in a format of `audio_bytes_per_ms` (a `session.update` held in
+    /// the gap changed it); what is held already keeps its duration.
+    pub(crate) fn set_audio_rate(&mut self, audio_bytes_per_ms: usize) {
+        self.audio_bytes_per_ms = audio_bytes_per_ms.max(1);
+    }
+
     pub(crate) fn push(&mut self, message: Message, now: Instant) -> Result<(), Overflow> {
         self.push_frame(message, now, now, false)
     }

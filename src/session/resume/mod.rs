@@ -35,6 +35,7 @@ pub(crate) mod hold;
 pub(crate) mod log;
 pub(crate) mod plan;
 mod timing;
+mod updates;
 #[cfg(test)]
 mod tests;
 
@@ -178,6 +179,8 @@ pub(super) struct Resume {
     /// The client's last `response.create` not started yet (if the upstream went away without
     /// starting it, it is sent again after the restore) and its push-to-talk audio.
     client: client_turn::ClientTurn,
+    /// Updates not answered yet, merged into `session` once accepted (see [`updates`]).
+    pending_updates: updates::PendingUpdates,
     /// `session.update`s sent to the live upstream that no `session.updated` has answered yet. If
     /// the upstream went away owing one, the new upstream's answer to the restore is the client's
     /// answer and is forwarded, not kept back as an echo: a client waiting for its update to be
@@ -201,6 +204,7 @@ impl Resume {
             echoes: Echoes::default(),
             created_forwarded: false,
             client: client_turn::ClientTurn::default(),
+            pending_updates: updates::PendingUpdates::default(),
             unanswered_updates: 0,
         }
     }
@@ -239,9 +243,16 @@ impl Resume {
                 return Seen::Forward;
             }
             "session.updated" => {
-                // Answers come in order: the first after a restore is the restore's.
-                if self.echoes.session_update.take().is_some_and(|update| update.echo) {
-                    return Seen::Swallow;
+                // Answers come in order: the first after a restore is the restore's (the updates
+                // it answers were merged into the restored configuration).
+                match self.echoes.session_update.take() {
+                    Some(update) if update.echo => return Seen::Swallow,
+                    Some(_) => {}
+                    None => {
+                        if let Some(update) = self.pending_updates.accepted() {
+                            self.session.merge(update);
+                        }
+                    }
                 }
                 self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
                 return Seen::Forward;
@@ -257,6 +268,10 @@ impl Resume {
                     return self.on_restore_refused(event_id, error.as_ref().and_then(|e| e["error"]["code"].as_str()));
                 }
                 self.client.refused(event_id);
+                // A refused update is answered (by the error) and is not part of the session.
+                if self.pending_updates.refused(event_id) == Some(true) {
+                    self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
+                }
                 return Seen::Forward;
             }
             _ => {}
@@ -297,10 +312,31 @@ impl Resume {
         Seen::RestoreRefused { configuration, code }
     }
 
+    /// Bytes a millisecond of the client's audio: in the format its latest updates set, answered
+    /// or not (the client sends in it from then on).
+    fn input_audio_rate(&self) -> usize {
+        let mut expected = self.session.clone();
+        for update in self.pending_updates.iter() {
+            expected.merge(update.clone());
+        }
+        expected.input_audio_bytes_per_ms()
+    }
+
     /// voxgate sent this `session.update` upstream.
     pub(super) fn note_session_update(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
         if self.enabled() {
-            plan::merge_session_update(&mut self.session, frame, is_server_tool);
+            if let Some(update) = plan::SessionUpdate::read(frame, is_server_tool)
+                && let Some(oldest) = self.pending_updates.sent(update, self.in_gap())
+            {
+                self.session.merge(oldest);
+            }
+            // Audio held after an update held in the gap is in the format it sets.
+            if self.in_gap() {
+                let rate = self.input_audio_rate();
+                if let Some(gap) = &mut self.gap {
+                    gap.held.set_audio_rate(rate);
+                }
+            }
             self.client.session_update(frame);
             // One held in a gap goes to the new upstream after the restore and is answered there.
             if !self.in_gap() {
@@ -366,7 +402,7 @@ impl Resume {
     fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, untaken: (Vec<Message>, Instant), ping_since: Option<Instant>, span: tracing::Span) -> bool {
         let (untaken, untaken_at) = untaken;
         let Some(settings) = &self.settings else { return false };
-        let mut held = hold::Held::new(settings.audio_window, self.session.input_audio_bytes_per_ms());
+        let mut held = hold::Held::new(settings.audio_window, self.input_audio_rate());
         let now = Instant::now();
         let mut overflowed = false;
         for message in untaken {
@@ -404,7 +440,10 @@ impl Resume {
         let Ok((kind, event_id)) = crate::protocol::peek_client(text.as_str()) else { return };
         let voxgate = event_id.as_deref().is_some_and(crate::protocol::voxgate::is_own_event_id);
         match kind.as_ref() {
-            "session.update" if !untaken => self.unanswered_updates = self.unanswered_updates.saturating_add(1),
+            "session.update" if !untaken => {
+                self.unanswered_updates = self.unanswered_updates.saturating_add(1);
+                self.pending_updates.released();
+            }
             "response.create" if !voxgate => self.client.requested(text.as_str(), event_id.as_deref()),
             _ => {}
         }
@@ -467,6 +506,11 @@ impl Resume {
     /// `attempts` connection attempts); from now on that upstream's echoes of them are kept from
     /// the client.
     fn restore(&mut self, attempts: u32, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
+        // What the old upstream never answered goes into the restored configuration, whose answer
+        // answers it; what was held in the gap follows the restore and is answered after it.
+        for owed in self.pending_updates.take_owed() {
+            self.session.merge(owed);
+        }
         let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
         // The restore's `session.updated` answers an update the old upstream never answered; it
         // stays owed until it comes, or a loss before it would swallow it at the next restore.

@@ -39,7 +39,7 @@ pub(crate) struct Restore {
 /// `Value` the ≈ 14 KB configuration with its tool schemas cost every idle session ≈ 100 KiB, as
 /// text ≈ 18 KiB. The server tools are the same for every session of a user, so they are not
 /// kept at all: the restore puts them back.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct EffectiveSession(Option<Box<str>>);
 
 impl EffectiveSession {
@@ -53,6 +53,8 @@ impl EffectiveSession {
     /// rate, 24 kHz unless another is given (the Realtime default). Parsed once a gap.
     pub(crate) fn input_audio_bytes_per_ms(&self) -> usize {
         const PCM16_24KHZ: usize = 48;
+        // A rate past any audio's (a client's typo, or worse) is not believed.
+        const MAX_PCM_RATE: u64 = 384_000;
         if self.0.is_none() {
             return PCM16_24KHZ;
         }
@@ -66,7 +68,7 @@ impl EffectiveSession {
             Some("audio/pcmu" | "audio/pcma" | "g711_ulaw" | "g711_alaw") => 8,
             _ => match format.and_then(|f| f.get("rate")).and_then(Value::as_u64) {
                 // Two bytes a sample; a rate under 1 kHz is nonsense, kept from dividing by zero.
-                Some(rate) if rate >= 1000 => (rate as usize * 2) / 1000,
+                Some(rate) if (1000..=MAX_PCM_RATE).contains(&rate) => (rate as usize * 2) / 1000,
                 _ => PCM16_24KHZ,
             },
         }
@@ -126,18 +128,47 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
     Restore { frames, item_ids, session_event_id, items_dropped: log.dropped() }
 }
 
-/// Merge the `session` of a `session.update` frame into the effective configuration, as the
-/// server does (see [`merge_into`]). Server tools are left out of `tools` (the restore puts them
-/// back; see [`EffectiveSession`]).
-pub(crate) fn merge_session_update(effective: &mut EffectiveSession, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
-    let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return };
-    if let Some(Value::Object(session)) = update.remove("session") {
-        let mut merged = effective.parsed();
-        merge_into(&mut merged, session);
-        if let Some(Value::Array(tools)) = merged.get_mut("tools") {
+/// The `session` of a `session.update` frame voxgate sent, less voxgate's own tool definitions
+/// (the restore puts them back; see [`EffectiveSession`]), kept as text until the upstream answers
+/// it: merged into the effective configuration once accepted ([`EffectiveSession::merge`]),
+/// dropped if refused.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionUpdate {
+    /// The frame's `event_id`: an upstream `error` naming it refuses the update.
+    pub event_id: Option<String>,
+    session: Box<str>,
+}
+
+impl SessionUpdate {
+    /// `None` when the frame has no `session` object (nothing to merge).
+    pub(crate) fn read(frame: &[u8], is_server_tool: impl Fn(&str) -> bool) -> Option<Self> {
+        let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return None };
+        let event_id = update.get("event_id").and_then(Value::as_str).map(str::to_string);
+        let Some(Value::Object(mut session)) = update.remove("session") else { return None };
+        // An update's tools replace the old ones whole (see `merge_into`), so leaving voxgate's
+        // out of the update leaves them out of the merged configuration.
+        if let Some(Value::Array(tools)) = session.get_mut("tools") {
             tools.retain(|tool| !tool["name"].as_str().is_some_and(&is_server_tool));
         }
-        effective.0 = Some(Value::Object(merged).to_string().into_boxed_str());
+        Some(Self { event_id, session: Value::Object(session).to_string().into_boxed_str() })
+    }
+}
+
+impl EffectiveSession {
+    /// Merge an accepted update into the configuration, as the server does (see [`merge_into`]).
+    pub(crate) fn merge(&mut self, update: SessionUpdate) {
+        let Ok(session) = serde_json::from_str::<Map<String, Value>>(&update.session) else { return };
+        let mut merged = self.parsed();
+        merge_into(&mut merged, session);
+        self.0 = Some(Value::Object(merged).to_string().into_boxed_str());
+    }
+}
+
+/// Read and merge at once, as if the upstream had accepted the update.
+#[cfg(test)]
+pub(crate) fn merge_session_update(effective: &mut EffectiveSession, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
+    if let Some(update) = SessionUpdate::read(frame, is_server_tool) {
+        effective.merge(update);
     }
 }
 
@@ -215,9 +246,6 @@ mod tests {
         assert_eq!(restore.session_event_id.as_deref(), Some("voxgate_restore_1"));
     }
 
-    /// The server merges nested objects: an update of the output voice keeps the formats and the
-    /// push-to-talk set before. A null clears, arrays replace whole, and an object whose `type`
-    /// changes (another variant: server VAD to semantic VAD) replaces the old one.
     #[test]
     fn the_input_audio_rate_follows_the_configured_format() {
         let rate = |update: Value| {
@@ -231,10 +259,14 @@ mod tests {
         assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcma"}}}})), 8);
         assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}})), 48);
         assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})), 32);
+        assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcm", "rate": u64::MAX}}}})), 48);
         assert_eq!(rate(json!({"input_audio_format": "g711_ulaw"})), 8);
         assert_eq!(rate(json!({"input_audio_format": "pcm16"})), 48);
     }
 
+    /// The server merges nested objects: an update of the output voice keeps the formats and the
+    /// push-to-talk set before. A null clears, arrays replace whole, and an object whose `type`
+    /// changes (another variant: server VAD to semantic VAD) replaces the old one.
     #[test]
     fn nested_objects_merge_as_the_server_merges_them() {
         let mut session = EffectiveSession::default();

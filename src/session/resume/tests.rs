@@ -26,6 +26,7 @@ mod echoes;
 mod outputs;
 mod owed;
 mod recycle;
+mod updates;
 
 type Offer = mpsc::UnboundedSender<Result<UpstreamConn, UpstreamError>>;
 
