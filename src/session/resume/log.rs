@@ -22,7 +22,8 @@
 //! the caller which items still owe one, so that a recycle can wait for it.
 //!
 //! Bounded by items and by bytes (`upstream.resume_max_items`, `.resume_max_bytes`): the oldest
-//! items are dropped first, and counted. The log holds PHI, so it has no `Debug` that shows
+//! items are dropped first, and counted; one item larger than the whole byte bound is dropped
+//! alone. The log holds PHI, so it has no `Debug` that shows
 //! content, and nothing in it is ever logged or traced.
 
 use std::collections::VecDeque;
@@ -197,6 +198,13 @@ impl ConversationLog {
     /// True when the item is new to the log. An item deleted or dropped before is not logged again.
     fn upsert(&mut self, id: &str, entry: Entry) -> bool {
         if self.gone.iter().any(|g| g == id) {
+            return false;
+        }
+        // An item larger than the whole log is dropped alone (counted), not by emptying the log
+        // of everything older first and then dropping it anyway.
+        if id.len() + entry.bytes() > self.max_bytes {
+            self.remove(id);
+            self.dropped += 1;
             return false;
         }
         let new = if let Some(logged) = self.items.iter_mut().find(|l| l.id == id) {
@@ -391,6 +399,18 @@ mod tests {
         }
         assert_eq!(log.len(), 2, "17 bytes an item, 40 allowed");
         assert_eq!(log.dropped(), 1);
+    }
+
+    #[test]
+    fn an_item_larger_than_the_whole_log_is_dropped_alone() {
+        let mut log = ConversationLog::new(100, 40);
+        let item = |id: &str, text: String| json!({"type": "conversation.item.created", "item": {"id": id, "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}});
+        feed(&mut log, item("m0", "x".repeat(15)));
+        feed(&mut log, item("huge", "x".repeat(100)));
+        assert_eq!(log.items().map(|l| l.id.as_str()).collect::<Vec<_>>(), ["m0"], "the rest is kept");
+        assert_eq!(log.dropped(), 1);
+        feed(&mut log, item("m1", "x".repeat(15)));
+        assert_eq!(log.items().map(|l| l.id.as_str()).collect::<Vec<_>>(), ["m0", "m1"]);
     }
 
     #[test]
