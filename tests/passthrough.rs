@@ -90,7 +90,8 @@ async fn a_recorded_session_replays_unchanged() {
         if frame.dir == "c2s" {
             client.send_text(&text).await;
             let mut got = upstream.next_json().await;
-            if !injected && got["type"] == "session.update" && got["event_id"].as_str().unwrap_or("").starts_with("voxgate_") {
+            let voxgates = got["event_id"].as_str().is_some_and(|id| id.starts_with("voxgate_") && !id.starts_with("voxgate_client_"));
+            if !injected && got["type"] == "session.update" && voxgates {
                 injected = true;
                 got = upstream.next_json().await;
             }

@@ -121,11 +121,13 @@ fn name_event(event: &mut Value, id: Option<&str>) -> bool {
     }
 }
 
-/// `bytes` (a JSON object) with `event_id` set to `id`, or `None` when it already has a string
-/// `event_id` (or is not an object).
-pub fn with_event_id(bytes: &[u8], id: &str) -> Option<String> {
+/// `bytes` (a JSON object) with `event_id` set to `id`, and the `event_id` it had (`Null` when
+/// none); `None` when it is not a JSON object.
+pub fn with_event_id(bytes: &[u8], id: &str) -> Option<(String, Value)> {
     let mut event: Value = serde_json::from_slice(bytes).ok()?;
-    name_event(&mut event, Some(id)).then(|| event.to_string())
+    let fields = event.as_object_mut()?;
+    let had = fields.insert("event_id".into(), Value::from(id)).unwrap_or(Value::Null);
+    Some((event.to_string(), had))
 }
 
 /// A guarded event as JSON, refused when it is not JSON or an object in it has a key written
@@ -194,9 +196,9 @@ pub fn merge_session_update(
     read_session_update(bytes, server_tools, guard, None)
 }
 
-/// [`merge_session_update`]; a frame voxgate rewrites without a string `event_id` gets
-/// `own_event_id`: an upstream `error` refusing it then names an id voxgate can match (the
-/// client's frame had none to name).
+/// [`merge_session_update`]; with `own_event_id` the frame goes with that id in place of the
+/// client's (a `session.update` is always forwarded under a stand-in of voxgate's, so that an
+/// upstream `error` refusing it names that one update; `session::update_ids`).
 pub fn read_session_update(
     bytes: &[u8],
     server_tools: &[Value],
@@ -208,7 +210,9 @@ pub fn read_session_update(
         return Ok(None);
     };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
-    name_event(&mut event, own_event_id);
+    if let (Some(id), Some(fields)) = (own_event_id, event.as_object_mut()) {
+        fields.insert("event_id".into(), Value::from(id));
+    }
     Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
 }
 
@@ -285,7 +289,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rewritten_frame_without_an_event_id_gets_voxgates() {
+    fn a_rewritten_update_goes_under_voxgates_id() {
         let none: fn(&str) -> bool = |_| false;
         let server = vec![json!({"type": "function", "name": "a"})];
         let id_of = |frame: Value| {
@@ -294,7 +298,7 @@ mod tests {
         };
         assert_eq!(id_of(json!({"type": "session.update", "session": {"tools": []}})), "voxgate_1");
         assert_eq!(id_of(json!({"type": "session.update", "event_id": null, "session": {"tools": []}})), "voxgate_1");
-        assert_eq!(id_of(json!({"type": "session.update", "event_id": "c1", "session": {"tools": []}})), "c1");
+        assert_eq!(id_of(json!({"type": "session.update", "event_id": "c1", "session": {"tools": []}})), "voxgate_1", "whatever the client's");
         // Not rewritten, not touched.
         let plain = br#"{"type":"session.update","session":{"instructions":"x"}}"#;
         assert!(read_session_update(plain, &server, &guard(none), Some("voxgate_1")).unwrap().is_none());

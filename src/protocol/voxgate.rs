@@ -3,8 +3,8 @@
 //!
 //! Every event voxgate originates carries an `event_id` starting with [`EVENT_ID_PREFIX`], so an
 //! upstream `error` answering one of them is recognised as voxgate's own business
-//! ([`is_own_event_id`]). A client event voxgate rewrites without an `event_id` of its own goes
-//! with a stand-in ([`STAND_IN_PREFIX`]): still the client's event.
+//! ([`is_own_event_id`]). A client event voxgate forwards under an id of its own goes with a
+//! stand-in ([`STAND_IN_PREFIX`]): still the client's event.
 
 use serde_json::{Value, json};
 
@@ -16,8 +16,10 @@ pub const EVENT_ID_PREFIX: &str = "voxgate_";
 /// Prefix of every event type in voxgate's own namespace; none may come from the upstream.
 pub const TYPE_PREFIX: &str = "voxgate.";
 
-/// Prefix of the stand-in `event_id` voxgate gives a client event it rewrites that had none: an
-/// upstream `error` naming one is about that client event, and reaches the client naming nothing.
+/// Prefix of the stand-in `event_id` voxgate gives a client event it forwards under an id of its
+/// own (a `response.create` it rewrites that had none; every `session.update`): an upstream
+/// `error` naming one is about that client event, and reaches the client naming the client's own
+/// id, or nothing.
 pub const STAND_IN_PREFIX: &str = "voxgate_client_";
 
 /// A fresh event id for an event voxgate sends.

@@ -98,6 +98,9 @@ pub(super) struct Bridge {
     /// none). The upstream rejects an update as a whole: an `error` naming it means voxgate
     /// injects them itself.
     pub merged_update: Option<String>,
+    /// The client's own ids of the `session.update`s forwarded under voxgate's (see
+    /// [`super::update_ids`]).
+    pub update_ids: super::update_ids::UpdateIds,
     /// The session's `tool_choice`, as the upstream's last `session.created`/`.updated` that
     /// carried one: voxgate's own `response.create` must not inherit a forced one
     /// (`events::response_create`).
@@ -169,6 +172,7 @@ impl Bridge {
             owned_calls: HashMap::new(),
             injected: false,
             merged_update: None,
+            update_ids: Default::default(),
             tool_choice: ToolChoice::default(),
             progress: None,
             tool_tasks: JoinSet::new(),

@@ -169,10 +169,10 @@ impl Bridge {
 
     async fn handle_session_update(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
-        // A frame voxgate rewrites gets a stand-in id if it has none, so that an upstream `error`
-        // refusing it can be told from others (upstream_frames.rs).
-        let own_event_id = event_id.is_none().then(events::stand_in_event_id);
-        let merged = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), own_event_id.as_deref());
+        // Forwarded under a stand-in of voxgate's, whatever id it had: an upstream `error`
+        // refusing it then names this update alone (see `update_ids`).
+        let stand_in = events::stand_in_event_id();
+        let merged = client::read_session_update(text.as_bytes(), &server_tools, &self.call_guard(), Some(&stand_in));
         let merged = match merged {
             Ok(merged) => merged,
             Err(refusal) => {
@@ -182,12 +182,10 @@ impl Bridge {
         };
         match merged {
             None => {
-                // Without an id of its own it goes with the stand-in too: a refusal must name it,
-                // or a resume could not tell the update was refused (resume/updates.rs).
-                let text = match own_event_id.as_deref().and_then(|id| client::with_event_id(text.as_bytes(), id)) {
-                    Some(named) => tungstenite::Utf8Bytes::from(named),
-                    None => text,
-                };
+                // Read as an object above; the stand-in is its id.
+                let Some((named, client_id)) = client::with_event_id(text.as_bytes(), &stand_in) else { return };
+                self.update_ids.forwarded(stand_in, client_id);
+                let text = tungstenite::Utf8Bytes::from(named);
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(text.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.send_upstream(Message::Text(text)).await;
@@ -197,8 +195,9 @@ impl Bridge {
                 // Not injected until the upstream accepts it: it may reject the whole update
                 // (upstream_frames.rs). Tools already in the session stay if it does.
                 if !self.injected {
-                    self.merged_update = event_id.map(str::to_string).or(own_event_id);
+                    self.merged_update = Some(stand_in.clone());
                 }
+                self.update_ids.forwarded(stand_in, client_event_id(text.as_bytes()));
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(merged.frame.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.forward_merged(merged, event_id).await;
@@ -211,7 +210,7 @@ impl Bridge {
     async fn handle_response_create(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
         let server_tools: Vec<serde_json::Value> = self.allowed_tool_definitions();
         // Until it is answered, voxgate asks for no response of its own (turns.rs). One without an
-        // `event_id` gets a stand-in, as a rewritten `session.update` does: an upstream `error`
+        // `event_id` gets a stand-in, as every `session.update` does: an upstream `error`
         // refusing it (other than for an active response) would name nothing the gate can match,
         // and a tool output's answer would wait out the gate's fallback.
         let stand_in = event_id.is_none().then(events::stand_in_event_id);
@@ -371,6 +370,16 @@ fn truncate(s: &str, max: usize) -> &str {
     }
 }
 
+/// A client event's own `event_id`, whatever its JSON type (`Null` when it has none).
+fn client_event_id(frame: &[u8]) -> serde_json::Value {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        #[serde(default)]
+        event_id: serde_json::Value,
+    }
+    serde_json::from_slice::<Id>(frame).map(|id| id.event_id).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,3 +402,4 @@ mod tests {
         assert!(tools.contains("other") && tools.contains("tool_1") && !tools.contains("get_weather"));
     }
 }
+

@@ -27,6 +27,7 @@ pub mod outbox;
 mod pace;
 mod peers;
 mod tool_actions;
+mod update_ids;
 pub mod resume;
 pub mod runner;
 pub mod turns;

@@ -24,10 +24,10 @@ use crate::protocol::peek_type;
 /// The `error` code of an upstream session that reached the provider's cap.
 const SESSION_EXPIRED: &str = "session_expired";
 
-/// An upstream `error` with `error.event_id` null; `None` when it does not read as one.
-fn without_event_id(error: &str) -> Option<String> {
+/// An upstream `error` with `error.event_id` set to `client_id`; `None` when it does not read as one.
+fn with_client_event_id(error: &str, client_id: serde_json::Value) -> Option<String> {
     let mut event: serde_json::Value = serde_json::from_str(error).ok()?;
-    *event.get_mut("error")?.get_mut("event_id")? = serde_json::Value::Null;
+    *event.get_mut("error")?.get_mut("event_id")? = client_id;
     Some(event.to_string())
 }
 
@@ -239,11 +239,13 @@ impl Bridge {
                 tracing::debug!(parent: &self.span, "upstream refused the client update the server tools were merged into");
                 self.send_tool_injection().await;
             }
-            let stand_in = error.error.event_id.as_deref().is_some_and(|id| id.starts_with(events::STAND_IN_PREFIX));
-            if stand_in {
-                // About a client frame voxgate gave an id of its own (client_frames.rs): the
-                // client sent none, so its copy names none.
-                for_client = without_event_id(text.as_str());
+            let stand_in = error.error.event_id.as_deref().filter(|id| id.starts_with(events::STAND_IN_PREFIX));
+            if let Some(stand_in) = stand_in {
+                // About a client frame voxgate forwarded under an id of its own (client_frames.rs):
+                // the client's copy names the client's own id, a `session.update`'s as it was
+                // sent, or none (a `response.create` gets a stand-in only when it had none).
+                let client_id = self.update_ids.client_id(stand_in).unwrap_or_default();
+                for_client = with_client_event_id(text.as_str(), client_id);
             }
             let ours = error.error.event_id.as_deref().is_some_and(events::is_own_event_id);
             if ours {

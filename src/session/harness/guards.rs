@@ -303,11 +303,13 @@ async fn server_tools_are_injected_when_the_update_they_were_merged_into_is_reje
         "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}}))
     .await;
     let merged = h.model_expects("session.update").await;
-    assert_eq!(merged["event_id"], "c1");
+    // Forwarded under voxgate's stand-in; the client's copy of the refusal names its own id.
+    let merged_id = merged["event_id"].clone();
+    assert!(merged_id.as_str().is_some_and(|id| id.starts_with(crate::protocol::voxgate::STAND_IN_PREFIX)), "{merged}");
     h.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
     h.browser_expects("voxgate.session.ready").await;
     h.model_sends(json!({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error",
-        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": "c1"}}))
+        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": merged_id}}))
     .await;
     assert_eq!(h.browser_expects("error").await["error"]["event_id"], "c1");
     let injected = h.model_expects("session.update").await;
@@ -352,16 +354,17 @@ async fn an_earlier_updates_acknowledgement_does_not_count_as_the_merged_ones() 
         "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}}))
     .await;
     let merged = h.model_expects("session.update").await;
-    assert_eq!(merged["event_id"], "c2", "{merged}");
+    let merged_id = merged["event_id"].clone();
+    assert!(merged_id.as_str().is_some_and(|id| id.starts_with(crate::protocol::voxgate::STAND_IN_PREFIX)), "{merged}");
     h.model_sends(json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "tools": []}})).await;
     h.browser_expects("voxgate.session.ready").await;
     // The answer to c1: the session as it was then, without the server tools.
     h.model_sends(json!({"type": "session.updated", "event_id": "e1", "session": {"id": "sess_1", "instructions": "Be brief.", "tools": []}})).await;
     h.browser_expects("session.updated").await;
     h.model_sends(json!({"type": "error", "event_id": "e2", "error": {"type": "invalid_request_error",
-        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": "c2"}}))
+        "code": "unknown_parameter", "message": "Unknown parameter: 'session.temperature'.", "event_id": merged_id}}))
     .await;
-    h.browser_expects("error").await;
+    assert_eq!(h.browser_expects("error").await["error"]["event_id"], "c2");
     let injected = h.model_expects("session.update").await;
     assert_eq!(injected["session"]["tools"][0]["name"], TOOL, "{injected}");
 }

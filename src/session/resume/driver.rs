@@ -222,6 +222,7 @@ impl Bridge {
         let what = if configuration { "configuration" } else { "item" };
         tracing::warn!(parent: &self.span, code, what, "resume: the new upstream refused part of the restore");
         if configuration {
+            self.resume.configuration_refused();
             self.send_tool_injection().await;
             let message = "The realtime service refused the session configuration restored after a resume: the session goes on with the service's defaults and voxgate's tools. Send session.update again.";
             self.client_error(events::codes::RESUME_CONFIGURATION_REFUSED, message, None).await;

@@ -322,13 +322,21 @@ impl Resume {
         expected.input_audio_bytes_per_ms()
     }
 
+    /// The new upstream refused the restored configuration: it runs with the service's defaults,
+    /// and so does the configuration the next restore sends (plus what is accepted from now on:
+    /// voxgate's tools again, the client's updates). Kept, it would carry the refused setting into
+    /// every later restore, refused each time.
+    pub(super) fn configuration_refused(&mut self) {
+        self.session = plan::EffectiveSession::default();
+    }
+
     /// voxgate sent this `session.update` upstream.
     pub(super) fn note_session_update(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
         if self.enabled() {
-            if let Some(update) = plan::SessionUpdate::read(frame, is_server_tool)
-                && let Some(oldest) = self.pending_updates.sent(update, self.in_gap())
-            {
-                self.session.merge(oldest);
+            if let Some(update) = plan::SessionUpdate::read(frame, is_server_tool) {
+                for early in self.pending_updates.sent(update, self.in_gap()) {
+                    self.session.merge(early);
+                }
             }
             // Audio held after an update held in the gap is in the format it sets.
             if self.in_gap() {

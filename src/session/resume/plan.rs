@@ -33,7 +33,8 @@ pub(crate) struct Restore {
     pub items_dropped: usize,
 }
 
-/// The effective session configuration: every `session.update` voxgate sent upstream, merged
+/// The effective session configuration: every `session.update` voxgate sent upstream that the
+/// upstream accepted (or had not answered when it went away: `resume/updates.rs`), merged
 /// field by field at every depth (see [`merge_into`]), less voxgate's own tool definitions. Kept
 /// as JSON text, parsed only to merge (once or twice a session) and to restore: as a parsed
 /// `Value` the ≈ 14 KB configuration with its tool schemas cost every idle session ≈ 100 KiB, as
@@ -140,6 +141,11 @@ pub(crate) struct SessionUpdate {
 }
 
 impl SessionUpdate {
+    /// Bytes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.session.len()
+    }
+
     /// `None` when the frame has no `session` object (nothing to merge).
     pub(crate) fn read(frame: &[u8], is_server_tool: impl Fn(&str) -> bool) -> Option<Self> {
         let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return None };

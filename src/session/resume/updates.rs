@@ -13,9 +13,11 @@ use std::collections::VecDeque;
 
 use super::plan::SessionUpdate;
 
-/// Updates waiting for an answer at most. An upstream that answers none of so many is broken;
-/// past this the oldest is taken as accepted (as every update was before answers were awaited).
+/// Updates waiting for an answer at most, and their sessions' bytes at most (a client can send
+/// frames of megabytes). Past either, the oldest is taken as accepted (as every update was
+/// before answers were awaited), and its answer, when it comes, is passed over.
 const MAX_PENDING: usize = 32;
+const MAX_PENDING_BYTES: usize = 1024 * 1024;
 
 struct Pending {
     update: SessionUpdate,
@@ -26,27 +28,48 @@ struct Pending {
 #[derive(Default)]
 pub(super) struct PendingUpdates {
     queue: VecDeque<Pending>,
+    bytes: usize,
+    /// Answers still to come for updates taken as accepted early (sent, and held ones once
+    /// released): the next ones are theirs.
+    skip: usize,
+    skip_held: usize,
 }
 
 impl PendingUpdates {
     /// An update was sent upstream (`held`: held for the next upstream). Returns one to merge at
     /// once when too many wait.
-    pub(super) fn sent(&mut self, update: SessionUpdate, held: bool) -> Option<SessionUpdate> {
+    pub(super) fn sent(&mut self, update: SessionUpdate, held: bool) -> Vec<SessionUpdate> {
+        self.bytes += update.len();
         self.queue.push_back(Pending { update, held });
-        (self.queue.len() > MAX_PENDING).then(|| self.queue.pop_front().map(|p| p.update)).flatten()
+        let mut early = Vec::new();
+        while self.queue.len() > MAX_PENDING || (self.bytes > MAX_PENDING_BYTES && self.queue.len() > 1) {
+            let Some(oldest) = self.take(0) else { break };
+            if oldest.held {
+                self.skip_held += 1;
+            } else {
+                self.skip += 1;
+            }
+            early.push(oldest.update);
+        }
+        early
     }
 
-    /// A `session.updated` came: the oldest update sent is accepted.
+    /// A `session.updated` came: the oldest update sent is accepted (none when the answer is one
+    /// an update taken as accepted early was owed).
     pub(super) fn accepted(&mut self) -> Option<SessionUpdate> {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return None;
+        }
         let at = self.queue.iter().position(|p| !p.held)?;
-        self.queue.remove(at).map(|p| p.update)
+        self.take(at).map(|p| p.update)
     }
 
     /// An `error` named `event_id`: if it is a pending update's, that update is refused (dropped)
     /// and `Some(whether it had been sent)` comes back.
     pub(super) fn refused(&mut self, event_id: &str) -> Option<bool> {
         let at = self.queue.iter().position(|p| p.update.event_id.as_deref() == Some(event_id))?;
-        self.queue.remove(at).map(|p| !p.held)
+        self.take(at).map(|p| !p.held)
     }
 
     /// The held updates went out (after a restore, or to the old upstream when a recycle is
@@ -55,6 +78,13 @@ impl PendingUpdates {
         for pending in &mut self.queue {
             pending.held = false;
         }
+        self.skip += std::mem::take(&mut self.skip_held);
+    }
+
+    fn take(&mut self, at: usize) -> Option<Pending> {
+        let pending = self.queue.remove(at)?;
+        self.bytes -= pending.update.len();
+        Some(pending)
     }
 
     /// Every update not answered yet, sent or held, oldest first.
@@ -67,6 +97,9 @@ impl PendingUpdates {
     pub(super) fn take_owed(&mut self) -> Vec<SessionUpdate> {
         let (owed, held): (Vec<Pending>, Vec<Pending>) = self.queue.drain(..).partition(|p| !p.held);
         self.queue = held.into();
+        self.bytes = self.queue.iter().map(|p| p.update.len()).sum();
+        // The old upstream's answers will not come: the restore's one answer is the restore's.
+        self.skip = 0;
         owed.into_iter().map(|p| p.update).collect()
     }
 }
@@ -87,9 +120,9 @@ mod tests {
     #[test]
     fn answers_take_the_oldest_sent_and_refusals_take_the_one_they_name() {
         let mut pending = PendingUpdates::default();
-        assert!(pending.sent(update("a"), false).is_none());
-        assert!(pending.sent(update("b"), false).is_none());
-        assert!(pending.sent(update("c"), false).is_none());
+        assert!(pending.sent(update("a"), false).is_empty());
+        assert!(pending.sent(update("b"), false).is_empty());
+        assert!(pending.sent(update("c"), false).is_empty());
         assert_eq!(pending.refused("b"), Some(true));
         assert_eq!(pending.refused("b"), None, "refused once");
         assert_eq!(pending.refused("other"), None);
@@ -112,12 +145,23 @@ mod tests {
     }
 
     #[test]
-    fn too_many_unanswered_updates_give_up_the_oldest_as_accepted() {
+    fn too_many_unanswered_updates_give_up_the_oldest_as_accepted_and_pass_its_answer_over() {
         let mut pending = PendingUpdates::default();
         for i in 0..MAX_PENDING {
-            assert!(pending.sent(update(&i.to_string()), false).is_none());
+            assert!(pending.sent(update(&i.to_string()), false).is_empty());
         }
-        let oldest = pending.sent(update("one more"), false);
-        assert_eq!(oldest.and_then(|u| u.event_id).as_deref(), Some("0"));
+        assert_eq!(ids(pending.sent(update("one more"), false)), ["0"]);
+        assert!(pending.accepted().is_none(), "the answer to 0");
+        assert_eq!(pending.accepted().and_then(|u| u.event_id).as_deref(), Some("1"));
+        // Too many bytes: the oldest go too, the newest stays whatever its size.
+        let mut pending = PendingUpdates::default();
+        let big = |id: &str| {
+            let frame = format!(r#"{{"type":"session.update","event_id":"{id}","session":{{"instructions":"{}"}}}}"#, "x".repeat(MAX_PENDING_BYTES / 2));
+            SessionUpdate::read(frame.as_bytes(), |_| false).unwrap()
+        };
+        assert!(pending.sent(big("b1"), false).is_empty());
+        assert_eq!(ids(pending.sent(big("b2"), false)), ["b1"]);
+        assert_eq!(ids(pending.sent(big("b3"), true)), ["b2"]);
+        assert_eq!(pending.queue.len(), 1);
     }
 }

@@ -90,7 +90,8 @@ async fn refused_then_reinjected(h: &mut Harness) {
     h.model_sends(json!({"type": "session.updated", "event_id": "n_inj", "session": {"id": "sess_2"}})).await;
     assert_eq!(next_json(&mut h.browser).await["event_id"], "n_inj", "the injection's answer is forwarded, as on a new session");
     h.browser_sends(json!({"type": "session.update", "event_id": "mine", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
-    assert_eq!(h.model_expects("session.update").await["event_id"], "mine");
+    let mine = h.model_expects("session.update").await;
+    assert!(mine["event_id"].as_str().is_some_and(|id| id.starts_with(crate::protocol::voxgate::STAND_IN_PREFIX)), "{mine}");
     h.model_sends(json!({"type": "session.updated", "event_id": "n1", "session": {"id": "sess_2", "instructions": "Be brief."}})).await;
     let next = next_json(&mut h.browser).await;
     assert_eq!((next["type"].as_str(), next["event_id"].as_str()), (Some("session.updated"), Some("n1")), "{next}");
@@ -116,4 +117,36 @@ async fn a_refused_restore_configuration_is_replaced_by_the_tools_and_told_to_th
 async fn a_refused_restore_configuration_owed_to_an_update_is_replaced_the_same_way() {
     let mut h = restored_u1().await;
     refused_then_reinjected(&mut h).await;
+}
+
+/// After a refused restore the upstream runs on its defaults: the next restore sends those (and
+/// voxgate's tools), not the refused configuration again, refused again at every loss.
+#[tokio::test(start_paused = true)]
+async fn a_refused_configuration_is_not_sent_again_by_the_next_restore() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "e_inj", "session": {"id": "sess_1"}})).await;
+    h.browser_expects("session.updated").await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c1", "session": {"type": "realtime", "audio": {"output": {"voice": "retired-voice"}}}})).await;
+    h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "e1", "session": {"id": "sess_1"}})).await;
+    h.browser_expects("session.updated").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let restore = h.model_expects("session.update").await;
+    assert_eq!(restore["session"]["audio"]["output"]["voice"], "retired-voice", "{restore}");
+    h.browser_expects("voxgate.session.resumed").await;
+    h.model_sends(restore_refused()).await;
+    h.browser_expects("error").await;
+    h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "n_inj", "session": {"id": "sess_2"}})).await;
+    h.browser_expects("session.updated").await;
+    // Past the last restore's settling time, so the next loss starts afresh.
+    tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let restore = h.model_expects("session.update").await;
+    assert!(restore["session"]["audio"].is_null(), "the refused configuration is not sent again: {restore}");
+    assert!(restore["session"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == TOOL), "{restore}");
 }

@@ -23,11 +23,13 @@ async fn with_a_refused_update(own_id: bool) -> (Harness, super::Offer) {
     }
     h.browser_sends(bad).await;
     let sent = h.model_expects("session.update").await;
+    // Under voxgate's own id: a refusal names this update alone, whatever id the client used.
     let named = sent["event_id"].as_str().expect("a refusal must be able to name it").to_string();
-    assert_eq!(own_id, named == "bad", "{sent}");
+    assert!(named.starts_with(crate::protocol::voxgate::STAND_IN_PREFIX), "{sent}");
     let error = json!({"type": "error", "event_id": "e2", "error": {"type": "invalid_request_error", "code": "invalid_value", "message": "Invalid voice", "param": "session.audio.output.voice", "event_id": named}});
     h.model_sends(error).await;
-    h.browser_expects("error").await;
+    let told = h.browser_expects("error").await;
+    assert_eq!(told["error"]["event_id"], if own_id { json!("bad") } else { json!(null) }, "the client's own id: {told}");
     (h, offer)
 }
 
@@ -59,4 +61,27 @@ async fn a_refused_update_is_not_owed_an_answer_after_a_resume() {
     h.model_sends(json!({"type": "response.created", "event_id": "n2", "response": {"id": "r3"}})).await;
     let next = next_json(&mut h.browser).await;
     assert_eq!(next["type"], "response.created", "the restore's answer is kept from the client: {next}");
+}
+
+/// A client that reuses its event ids (OpenAI's examples use fixed ones): a refusal of another
+/// event under the same id is not taken for a refusal of its update.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_of_another_event_under_the_same_id_leaves_the_update_alone() {
+    let (mut h, offer, _) = resumable(|_| {}).await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "e_inj", "session": {"id": "sess_1"}})).await;
+    h.browser_expects("session.updated").await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "event_123", "session": {"type": "realtime", "instructions": "Be brief."}})).await;
+    h.model_expects("session.update").await;
+    h.browser_sends(json!({"type": "input_audio_buffer.commit", "event_id": "event_123"})).await;
+    h.model_expects("input_audio_buffer.commit").await;
+    let error = json!({"type": "error", "event_id": "e1", "error": {"type": "invalid_request_error", "code": "input_audio_buffer_commit_empty", "message": "buffer too small", "event_id": "event_123"}});
+    h.model_sends(error).await;
+    assert_eq!(h.browser_expects("error").await["error"]["event_id"], "event_123");
+    h.model_sends(json!({"type": "session.updated", "event_id": "e2", "session": {"id": "sess_1", "instructions": "Be brief."}})).await;
+    h.browser_expects("session.updated").await;
+    let proxy_side = drop_model(&mut h).await;
+    h.browser_expects("voxgate.session.resuming").await;
+    offer.send(Ok(upstream_conn(proxy_side))).unwrap();
+    let restore = h.model_expects("session.update").await;
+    assert_eq!(restore["session"]["instructions"], "Be brief.", "{restore}");
 }
