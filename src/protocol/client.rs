@@ -83,7 +83,7 @@ impl<S: Fn(&str) -> bool, O: Fn(&str) -> bool> CallGuard<S, O> {
 
 /// Guard a client `response.create`: refuse items of server calls in `response.input` and hosted
 /// `mcp` tools, and keep the server tools in a per-response `tools` list. `own_event_id` is set
-/// as the event's `event_id` when it has no string one (as for [`read_session_update`]).
+/// as the event's `event_id` when it has no string one.
 /// `Ok(None)`: forward the frame unchanged.
 pub fn guard_response_create(
     bytes: &[u8],
@@ -187,7 +187,7 @@ pub struct MergedUpdate {
 }
 
 /// Merge server tools into a client `session.update` that sets `session.tools`. Returns `Ok(None)`
-/// when the update does not touch tools: it is then forwarded unchanged.
+/// when the update does not touch tools: the server tools are left as they are.
 pub fn merge_session_update(
     bytes: &[u8],
     server_tools: &[Value],

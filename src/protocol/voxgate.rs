@@ -27,7 +27,8 @@ pub fn event_id() -> String {
     format!("{EVENT_ID_PREFIX}{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A fresh stand-in id for a client event voxgate rewrites (see [`STAND_IN_PREFIX`]).
+/// A fresh stand-in id for a client event voxgate forwards under an id of its own (see
+/// [`STAND_IN_PREFIX`]).
 pub fn stand_in_event_id() -> String {
     format!("{STAND_IN_PREFIX}{}", uuid::Uuid::new_v4().simple())
 }

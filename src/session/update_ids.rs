@@ -12,28 +12,33 @@ use serde_json::Value;
 
 use crate::protocol::voxgate::MAX_ECHOED_EVENT_ID;
 
-/// Updates remembered: far more than are ever waiting for an answer at once.
-const KEPT: usize = 16;
+/// Updates remembered: as many as may wait for an answer at once (`resume/updates.rs`).
+const KEPT: usize = 32;
 
 #[derive(Default)]
 pub(super) struct UpdateIds(VecDeque<(String, Value)>);
 
 impl UpdateIds {
     /// A `session.update` went upstream as `stand_in`; `client` is its own `event_id` (`Null`
-    /// when it had none).
+    /// when it had none). Kept only as far as it is ever echoed: a string of at most
+    /// [`MAX_ECHOED_EVENT_ID`] bytes, a number or a boolean; anything else (a client may send an
+    /// id of megabytes, or an array) as `Null`.
     pub(super) fn forwarded(&mut self, stand_in: String, client: Value) {
+        let client = match client {
+            Value::String(id) if id.len() > MAX_ECHOED_EVENT_ID => Value::Null,
+            Value::Array(_) | Value::Object(_) => Value::Null,
+            small => small,
+        };
         if self.0.len() == KEPT {
             self.0.pop_front();
         }
         self.0.push_back((stand_in, client));
     }
 
-    /// The client's id for `stand_in` (`Null` for one it did not send, or too long to echo);
+    /// The client's id for `stand_in` (`Null` for one it did not send, or that is not echoed);
     /// `None` when `stand_in` is no update's.
     pub(super) fn client_id(&self, stand_in: &str) -> Option<Value> {
-        let (_, client) = self.0.iter().find(|(id, _)| id == stand_in)?;
-        let too_long = client.as_str().is_some_and(|id| id.len() > MAX_ECHOED_EVENT_ID);
-        Some(if too_long { Value::Null } else { client.clone() })
+        self.0.iter().find(|(id, _)| id == stand_in).map(|(_, client)| client.clone())
     }
 }
 
@@ -50,10 +55,12 @@ mod tests {
         ids.forwarded("voxgate_client_2".into(), json!(5));
         ids.forwarded("voxgate_client_3".into(), Value::Null);
         ids.forwarded("voxgate_client_4".into(), json!("x".repeat(MAX_ECHOED_EVENT_ID + 1)));
+        ids.forwarded("voxgate_client_5".into(), json!([0, 0, 0]));
         assert_eq!(ids.client_id("voxgate_client_1"), Some(json!("mine")));
         assert_eq!(ids.client_id("voxgate_client_2"), Some(json!(5)));
         assert_eq!(ids.client_id("voxgate_client_3"), Some(Value::Null));
         assert_eq!(ids.client_id("voxgate_client_4"), Some(Value::Null));
+        assert_eq!(ids.client_id("voxgate_client_5"), Some(Value::Null), "not kept, not echoed");
         assert_eq!(ids.client_id("voxgate_client_9"), None);
         for i in 10..10 + KEPT {
             ids.forwarded(format!("voxgate_client_{i}"), json!(i));

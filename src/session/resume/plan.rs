@@ -146,11 +146,15 @@ impl SessionUpdate {
         self.session.len()
     }
 
-    /// `None` when the frame has no `session` object (nothing to merge).
+    /// `None` when the frame is not a JSON object. One without a `session` object changes nothing
+    /// but is answered all the same (an empty update keeps its place among the answers).
     pub(crate) fn read(frame: &[u8], is_server_tool: impl Fn(&str) -> bool) -> Option<Self> {
         let Ok(Value::Object(mut update)) = serde_json::from_slice::<Value>(frame) else { return None };
         let event_id = update.get("event_id").and_then(Value::as_str).map(str::to_string);
-        let Some(Value::Object(mut session)) = update.remove("session") else { return None };
+        let mut session = match update.remove("session") {
+            Some(Value::Object(session)) => session,
+            _ => Map::new(),
+        };
         // An update's tools replace the old ones whole (see `merge_into`), so leaving voxgate's
         // out of the update leaves them out of the merged configuration.
         if let Some(Value::Array(tools)) = session.get_mut("tools") {

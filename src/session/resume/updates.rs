@@ -15,7 +15,8 @@ use super::plan::SessionUpdate;
 
 /// Updates waiting for an answer at most, and their sessions' bytes at most (a client can send
 /// frames of megabytes). Past either, the oldest is taken as accepted (as every update was
-/// before answers were awaited), and its answer, when it comes, is passed over.
+/// before answers were awaited); its id is kept, so that its answer, when it comes, is passed
+/// over, and a refusal of it still counts as its answer (its settings stay merged).
 const MAX_PENDING: usize = 32;
 const MAX_PENDING_BYTES: usize = 1024 * 1024;
 
@@ -29,10 +30,9 @@ struct Pending {
 pub(super) struct PendingUpdates {
     queue: VecDeque<Pending>,
     bytes: usize,
-    /// Answers still to come for updates taken as accepted early (sent, and held ones once
-    /// released): the next ones are theirs.
-    skip: usize,
-    skip_held: usize,
+    /// Updates taken as accepted early, still owed their answer: older than every one in
+    /// `queue`, so the next answers are theirs. Their ids and whether they are held.
+    early: VecDeque<(Option<String>, bool)>,
 }
 
 impl PendingUpdates {
@@ -44,11 +44,11 @@ impl PendingUpdates {
         let mut early = Vec::new();
         while self.queue.len() > MAX_PENDING || (self.bytes > MAX_PENDING_BYTES && self.queue.len() > 1) {
             let Some(oldest) = self.take(0) else { break };
-            if oldest.held {
-                self.skip_held += 1;
-            } else {
-                self.skip += 1;
+            if self.early.len() == MAX_PENDING {
+                // An upstream this far behind answers nothing; its oldest debts are forgotten.
+                self.early.pop_front();
             }
+            self.early.push_back((oldest.update.event_id.clone(), oldest.held));
             early.push(oldest.update);
         }
         early
@@ -57,8 +57,8 @@ impl PendingUpdates {
     /// A `session.updated` came: the oldest update sent is accepted (none when the answer is one
     /// an update taken as accepted early was owed).
     pub(super) fn accepted(&mut self) -> Option<SessionUpdate> {
-        if self.skip > 0 {
-            self.skip -= 1;
+        if let Some(at) = self.early.iter().position(|(_, held)| !held) {
+            self.early.remove(at);
             return None;
         }
         let at = self.queue.iter().position(|p| !p.held)?;
@@ -68,6 +68,9 @@ impl PendingUpdates {
     /// An `error` named `event_id`: if it is a pending update's, that update is refused (dropped)
     /// and `Some(whether it had been sent)` comes back.
     pub(super) fn refused(&mut self, event_id: &str) -> Option<bool> {
+        if let Some(at) = self.early.iter().position(|(id, _)| id.as_deref() == Some(event_id)) {
+            return self.early.remove(at).map(|(_, held)| !held);
+        }
         let at = self.queue.iter().position(|p| p.update.event_id.as_deref() == Some(event_id))?;
         self.take(at).map(|p| !p.held)
     }
@@ -78,7 +81,9 @@ impl PendingUpdates {
         for pending in &mut self.queue {
             pending.held = false;
         }
-        self.skip += std::mem::take(&mut self.skip_held);
+        for (_, held) in &mut self.early {
+            *held = false;
+        }
     }
 
     fn take(&mut self, at: usize) -> Option<Pending> {
@@ -99,7 +104,7 @@ impl PendingUpdates {
         self.queue = held.into();
         self.bytes = self.queue.iter().map(|p| p.update.len()).sum();
         // The old upstream's answers will not come: the restore's one answer is the restore's.
-        self.skip = 0;
+        self.early.retain(|(_, held)| *held);
         owed.into_iter().map(|p| p.update).collect()
     }
 }
@@ -153,6 +158,11 @@ mod tests {
         assert_eq!(ids(pending.sent(update("one more"), false)), ["0"]);
         assert!(pending.accepted().is_none(), "the answer to 0");
         assert_eq!(pending.accepted().and_then(|u| u.event_id).as_deref(), Some("1"));
+        // A refusal of one taken early is its answer: the next answer is the next update's.
+        assert!(pending.sent(update("two more"), false).is_empty());
+        assert_eq!(ids(pending.sent(update("three more"), false)), ["2"]);
+        assert_eq!(pending.refused("2"), Some(true));
+        assert_eq!(pending.accepted().and_then(|u| u.event_id).as_deref(), Some("3"));
         // Too many bytes: the oldest go too, the newest stays whatever its size.
         let mut pending = PendingUpdates::default();
         let big = |id: &str| {
