@@ -234,7 +234,8 @@ impl Cluster {
     /// The server is stopping: give up the claim on the instance id, so a successor under the
     /// same id (a restarted pod) starts without a conflict. Bounded like every Redis call.
     pub async fn leave(&self) {
-        if let Some(shared) = &self.shared {
+        // With Redis down there is nothing to give up that would not expire by itself.
+        if let Some(shared) = self.shared.as_ref().filter(|s| s.up.load(Ordering::Relaxed)) {
             let (claim, left) = &shared.id_claim;
             let mut left = left.lock().await;
             *left = true;

@@ -176,15 +176,17 @@ impl RunningServer {
         if tokio::time::timeout(limit, state.shutdown.tracker().wait()).await.is_err() {
             tracing::warn!(sessions = state.live.len(), "drain timed out; dropping the remaining sessions");
         }
+        // Give up the instance id's claim (one renewal may be in flight before it, each bounded).
+        // Before the session threads stop: the Redis connection may be reconnecting under a timer
+        // of one of their runtimes, which cannot be polled once that runtime is gone.
+        if tokio::time::timeout(Duration::from_secs(1), state.cluster.leave()).await.is_err() {
+            tracing::debug!("the instance id's claim was not given up in time; it expires within one TTL");
+        }
         match serve.await {
             // What still runs on them outlived the drain: the threads drop it, with its sockets,
             // admissions and audit handles, before the writer is joined below.
             Ok(shards) => shards.stop().await,
             Err(_) => tracing::warn!("the accept loop ended abnormally"),
-        }
-        // Give up the instance id's claim (one renewal may be in flight before it, each bounded).
-        if tokio::time::timeout(Duration::from_secs(1), state.cluster.leave()).await.is_err() {
-            tracing::debug!("the instance id's claim was not given up in time; it expires within one TTL");
         }
         // The sessions held the last audit handles; the writer ends once they are gone.
         drop(state);
