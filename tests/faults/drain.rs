@@ -9,16 +9,22 @@ use serde_json::{Value, json};
 use super::support::{self, Client, FakeUpstream, TestProxy};
 use super::{ADMIN, BMI};
 
-/// A web-search backend that answers after `delay` (a stalled backend); its base URL.
-async fn slow_search_backend(delay: Duration) -> String {
-    let app = axum::Router::new().fallback(axum::routing::get(move || async move {
-        tokio::time::sleep(delay).await;
-        ([("content-type", "application/json")], r#"{"web":{"results":[]}}"#)
+/// A web-search backend that answers after `delay` (a stalled backend); its base URL, and a
+/// notice of its first request.
+async fn slow_search_backend(delay: Duration) -> (String, std::sync::Arc<tokio::sync::Notify>) {
+    let asked = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify = asked.clone();
+    let app = axum::Router::new().fallback(axum::routing::get(move || {
+        notify.notify_one();
+        async move {
+            tokio::time::sleep(delay).await;
+            ([("content-type", "application/json")], r#"{"web":{"results":[]}}"#)
+        }
     }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    url
+    (url, asked)
 }
 
 /// Invokes `web_search_medical` through the admin API of the instance at `addr` and returns once
@@ -50,7 +56,7 @@ async fn admin_search_started(
 /// drain gives up on what is left.
 #[tokio::test]
 async fn an_admin_call_running_when_the_drain_begins_is_finished_and_audited() {
-    let backend = slow_search_backend(Duration::from_secs(30)).await;
+    let (backend, asked) = slow_search_backend(Duration::from_secs(30)).await;
     let fake = FakeUpstream::start().await;
     let toml = format!(
         "[server]\ndrain_timeout_ms = 200\n[auth]\nadmin_token = \"{ADMIN}\"\n\
@@ -60,6 +66,9 @@ async fn an_admin_call_running_when_the_drain_begins_is_finished_and_audited() {
     let TestProxy { server, addr, dir } = TestProxy::with_upstream(&fake, &toml).await;
     let audit = dir.path().join("audit.jsonl");
     let request = admin_search_started(addr, &audit).await;
+    // Running, not only started in the log: a drain that begins between its `call_started` and
+    // the tool's start declines it instead (the test below).
+    tokio::time::timeout(Duration::from_secs(10), asked.notified()).await.expect("the tool never asked its backend");
 
     let started = Instant::now();
     server.shutdown().await.unwrap();
