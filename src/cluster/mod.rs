@@ -14,16 +14,16 @@
 //!   instance is cut off from Redis) is asked for on a channel every instance hears: not found only
 //!   when every instance that heard it answered that it does not hold it.
 //!
-//! Redis down degrades, never refuses: caps fall back to this instance's own count, listings show
+//! Redis down degrades, never refuses ([`health`]): caps fall back to this instance's own count, listings show
 //! this instance only, `voxgate_redis_up` is 0 and `/readyz` says so; the next successful refresh
 //! re-registers every local session and everything is shared again.
 
+mod health;
 mod identity;
 mod kill;
 mod registry;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -34,6 +34,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use identity::hostname;
 pub use registry::SessionEntry;
 pub(crate) use registry::{MIN_SESSION_TTL_MS, bounded};
+use health::RedisHealth;
 use identity::IdClaim;
 use registry::{KillAck, Registry, Seated};
 
@@ -43,10 +44,6 @@ use crate::telemetry::metrics::Metrics;
 /// Ended sessions waiting to be removed from Redis. When full (Redis far behind), entries are
 /// left to expire on their own within one TTL.
 const RELEASE_QUEUE: usize = 1024;
-/// After a failed Redis call, admissions use the local caps alone for this long, then one of them
-/// tries Redis again: an outage costs one admission a second at most a Redis timeout, and one
-/// slow call does not leave the caps unshared until the next refresh (a third of the TTL).
-const ADMISSION_PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long an admin kill waits for the owning instance to answer. Its listener answers as soon
 /// as the message arrives; one that has not by then is not hearing (a half-open subscription, a
 /// stalled instance) and the admin is told to try again.
@@ -143,20 +140,9 @@ pub struct Cluster {
 struct Shared {
     registry: Registry,
     conn: ConnectionManager,
-    /// This process's claim on its id; `true` inside once the server has given it up (no renewal
-    /// may take it again). A lock, not a flag: a renewal already sent must reach Redis before the
-    /// give-up does.
-    id_claim: (IdClaim, tokio::sync::Mutex<bool>),
-    /// Whether another running process claimed this instance's id at the last renewal.
-    id_conflict: AtomicBool,
+    id_claim: IdClaim,
     releases: mpsc::Sender<(String, Option<String>)>,
-    /// Whether the last Redis round trip succeeded (`voxgate_redis_up`, `/readyz`).
-    up: AtomicBool,
-    /// Whether refused credentials were logged in this outage (logged once, at error level).
-    refused_logged: AtomicBool,
-    /// When Redis last failed, or an admission last tried it during an outage: ms since `epoch`.
-    tried_at_ms: AtomicU64,
-    epoch: tokio::time::Instant,
+    health: RedisHealth,
     metrics: Metrics,
 }
 
@@ -186,17 +172,12 @@ impl Cluster {
             });
         };
         let (releases, release_rx) = mpsc::channel(RELEASE_QUEUE);
-        metrics.redis_up(true);
         let shared = Shared {
             registry: Registry::new(link.conn.clone(), link.ttl),
             conn: link.conn.clone(),
-            id_claim: (IdClaim::new(&instance, link.ttl), tokio::sync::Mutex::new(false)),
-            id_conflict: AtomicBool::new(false),
+            id_claim: IdClaim::new(&instance, link.ttl, metrics.clone()),
             releases,
-            up: AtomicBool::new(true),
-            refused_logged: AtomicBool::new(false),
-            tried_at_ms: AtomicU64::new(0),
-            epoch: tokio::time::Instant::now(),
+            health: RedisHealth::new(metrics.clone()),
             metrics,
         };
         let cluster = Arc::new(Self {
@@ -222,33 +203,30 @@ impl Cluster {
 
     /// `None` without Redis, else whether Redis answered last time.
     pub fn redis_up(&self) -> Option<bool> {
-        self.shared.as_ref().map(|s| s.up.load(Ordering::Relaxed))
+        self.shared.as_ref().map(|s| s.health.is_up())
     }
 
     /// Whether another running instance claimed this one's `server.instance_id` (see
     /// [`identity`]); `false` without Redis.
     pub fn id_conflict(&self) -> bool {
-        self.shared.as_ref().is_some_and(|s| s.id_conflict.load(Ordering::Relaxed))
+        self.shared.as_ref().is_some_and(|s| s.id_claim.conflict())
     }
 
     /// The server is stopping: give up the claim on the instance id, so a successor under the
     /// same id (a restarted pod) starts without a conflict. Bounded like every Redis call.
     pub async fn leave(&self) {
         // With Redis down there is nothing to give up that would not expire by itself.
-        if let Some(shared) = self.shared.as_ref().filter(|s| s.up.load(Ordering::Relaxed)) {
-            let (claim, left) = &shared.id_claim;
-            let mut left = left.lock().await;
-            *left = true;
-            if let Err(err) = claim.give_up(&shared.conn).await {
-                tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
-            }
+        if let Some(shared) = self.shared.as_ref().filter(|s| s.health.is_up())
+            && let Err(err) = shared.id_claim.give_up(&shared.conn).await
+        {
+            tracing::debug!(error = %err, "the instance id's claim was not given up; it expires within one TTL");
         }
     }
 
     /// Register a session that this instance's own caps already admitted, enforcing `cap`
     /// (the user's cap key and `server.max_sessions_per_user`) across instances. With Redis down
     /// the session is admitted on the local caps alone and registered once Redis is back; one
-    /// admission a second ([`ADMISSION_PROBE_EVERY`]) tries Redis all the same, so the caps are
+    /// admission a second ([`health::PROBE_EVERY`]) tries Redis all the same, so the caps are
     /// shared again as soon as it answers.
     ///
     /// Cancel-safe: dropped while Redis answers (the client went away), the registration it may
@@ -260,13 +238,13 @@ impl Cluster {
     ) -> Result<Seat, AdmitError> {
         if let Some(shared) = &self.shared {
             // During an outage admissions do not wait on Redis, but for the odd probe.
-            let shared_result = match shared.up.load(Ordering::Relaxed) || shared.claim_probe() {
+            let shared_result = match shared.health.is_up() || shared.health.claim_probe() {
                 true => {
-                    let mut unfinished = Unfinished { shared, id: &entry.id, cap_key: cap.as_ref().map(|(key, _)| key.as_str()) };
+                    let unfinished = Unfinished { shared, id: &entry.id, cap_key: cap.as_ref().map(|(key, _)| key.as_str()) };
                     let result = shared.registry.admit(&entry, cap.as_ref().map(|(key, max)| (key.as_str(), *max))).await;
                     // A timeout too may have registered it: the seat below releases it, or a
                     // refusal's release removes nothing. Only a drop before this line needs one.
-                    unfinished.id = "";
+                    std::mem::forget(unfinished);
                     result
                 }
                 false => Err(ClusterError::Down),
@@ -415,98 +393,20 @@ impl Cluster {
 }
 
 impl Shared {
-    /// During an outage: whether this admission is the one that tries Redis now (at most one each
-    /// [`ADMISSION_PROBE_EVERY`] since the last failure or try).
-    fn claim_probe(&self) -> bool {
-        let now = self.now_ms();
-        let last = self.tried_at_ms.load(Ordering::Relaxed);
-        let every = u64::try_from(ADMISSION_PROBE_EVERY.as_millis()).unwrap_or(u64::MAX);
-        now.saturating_sub(last) >= every && self.tried_at_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    }
-
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Redis answered; the return from an outage is logged once and exported as `voxgate_redis_up`.
     fn set_up(&self) {
-        self.refused_logged.store(false, Ordering::Relaxed);
-        if !self.up.swap(true, Ordering::Relaxed) {
-            self.metrics.redis_up(true);
-            tracing::info!("redis is back: session caps and the session registry are shared again");
-        }
+        self.health.set_up();
     }
 
-    /// Redis did not answer (`err`); the outage is logged once and exported as `voxgate_redis_up`.
-    /// Refused credentials are logged at error level, once per outage even if the outage began
-    /// otherwise: unlike an outage, they do not end by themselves, and redis-rs's connection
-    /// manager reconnects only after I/O errors, so it keeps the refusal until a restart.
     fn set_down(&self, err: ClusterError) {
-        // `Down` is an admission that did not ask (not the probe): it says nothing new, and
-        // counting it as a try would keep pushing the probe away under steady admissions.
-        if err != ClusterError::Down {
-            self.tried_at_ms.store(self.now_ms(), Ordering::Relaxed);
-        }
+        self.health.set_down(err);
         // Whether another instance holds this one's id is not known while Redis cannot say.
-        self.set_id_conflict_unknown();
-        let was_up = self.up.swap(false, Ordering::Relaxed);
-        if was_up {
-            self.metrics.redis_up(false);
-        }
-        if let ClusterError::Credentials(code) = err {
-            if !self.refused_logged.swap(true, Ordering::Relaxed) {
-                tracing::error!(
-                    kind = code,
-                    "redis refused the credentials in redis.url: per-instance session caps, \
-                     admin listing of this instance only, until they are fixed and voxgate restarted"
-                );
-            }
-        } else if was_up {
-            tracing::warn!(
-                "redis is unreachable: per-instance session caps, admin listing of this instance only"
-            );
-        }
+        self.id_claim.forget_conflict();
     }
 
-    /// Renew the claim on this instance's id, unless the server has given it up.
-    async fn renew_id_claim(&self, instance: &str) {
-        let (claim, left) = &self.id_claim;
-        let left = left.lock().await;
-        if *left {
-            return;
-        }
-        let claimed = claim.renew(&self.conn).await;
-        drop(left);
-        if let Ok(claimed) = claimed {
-            self.set_id_conflict(instance, !claimed);
-        }
-        self.record(&claimed);
-    }
-
-    /// Redis is down: a conflict reported before is not known to last (its other instance may
-    /// have stopped meanwhile); the next renewal says again.
-    fn set_id_conflict_unknown(&self) {
-        if self.id_conflict.swap(false, Ordering::Relaxed) {
-            self.metrics.instance_id_conflict(false);
-        }
-    }
-
-    /// Whether another process claims this instance's id; a change is logged once (an error: two
-    /// instances under one id is a configuration an operator must fix) and exported.
-    fn set_id_conflict(&self, instance: &str, conflict: bool) {
-        if self.id_conflict.swap(conflict, Ordering::Relaxed) == conflict {
-            return;
-        }
-        self.metrics.instance_id_conflict(conflict);
-        if conflict {
-            tracing::error!(
-                instance_id = instance,
-                "another running instance has this server.instance_id: admin kills and the session \
-                 registry mix their sessions; give every instance its own id (the default, the hostname, is)"
-            );
-        } else {
-            tracing::info!(instance_id = instance, "no other running instance has this server.instance_id any more");
-        }
+    /// Queue the removal of session `id` (and its place under `cap_key`) from Redis. Best effort:
+    /// an entry whose release is lost expires within one TTL.
+    fn queue_release(&self, id: String, cap_key: Option<String>) {
+        let _ = self.releases.try_send((id, cap_key));
     }
 
     /// Record the outcome of a Redis round trip.
@@ -519,7 +419,7 @@ impl Shared {
 }
 
 /// An admission's Redis call in flight: dropped with it (the caller went away), it queues the
-/// release of what the call may have registered. `id` empty: the call finished, nothing to do.
+/// release of what the call may have registered; forgotten once the call has finished.
 struct Unfinished<'a> {
     shared: &'a Shared,
     id: &'a str,
@@ -528,10 +428,7 @@ struct Unfinished<'a> {
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        if !self.id.is_empty() {
-            // Best effort, as a seat's: an entry whose release is lost expires within one TTL.
-            let _ = self.shared.releases.try_send((self.id.to_string(), self.cap_key.map(str::to_string)));
-        }
+        self.shared.queue_release(self.id.to_string(), self.cap_key.map(str::to_string));
     }
 }
 
@@ -541,8 +438,7 @@ impl Drop for Seat {
             return;
         };
         if let Some(shared) = &self.cluster.shared {
-            // Best effort: an entry whose release is lost expires within one TTL.
-            let _ = shared.releases.try_send((id, seated.cap_key));
+            shared.queue_release(id, seated.cap_key);
         }
     }
 }
@@ -573,7 +469,8 @@ async fn maintain(
                 let seated: Vec<Seated> = cluster.seats.iter().map(|s| s.value().clone()).collect();
                 let result = shared.registry.refresh(&seated).await;
                 shared.record(&result);
-                shared.renew_id_claim(&cluster.instance).await;
+                let claimed = shared.id_claim.renew(&shared.conn).await;
+                shared.record(&claimed);
             }
         }
     }
