@@ -94,7 +94,9 @@ pub fn guard_response_create(
     let mut event = parse_guarded(bytes)?;
     let named = name_event(&mut event, own_event_id);
     // Rewritten only to carry the id: nothing merged, nothing dropped.
-    let named_only = |event: &Value| named.then(|| MergedUpdate { frame: event.to_string(), client_tools: Vec::new(), dropped: Vec::new() });
+    let named_only = |event: &Value| {
+        named.then(|| MergedUpdate { frame: event.to_string(), client_tools: Vec::new(), dropped: Vec::new(), replaced_event_id: Value::Null })
+    };
     let Some(response) = event.get_mut("response") else { return Ok(named_only(&event)) };
     if let Some(input) = response.get("input").and_then(Value::as_array) {
         let forged = input.iter().any(|item| {
@@ -107,7 +109,7 @@ pub fn guard_response_create(
     }
     let Some(tools) = response.get_mut("tools") else { return Ok(named_only(&event)) };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
-    Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
+    Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped, replaced_event_id: Value::Null }))
 }
 
 /// Set `id` as the event's `event_id` when it has no string one; true when it was set.
@@ -125,9 +127,14 @@ fn name_event(event: &mut Value, id: Option<&str>) -> bool {
 /// none); `None` when it is not a JSON object.
 pub fn with_event_id(bytes: &[u8], id: &str) -> Option<(String, Value)> {
     let mut event: Value = serde_json::from_slice(bytes).ok()?;
-    let fields = event.as_object_mut()?;
-    let had = fields.insert("event_id".into(), Value::from(id)).unwrap_or(Value::Null);
+    let had = rename_event(&mut event, id)?;
     Some((event.to_string(), had))
+}
+
+/// Set `id` as the event's `event_id` whatever it had; the one it had (`Null` when none), or
+/// `None` when the event is not an object.
+fn rename_event(event: &mut Value, id: &str) -> Option<Value> {
+    Some(event.as_object_mut()?.insert("event_id".into(), Value::from(id)).unwrap_or(Value::Null))
 }
 
 /// A guarded event as JSON, refused when it is not JSON or an object in it has a key written
@@ -184,6 +191,9 @@ pub struct MergedUpdate {
     pub client_tools: Vec<String>,
     /// Client tools dropped because their name is a server tool's.
     pub dropped: Vec<String>,
+    /// The `event_id` the frame had when voxgate put its own in its place (a `session.update`
+    /// read with `own_event_id`); `Null` otherwise.
+    pub replaced_event_id: Value,
 }
 
 /// Merge server tools into a client `session.update` that sets `session.tools`. Returns `Ok(None)`
@@ -210,10 +220,8 @@ pub fn read_session_update(
         return Ok(None);
     };
     let (client_tools, dropped) = merge_tools(tools, server_tools, guard)?;
-    if let (Some(id), Some(fields)) = (own_event_id, event.as_object_mut()) {
-        fields.insert("event_id".into(), Value::from(id));
-    }
-    Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped }))
+    let replaced_event_id = own_event_id.and_then(|id| rename_event(&mut event, id)).unwrap_or_default();
+    Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped, replaced_event_id }))
 }
 
 #[cfg(test)]

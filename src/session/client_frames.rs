@@ -190,14 +190,14 @@ impl Bridge {
                 self.resume.note_session_update(text.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.send_upstream(Message::Text(text)).await;
             }
-            Some(merged) => {
+            Some(mut merged) => {
                 self.client_tools.set_session(&merged.client_tools);
                 // Not injected until the upstream accepts it: it may reject the whole update
                 // (upstream_frames.rs). Tools already in the session stay if it does.
                 if !self.injected {
                     self.merged_update = Some(stand_in.clone());
                 }
-                self.update_ids.forwarded(stand_in, client_event_id(text.as_bytes()));
+                self.update_ids.forwarded(stand_in, std::mem::take(&mut merged.replaced_event_id));
                 let registry = &self.deps.registry;
                 self.resume.note_session_update(merged.frame.as_bytes(), |name| registry.is_server_tool_name(name));
                 self.forward_merged(merged, event_id).await;
@@ -370,16 +370,6 @@ fn truncate(s: &str, max: usize) -> &str {
     }
 }
 
-/// A client event's own `event_id`, whatever its JSON type (`Null` when it has none).
-fn client_event_id(frame: &[u8]) -> serde_json::Value {
-    #[derive(serde::Deserialize)]
-    struct Id {
-        #[serde(default)]
-        event_id: serde_json::Value,
-    }
-    serde_json::from_slice::<Id>(frame).map(|id| id.event_id).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,4 +392,3 @@ mod tests {
         assert!(tools.contains("other") && tools.contains("tool_1") && !tools.contains("get_weather"));
     }
 }
-

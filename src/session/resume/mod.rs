@@ -165,8 +165,8 @@ pub(super) struct Resume {
     settings: Option<ResumeSettings>,
     connect: Option<Connect>,
     log: log::ConversationLog,
-    /// The effective session configuration (see [`plan::EffectiveSession`]).
-    session: plan::EffectiveSession,
+    /// The session configuration a restore sends (see [`updates`]).
+    configuration: updates::Configuration,
     /// When the live upstream is due to be recycled for age (`None`: never).
     recycle_at: Option<Instant>,
     gap: Option<Gap>,
@@ -179,8 +179,6 @@ pub(super) struct Resume {
     /// The client's last `response.create` not started yet (if the upstream went away without
     /// starting it, it is sent again after the restore) and its push-to-talk audio.
     client: client_turn::ClientTurn,
-    /// Updates not answered yet, merged into `session` once accepted (see [`updates`]).
-    pending_updates: updates::PendingUpdates,
     /// `session.update`s sent to the live upstream that no `session.updated` has answered yet. If
     /// the upstream went away owing one, the new upstream's answer to the restore is the client's
     /// answer and is forwarded, not kept back as an echo: a client waiting for its update to be
@@ -197,14 +195,13 @@ impl Resume {
             log: log::ConversationLog::new(items, bytes),
             settings,
             connect,
-            session: plan::EffectiveSession::default(),
+            configuration: updates::Configuration::default(),
             recycle_at,
             gap: None,
             restored: None,
             echoes: Echoes::default(),
             created_forwarded: false,
             client: client_turn::ClientTurn::default(),
-            pending_updates: updates::PendingUpdates::default(),
             unanswered_updates: 0,
         }
     }
@@ -248,11 +245,7 @@ impl Resume {
                 match self.echoes.session_update.take() {
                     Some(update) if update.echo => return Seen::Swallow,
                     Some(_) => {}
-                    None => {
-                        if let Some(update) = self.pending_updates.accepted() {
-                            self.session.merge(update);
-                        }
-                    }
+                    None => self.configuration.accepted(),
                 }
                 self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
                 return Seen::Forward;
@@ -269,7 +262,7 @@ impl Resume {
                 }
                 self.client.refused(event_id);
                 // A refused update is answered (by the error) and is not part of the session.
-                if self.pending_updates.refused(event_id) == Some(true) {
+                if self.configuration.refused(event_id) == Some(true) {
                     self.unanswered_updates = self.unanswered_updates.saturating_sub(1);
                 }
                 return Seen::Forward;
@@ -312,38 +305,20 @@ impl Resume {
         Seen::RestoreRefused { configuration, code }
     }
 
-    /// Bytes a millisecond of the client's audio: in the format its latest updates set, answered
-    /// or not (the client sends in it from then on).
-    fn input_audio_rate(&self) -> usize {
-        let mut expected = self.session.clone();
-        for update in self.pending_updates.iter() {
-            expected.merge(update.clone());
-        }
-        expected.input_audio_bytes_per_ms()
-    }
-
-    /// The new upstream refused the restored configuration: it runs with the service's defaults,
-    /// and so does the configuration the next restore sends (plus what is accepted from now on:
-    /// voxgate's tools again, the client's updates). Kept, it would carry the refused setting into
-    /// every later restore, refused each time.
+    /// The new upstream refused the restored configuration (see [`updates::Configuration::reset`]):
+    /// kept, it would carry the refused setting into every later restore, refused each time.
     pub(super) fn configuration_refused(&mut self) {
-        self.session = plan::EffectiveSession::default();
+        self.configuration.reset();
     }
 
     /// voxgate sent this `session.update` upstream.
     pub(super) fn note_session_update(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool) {
         if self.enabled() {
-            if let Some(update) = plan::SessionUpdate::read(frame, is_server_tool) {
-                for early in self.pending_updates.sent(update, self.in_gap()) {
-                    self.session.merge(early);
-                }
-            }
+            let held = self.in_gap();
+            self.configuration.sent(frame, is_server_tool, held);
             // Audio held after an update held in the gap is in the format it sets.
-            if self.in_gap() {
-                let rate = self.input_audio_rate();
-                if let Some(gap) = &mut self.gap {
-                    gap.held.set_audio_rate(rate);
-                }
+            if let Some(gap) = &mut self.gap {
+                gap.held.set_audio_rate(self.configuration.input_audio_bytes_per_ms());
             }
             self.client.session_update(frame);
             // One held in a gap goes to the new upstream after the restore and is answered there.
@@ -410,7 +385,7 @@ impl Resume {
     fn begin_gap(&mut self, reason: Reason, lost_outputs: Vec<String>, untaken: (Vec<Message>, Instant), ping_since: Option<Instant>, span: tracing::Span) -> bool {
         let (untaken, untaken_at) = untaken;
         let Some(settings) = &self.settings else { return false };
-        let mut held = hold::Held::new(settings.audio_window, self.input_audio_rate());
+        let mut held = hold::Held::new(settings.audio_window, self.configuration.input_audio_bytes_per_ms());
         let now = Instant::now();
         let mut overflowed = false;
         for message in untaken {
@@ -450,7 +425,7 @@ impl Resume {
         match kind.as_ref() {
             "session.update" if !untaken => {
                 self.unanswered_updates = self.unanswered_updates.saturating_add(1);
-                self.pending_updates.released();
+                self.configuration.released();
             }
             "response.create" if !voxgate => self.client.requested(text.as_str(), event_id.as_deref()),
             _ => {}
@@ -514,12 +489,7 @@ impl Resume {
     /// `attempts` connection attempts); from now on that upstream's echoes of them are kept from
     /// the client.
     fn restore(&mut self, attempts: u32, protocol: crate::config::UpstreamProtocol, server_tools: &[Value]) -> plan::Restore {
-        // What the old upstream never answered goes into the restored configuration, whose answer
-        // answers it; what was held in the gap follows the restore and is answered after it.
-        for owed in self.pending_updates.take_owed() {
-            self.session.merge(owed);
-        }
-        let restore = plan::plan(&self.session, &self.log, protocol, server_tools);
+        let restore = plan::plan(self.configuration.for_restore(), &self.log, protocol, server_tools);
         // The restore's `session.updated` answers an update the old upstream never answered; it
         // stays owed until it comes, or a loss before it would swallow it at the next restore.
         let owed = self.unanswered_updates > 0;

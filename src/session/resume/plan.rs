@@ -40,7 +40,7 @@ pub(crate) struct Restore {
 /// `Value` the ≈ 14 KB configuration with its tool schemas cost every idle session ≈ 100 KiB, as
 /// text ≈ 18 KiB. The server tools are the same for every session of a user, so they are not
 /// kept at all: the restore puts them back.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub(crate) struct EffectiveSession(Option<Box<str>>);
 
 impl EffectiveSession {
@@ -48,18 +48,26 @@ impl EffectiveSession {
         self.0.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
     }
 
-    /// Bytes of the client's audio a millisecond, from the input format configured (GA
-    /// `audio.input.format`, beta `input_audio_format`): G.711 (`audio/pcmu`, `audio/pcma`,
-    /// `g711_ulaw`, `g711_alaw`) is 8 kHz at one byte a sample, PCM16 two bytes a sample at its
-    /// rate, 24 kHz unless another is given (the Realtime default). Parsed once a gap.
-    pub(crate) fn input_audio_bytes_per_ms(&self) -> usize {
+    /// Merge an accepted update into the configuration, as the server does (see [`merge_into`]).
+    pub(crate) fn merge(&mut self, update: SessionUpdate) {
+        let mut merged = self.parsed();
+        merge_into(&mut merged, update.parsed());
+        self.0 = Some(Value::Object(merged).to_string().into_boxed_str());
+    }
+
+    /// Bytes of the client's audio a millisecond, in the input format this configuration with
+    /// `pending` merged over it sets (GA `audio.input.format`, beta `input_audio_format`): G.711
+    /// (`audio/pcmu`, `audio/pcma`, `g711_ulaw`, `g711_alaw`) is 8 kHz at one byte a sample,
+    /// PCM16 two bytes a sample at its rate, 24 kHz unless another is given (the Realtime
+    /// default). Parsed once for all.
+    pub(crate) fn input_audio_bytes_per_ms<'a>(&self, pending: impl IntoIterator<Item = &'a SessionUpdate>) -> usize {
         const PCM16_24KHZ: usize = 48;
         // A rate past any audio's (a client's typo, or worse) is not believed.
         const MAX_PCM_RATE: u64 = 384_000;
-        if self.0.is_none() {
-            return PCM16_24KHZ;
+        let mut session = self.parsed();
+        for update in pending {
+            merge_into(&mut session, update.parsed());
         }
-        let session = self.parsed();
         let format = session.get("audio").and_then(|audio| audio.pointer("/input/format"));
         let name = match format {
             Some(format) => format.get("type").and_then(Value::as_str),
@@ -133,7 +141,7 @@ pub(crate) fn plan(session: &EffectiveSession, log: &ConversationLog, protocol: 
 /// (the restore puts them back; see [`EffectiveSession`]), kept as text until the upstream answers
 /// it: merged into the effective configuration once accepted ([`EffectiveSession::merge`]),
 /// dropped if refused.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct SessionUpdate {
     /// The frame's `event_id`: an upstream `error` naming it refuses the update.
     pub event_id: Option<String>,
@@ -144,6 +152,10 @@ impl SessionUpdate {
     /// Bytes it holds.
     pub(crate) fn len(&self) -> usize {
         self.session.len()
+    }
+
+    fn parsed(&self) -> Map<String, Value> {
+        serde_json::from_str(&self.session).unwrap_or_default()
     }
 
     /// `None` when the frame is not a JSON object. One without a `session` object changes nothing
@@ -161,16 +173,6 @@ impl SessionUpdate {
             tools.retain(|tool| !tool["name"].as_str().is_some_and(&is_server_tool));
         }
         Some(Self { event_id, session: Value::Object(session).to_string().into_boxed_str() })
-    }
-}
-
-impl EffectiveSession {
-    /// Merge an accepted update into the configuration, as the server does (see [`merge_into`]).
-    pub(crate) fn merge(&mut self, update: SessionUpdate) {
-        let Ok(session) = serde_json::from_str::<Map<String, Value>>(&update.session) else { return };
-        let mut merged = self.parsed();
-        merge_into(&mut merged, session);
-        self.0 = Some(Value::Object(merged).to_string().into_boxed_str());
     }
 }
 
@@ -261,9 +263,9 @@ mod tests {
         let rate = |update: Value| {
             let mut session = EffectiveSession::default();
             merge_session_update(&mut session, json!({"type": "session.update", "session": update}).to_string().as_bytes(), |_| false);
-            session.input_audio_bytes_per_ms()
+            session.input_audio_bytes_per_ms([])
         };
-        assert_eq!(EffectiveSession::default().input_audio_bytes_per_ms(), 48, "PCM16 at 24 kHz by default");
+        assert_eq!(EffectiveSession::default().input_audio_bytes_per_ms([]), 48, "PCM16 at 24 kHz by default");
         assert_eq!(rate(json!({"instructions": "x"})), 48);
         assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcmu"}}}})), 8);
         assert_eq!(rate(json!({"audio": {"input": {"format": {"type": "audio/pcma"}}}})), 8);

@@ -11,7 +11,63 @@
 
 use std::collections::VecDeque;
 
-use super::plan::SessionUpdate;
+use super::plan::{EffectiveSession, SessionUpdate};
+
+/// The configuration a restore sends: what the upstream accepted, and the updates still waiting
+/// for its answer.
+#[derive(Default)]
+pub(super) struct Configuration {
+    accepted: EffectiveSession,
+    pending: PendingUpdates,
+}
+
+impl Configuration {
+    /// voxgate sent this `session.update` frame (`held`: held in a gap for the next upstream).
+    pub(super) fn sent(&mut self, frame: &[u8], is_server_tool: impl Fn(&str) -> bool, held: bool) {
+        let Some(update) = SessionUpdate::read(frame, is_server_tool) else { return };
+        for early in self.pending.sent(update, held) {
+            self.accepted.merge(early);
+        }
+    }
+
+    /// A `session.updated` answered the oldest update sent.
+    pub(super) fn accepted(&mut self) {
+        if let Some(update) = self.pending.accepted() {
+            self.accepted.merge(update);
+        }
+    }
+
+    /// An `error` named `event_id`: `Some(whether it had been sent)` when it refused an update.
+    pub(super) fn refused(&mut self, event_id: &str) -> Option<bool> {
+        self.pending.refused(event_id)
+    }
+
+    /// The held updates went out (see [`PendingUpdates::released`]).
+    pub(super) fn released(&mut self) {
+        self.pending.released();
+    }
+
+    /// At a restore: what the old upstream never answered joins the configuration, whose answer
+    /// answers it; what was held in the gap follows the restore and is answered after it.
+    pub(super) fn for_restore(&mut self) -> &EffectiveSession {
+        for owed in self.pending.take_owed() {
+            self.accepted.merge(owed);
+        }
+        &self.accepted
+    }
+
+    /// The new upstream refused the restored configuration: it runs with the service's defaults,
+    /// and so does the configuration the next restore sends (plus what is accepted from now on).
+    pub(super) fn reset(&mut self) {
+        self.accepted = EffectiveSession::default();
+    }
+
+    /// Bytes a millisecond of the client's audio: in the format its latest updates set, answered
+    /// or not (the client sends in it from then on).
+    pub(super) fn input_audio_bytes_per_ms(&self) -> usize {
+        self.accepted.input_audio_bytes_per_ms(self.pending.iter())
+    }
+}
 
 /// Updates waiting for an answer at most, and their sessions' bytes at most (a client can send
 /// frames of megabytes). Past either, the oldest is taken as accepted (as every update was
@@ -93,7 +149,7 @@ impl PendingUpdates {
     }
 
     /// Every update not answered yet, sent or held, oldest first.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &SessionUpdate> {
+    fn iter(&self) -> impl Iterator<Item = &SessionUpdate> {
         self.queue.iter().map(|p| &p.update)
     }
 
