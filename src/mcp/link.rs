@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
-use rmcp::model::ProgressNotificationParam;
 use rmcp::service::{NotificationContext, Peer, RoleClient};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
@@ -111,10 +110,9 @@ impl ServerLink {
     }
 }
 
-/// Receives the server's notifications for one connection.
+/// Receives the server's notifications for one connection. Not its progress: that is delivered as
+/// the transport reads it ([`Observed`](super::observed::Observed)), in order with the answers.
 pub(super) struct LinkHandler {
-    /// The connection's progress routes ([`Connection::progress`]).
-    pub progress: Arc<ProgressRoutes>,
     /// Wakes the supervisor to list the tools again; a full channel already holds a wake-up.
     pub list_changed: mpsc::Sender<()>,
 }
@@ -122,9 +120,5 @@ pub(super) struct LinkHandler {
 impl rmcp::ClientHandler for LinkHandler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.list_changed.try_send(());
-    }
-
-    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.progress.deliver(params);
     }
 }

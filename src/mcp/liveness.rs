@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use rmcp::model::{ClientRequest, JsonRpcMessage, NumberOrString, PingRequest, RequestId};
 use rmcp::service::{Peer, RoleClient, RxJsonRpcMessage, ServiceError, TxJsonRpcMessage};
-use rmcp::transport::Transport;
 
 /// How often, and how patiently, the supervisor checks a connected server.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +82,7 @@ impl Liveness {
 const PINGS_REMEMBERED: usize = 4;
 
 /// The answers one connection's server has sent to voxgate's requests other than `ping`, shared by
-/// its transport ([`Answers::count_on`]) and the supervisor's pings. A ping's own late answer is
+/// its transport ([`Observed`](super::observed::Observed)) and the supervisor's pings. A ping's own late answer is
 /// left out: it would otherwise make a server that takes longer than the next ping to answer one
 /// count as answering.
 #[derive(Debug, Default, Clone)]
@@ -100,12 +99,8 @@ impl Answers {
         self.0.count.load(Ordering::Relaxed)
     }
 
-    /// `transport`, counting here what the server answers over it.
-    pub fn count_on<T>(&self, transport: T) -> Counted<T> {
-        Counted { inner: transport, answers: self.clone() }
-    }
-
-    fn sent(&self, message: &TxJsonRpcMessage<RoleClient>) {
+    /// A message on its way to the server ([`Observed`](super::observed::Observed) tells).
+    pub fn sent(&self, message: &TxJsonRpcMessage<RoleClient>) {
         if let JsonRpcMessage::Request(request) = message
             && matches!(request.request, ClientRequest::PingRequest(_))
         {
@@ -117,7 +112,8 @@ impl Answers {
         }
     }
 
-    fn received(&self, message: &RxJsonRpcMessage<RoleClient>) {
+    /// A message from the server ([`Observed`](super::observed::Observed) tells).
+    pub fn received(&self, message: &RxJsonRpcMessage<RoleClient>) {
         // Results only: rmcp makes up error answers of its own when a connection breaks.
         let JsonRpcMessage::Response(response) = message else { return };
         let mut pings = self.0.pings.lock().unwrap_or_else(PoisonError::into_inner);
@@ -137,36 +133,6 @@ impl Answers {
 fn answers_ping(ping: &RequestId, answer: &RequestId) -> bool {
     ping == answer
         || matches!((ping, answer), (NumberOrString::Number(n), NumberOrString::String(s)) if s.parse::<i64>() == Ok(*n))
-}
-
-/// A connection's transport that tells its [`Answers`] what goes out and comes in.
-pub(super) struct Counted<T> {
-    inner: T,
-    answers: Answers,
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.answers.sent(&item);
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
-        if let Some(message) = &message {
-            self.answers.received(message);
-        }
-        message
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
 }
 
 #[cfg(test)]

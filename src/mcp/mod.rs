@@ -12,6 +12,8 @@
 //!   progress routes) and the rmcp client handler.
 //! - [`progress`]: where a server's progress notifications go, including those that come before
 //!   their call has routed the token.
+//! - [`observed`]: a connection's transport, telling the liveness check and the progress routes
+//!   what the server sends as it is read (in order with the answers).
 //! - [`adapter`]: an MCP tool as a [`Tool`](crate::tools::Tool), and its effective policy.
 //! - [`content`]: an MCP `CallToolResult` turned into a bounded result for the model.
 //!
@@ -29,6 +31,7 @@ mod backoff;
 mod content;
 mod link;
 mod liveness;
+mod observed;
 mod progress;
 mod stdio;
 mod supervisor;

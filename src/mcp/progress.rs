@@ -247,7 +247,7 @@ impl Drop for RouteGuard {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Mutex;
 
     use rmcp::model::NumberOrString;
@@ -266,7 +266,7 @@ mod tests {
     }
 
     /// A sink that records the progress values it was given.
-    fn recording_sink() -> (ProgressSink, Arc<Mutex<Vec<f64>>>) {
+    pub(in crate::mcp) fn recording_sink() -> (ProgressSink, Arc<Mutex<Vec<f64>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let into = seen.clone();
         let sink = ProgressSink::new("call_1".into(), move |event: String| {

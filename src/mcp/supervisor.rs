@@ -28,6 +28,7 @@ use super::adapter;
 use super::backoff::Backoff;
 use super::link::{Connection, LinkHandler, LinkState, ServerLink};
 use super::liveness::{Answers, Liveness};
+use super::observed::Observed;
 use super::progress::ProgressRoutes;
 use super::stdio;
 
@@ -79,13 +80,13 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
         let (list_changed, mut changes) = mpsc::channel(1);
         // This connection's own: its progress tokens mean nothing on any other.
         let progress = Arc::new(ProgressRoutes::default());
-        let handler = LinkHandler { progress: progress.clone(), list_changed };
+        let handler = LinkHandler { list_changed };
         let answers = Answers::default();
         // Cancelling it ends this connection (and kills a stdio child).
         let closed = stop.child_token();
         let attempt = tokio::select! {
             _ = stop.cancelled() => return,
-            attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone(), &answers)) => attempt.unwrap_or(Err(ConnectError::Timeout)),
+            attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link, handler, closed.clone(), &answers, &progress)) => attempt.unwrap_or(Err(ConnectError::Timeout)),
         };
         match attempt {
             // A stdio server's group is killed by its transport when the connection ends.
@@ -165,12 +166,14 @@ pub(super) async fn supervise(link: Arc<ServerLink>, hub: Weak<McpHub>, stop: Ca
     }
 }
 
-/// A connection to `link`'s server; the server's answers are counted in `answers`.
+/// A connection to `link`'s server; the server's answers are counted in `answers`, its progress
+/// goes to `progress`.
 async fn connect(
     link: &ServerLink,
     handler: LinkHandler,
     closed: CancellationToken,
     answers: &Answers,
+    progress: &Arc<ProgressRoutes>,
 ) -> Result<Client, ConnectError> {
     let config = &link.config;
     match &config.url {
@@ -197,7 +200,7 @@ async fn connect(
             transport_config.retry_config = Arc::new(retry);
             let transport = StreamableHttpClientTransport::with_client(http, transport_config);
             let client = handler
-                .serve_with_ct(answers.count_on(transport), closed)
+                .serve_with_ct(Observed::new(transport, answers.clone(), progress.clone()), closed)
                 .await
                 .map_err(|_| ConnectError::Handshake)?;
             Ok(client)
@@ -206,7 +209,7 @@ async fn connect(
             // Should the handshake fail or this future be dropped (timeout, stop), the transport
             // is dropped and kills the group.
             let transport = stdio::spawn(config).map_err(|_| ConnectError::Spawn)?;
-            handler.serve_with_ct(answers.count_on(transport), closed).await.map_err(|_| ConnectError::Handshake)
+            handler.serve_with_ct(Observed::new(transport, answers.clone(), progress.clone()), closed).await.map_err(|_| ConnectError::Handshake)
         }
     }
 }

@@ -198,8 +198,20 @@ impl Bridge {
             }
         };
         let Some(call_id) = self.task_calls.remove(&id) else { return };
+        // What the call reported is queued before its task ended; it goes to the client now, so
+        // that no turn of the loop can send the call's end (once audited) ahead of it.
+        self.pass_on_progress();
         let actions = self.calls.on_tool_finished(&call_id, result);
         self.perform(actions).await;
+    }
+
+    /// Hand the client the progress events the tools have queued.
+    pub(super) fn pass_on_progress(&mut self) {
+        let Some((_, events)) = &mut self.progress else { return };
+        while let Ok(event) = events.try_recv() {
+            // Advisory: dropped when the client's queue is full.
+            let _ = self.to_client.try_send(Message::text(event));
+        }
     }
 
     pub(super) async fn handle_audited(&mut self, gated: Option<String>, result: Result<(), AuditError>) {

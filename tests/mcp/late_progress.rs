@@ -1,6 +1,5 @@
-//! Progress a server sends after its call has ended (as the lab server's `late_progress` does;
-//! rmcp also hands notifications to tasks of their own and responses not, so a last progress can
-//! come after the result) must never become another call's. rmcp numbers progress tokens afresh on
+//! Progress a server sends after its call has ended (as the lab server's `late_progress` does)
+//! must never become another call's. rmcp numbers progress tokens afresh on
 //! each connection, so after a reconnect a new call — possibly another user's — has the old
 //! call's token.
 

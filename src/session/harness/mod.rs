@@ -12,7 +12,8 @@
 //!
 //! The tests: [`bounds`] (the loop never freezes, never spins, the response gate never blocks
 //! tool results), [`guards`] (what a hostile peer cannot do), [`batching`] (a burst costs a
-//! few turns, not one per frame) and [`closing`] (no call ends without its finish record).
+//! few turns, not one per frame), [`closing`] (no call ends without its finish record) and
+//! [`progress`] (a call's progress goes out before its end).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ mod bounds;
 mod closing;
 mod guards;
 mod interrupted;
+mod progress;
 mod responses;
 
 pub(super) const TOOL: &str = "calculate_medical_score";
