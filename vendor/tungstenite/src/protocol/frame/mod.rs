@@ -24,6 +24,12 @@ use std::io::{self, Cursor, Error as IoError, ErrorKind as IoErrorKind, Read, Wr
 /// Read buffer size used for `FrameSocket`.
 const READ_BUF_LEN: usize = 128 * 1024;
 
+std::thread_local! {
+    /// voxgate patch (vendor/README.md): where `FrameCodec::read_in` reads, as large as the
+    /// largest read on this thread asked for.
+    static SCRATCH: std::cell::Cell<Box<[u8]>> = std::cell::Cell::new(Box::default());
+}
+
 /// A reader and writer for WebSocket frames.
 #[derive(Debug)]
 pub struct FrameSocket<Stream> {
@@ -249,9 +255,21 @@ impl FrameCodec {
     fn read_in(&mut self, stream: &mut impl Read) -> io::Result<usize> {
         let len = self.in_buffer.len();
         debug_assert!(self.in_buffer.capacity() > len);
-        self.in_buffer.resize(self.in_buffer.capacity().min(len + self.in_buf_max_read), 0);
-        let size = stream.read(&mut self.in_buffer[len..]);
-        self.in_buffer.truncate(len + size.as_ref().copied().unwrap_or(0));
+        let want = (self.in_buffer.capacity() - len).min(self.in_buf_max_read);
+        // voxgate patch (vendor/README.md): `Read` needs initialised memory, and zeroing up to
+        // `in_buf_max_read` bytes of `in_buffer` before every attempt (one that finds nothing to
+        // read included) cost more than the copy of what was read: read into this thread's
+        // scratch buffer, zeroed once, and take only what came. Taken out while in use, so a
+        // read nested in another (none here) would simply get a buffer of its own.
+        let mut scratch = SCRATCH.take();
+        if scratch.len() < want {
+            scratch = vec![0; want].into_boxed_slice();
+        }
+        let size = stream.read(&mut scratch[..want]);
+        if let Ok(read) = size {
+            self.in_buffer.extend_from_slice(&scratch[..read]);
+        }
+        SCRATCH.set(scratch);
         size
     }
 
