@@ -191,8 +191,8 @@ impl ProgressRoutes {
                 throttle.flush(Instant::now());
             }
         };
-        // Notifications come from rmcp's tasks, so there is a runtime; without one the pending
-        // value is reported when the call ends.
+        // Notifications come from rmcp's receive loop, a task, so there is a runtime; without
+        // one the pending value is reported when the call ends.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(flush);
         }

@@ -109,6 +109,11 @@ impl Bridge {
     /// The close deadline passed: calls still running (or approved and not yet flushed) fail as
     /// timed out, and their `call_finished` records go to the audit writer now.
     pub(super) async fn abandon_running(&mut self) {
+        // What the calls reported so far goes out before their end; what an aborted call still
+        // reports (an MCP call's last progress, flushed as its route ends) goes nowhere: the
+        // queue is dropped with its receiver (the next call to report makes a new one).
+        self.pass_on_progress();
+        self.progress = None;
         let actions = self.calls.abandon_running();
         self.tool_tasks.abort_all();
         self.perform(actions).await;

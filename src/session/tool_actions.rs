@@ -174,7 +174,11 @@ impl Bridge {
             // A panic fails only this call, as it would in a task of its own.
             let mut run = Box::pin(std::panic::AssertUnwindSafe(run).catch_unwind());
             match run.as_mut().now_or_never() {
-                Some(finished) => return Some(finished.unwrap_or_else(|_| Err(tool_panicked(&self.span)))),
+                Some(finished) => {
+                    // As for a task's end (`handle_tool_finished`): its progress before its end.
+                    self.pass_on_progress();
+                    return Some(finished.unwrap_or_else(|_| Err(tool_panicked(&self.span))));
+                }
                 None => {
                     let span = self.span.clone();
                     self.tool_tasks.spawn(run.map(move |finished| finished.unwrap_or_else(|_| Err(tool_panicked(&span)))))

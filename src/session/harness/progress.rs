@@ -62,3 +62,60 @@ async fn progress_a_tool_reported_goes_out_before_its_call_completes() {
         h.model_expects("conversation.item.create").await;
     }
 }
+
+/// Reports progress every 100 ms until it is dropped, and once more then, as an MCP call's
+/// progress route reports what is still waiting when the call ends.
+struct Endless {
+    spec: ToolSpec,
+}
+
+struct LastWord(progress::ProgressSink);
+
+impl Drop for LastWord {
+    fn drop(&mut self) {
+        self.0.report(99.0, None, None);
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Endless {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _args: Value, _ctx: CallContext) -> Result<ToolOutput, ToolError> {
+        let sink = progress::current().expect("the harness's client wants progress");
+        let _last = LastWord(sink.clone());
+        for step in 1.. {
+            sink.report(f64::from(step), None, None);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        unreachable!()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_abandoned_at_the_close_deadline_reports_nothing_after_its_end() {
+    let mut spec = quick_tool().spec().clone();
+    spec.name = "endless";
+    spec.timeout = Duration::from_secs(600);
+    let endless: Arc<dyn Tool> = Arc::new(Endless { spec });
+    let mut h = start_with(|c| c.server.drain_timeout_ms = 1_000, 1 << 20, None, vec![endless]).await;
+    h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": "e_1", "response_id": "r1",
+        "item_id": "i_1", "output_index": 0, "call_id": "c1", "name": "endless", "arguments": "{}"}))
+    .await;
+    h.browser_expects("voxgate.tool_call.progress").await;
+    // The session is closed (a kill) with the call running; at the deadline the call is abandoned.
+    h.cancel.cancel();
+    let mut ended = false;
+    while let Some(Ok(message)) = h.browser.next().await {
+        let Message::Text(text) = message else { continue };
+        let event: Value = serde_json::from_str(&text).unwrap();
+        match event["type"].as_str() {
+            Some("voxgate.tool_call.failed") => ended = true,
+            Some("voxgate.tool_call.progress") => assert!(!ended, "progress after the call's end: {event}"),
+            _ => {}
+        }
+    }
+    assert!(ended, "the abandoned call's end reached the client");
+}

@@ -261,7 +261,8 @@ impl FrameCodec {
         // read included) cost more than the copy of what was read: read into this thread's
         // scratch buffer, zeroed once, and take only what came. Taken out while in use, so a
         // read nested in another (none here) would simply get a buffer of its own.
-        let mut scratch = SCRATCH.take();
+        // `try_with`: a read while the thread's locals are being destroyed gets a buffer of its own.
+        let mut scratch = SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default();
         if scratch.len() < want {
             scratch = vec![0; want].into_boxed_slice();
         }
@@ -269,7 +270,7 @@ impl FrameCodec {
         if let Ok(read) = size {
             self.in_buffer.extend_from_slice(&scratch[..read]);
         }
-        SCRATCH.set(scratch);
+        let _ = SCRATCH.try_with(|kept| kept.set(scratch));
         size
     }
 
