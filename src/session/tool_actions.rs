@@ -74,7 +74,7 @@ impl Bridge {
                 Action::Spawn { call_id, tool, args } => {
                     match self.spawn_tool(call_id.clone(), tool, args) {
                         Some(result) => {
-                            let next = self.calls.on_tool_finished(&call_id, result);
+                            let next = self.tool_finished(&call_id, result);
                             next.into_iter().rev().for_each(|a| queue.push_front(a));
                         }
                         // The task runs at the next wait: its `call_started` is with the writer first.
@@ -174,11 +174,7 @@ impl Bridge {
             // A panic fails only this call, as it would in a task of its own.
             let mut run = Box::pin(std::panic::AssertUnwindSafe(run).catch_unwind());
             match run.as_mut().now_or_never() {
-                Some(finished) => {
-                    // As for a task's end (`handle_tool_finished`): its progress before its end.
-                    self.pass_on_progress();
-                    return Some(finished.unwrap_or_else(|_| Err(tool_panicked(&self.span))));
-                }
+                Some(finished) => return Some(finished.unwrap_or_else(|_| Err(tool_panicked(&self.span)))),
                 None => {
                     let span = self.span.clone();
                     self.tool_tasks.spawn(run.map(move |finished| finished.unwrap_or_else(|_| Err(tool_panicked(&span)))))
@@ -202,11 +198,16 @@ impl Bridge {
             }
         };
         let Some(call_id) = self.task_calls.remove(&id) else { return };
-        // What the call reported is queued before its task ended; it goes to the client now, so
-        // that no turn of the loop can send the call's end (once audited) ahead of it.
-        self.pass_on_progress();
-        let actions = self.calls.on_tool_finished(&call_id, result);
+        let actions = self.tool_finished(&call_id, result);
         self.perform(actions).await;
+    }
+
+    /// A tool's result, from its task or answered inline, goes to the call table. What the call
+    /// reported was queued before it ended; it goes to the client now, so that no turn of the loop
+    /// can send the call's end (once audited) ahead of it.
+    fn tool_finished(&mut self, call_id: &str, result: Result<ToolOutput, ToolError>) -> Vec<Action> {
+        self.pass_on_progress();
+        self.calls.on_tool_finished(call_id, result)
     }
 
     /// Hand the client the progress events the tools have queued.

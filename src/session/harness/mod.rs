@@ -316,13 +316,18 @@ impl Harness {
     /// The model calls the server tool; returns once voxgate has sent the output (its item's end
     /// never comes: the call is accepted after `calls::settle::SETTLE_WAIT`).
     pub(super) async fn tool_call(&mut self, call_id: &str) -> Value {
-        self.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
-            "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
-            "name": TOOL, "arguments": "{}"}))
-        .await;
+        self.model_calls(call_id, TOOL).await;
         let output = self.model_expects("conversation.item.create").await;
         assert_eq!(output["item"]["call_id"], call_id);
         output
+    }
+
+    /// The model calls tool `name` (no arguments) in response `r1`.
+    pub(super) async fn model_calls(&mut self, call_id: &str, name: &str) {
+        self.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
+            "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
+            "name": name, "arguments": "{}"}))
+        .await;
     }
 
     /// The user speaks while the model calls the tool; the output goes out during the speech.

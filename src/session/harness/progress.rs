@@ -7,6 +7,7 @@ use super::*;
 use crate::tools::progress;
 
 const STEPPED: &str = "count_steps";
+const ENDLESS: &str = "endless";
 
 /// Reports three steps of progress, then answers.
 struct Stepped {
@@ -41,10 +42,7 @@ async fn progress_a_tool_reported_goes_out_before_its_call_completes() {
     let mut h = start_with(|_| {}, 1 << 20, None, vec![stepped_tool()]).await;
     for n in 0..20 {
         let call_id = format!("c{n}");
-        h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": format!("e_{call_id}"),
-            "response_id": "r1", "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
-            "name": STEPPED, "arguments": "{}"}))
-        .await;
+        h.model_calls(&call_id, STEPPED).await;
         let mut steps = Vec::new();
         loop {
             let event = match h.browser.next().await {
@@ -94,16 +92,17 @@ impl Tool for Endless {
     }
 }
 
+fn endless_tool() -> Arc<dyn Tool> {
+    let mut spec = quick_tool().spec().clone();
+    spec.name = ENDLESS;
+    spec.timeout = Duration::from_secs(600);
+    Arc::new(Endless { spec })
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_call_abandoned_at_the_close_deadline_reports_nothing_after_its_end() {
-    let mut spec = quick_tool().spec().clone();
-    spec.name = "endless";
-    spec.timeout = Duration::from_secs(600);
-    let endless: Arc<dyn Tool> = Arc::new(Endless { spec });
-    let mut h = start_with(|c| c.server.drain_timeout_ms = 1_000, 1 << 20, None, vec![endless]).await;
-    h.model_sends(json!({"type": "response.function_call_arguments.done", "event_id": "e_1", "response_id": "r1",
-        "item_id": "i_1", "output_index": 0, "call_id": "c1", "name": "endless", "arguments": "{}"}))
-    .await;
+    let mut h = start_with(|c| c.server.drain_timeout_ms = 1_000, 1 << 20, None, vec![endless_tool()]).await;
+    h.model_calls("c1", ENDLESS).await;
     h.browser_expects("voxgate.tool_call.progress").await;
     // The session is closed (a kill) with the call running; at the deadline the call is abandoned.
     h.cancel.cancel();

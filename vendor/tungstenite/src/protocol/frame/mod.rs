@@ -259,9 +259,8 @@ impl FrameCodec {
         // voxgate patch (vendor/README.md): `Read` needs initialised memory, and zeroing up to
         // `in_buf_max_read` bytes of `in_buffer` before every attempt (one that finds nothing to
         // read included) cost more than the copy of what was read: read into this thread's
-        // scratch buffer, zeroed once, and take only what came. Taken out while in use, so a
-        // read nested in another (none here) would simply get a buffer of its own.
-        // `try_with`: a read while the thread's locals are being destroyed gets a buffer of its own.
+        // scratch buffer, zeroed once, and take only what came. Taken out while in use: a read
+        // nested in another, or one while the thread's locals are destroyed, gets its own.
         let mut scratch = SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default();
         if scratch.len() < want {
             scratch = vec![0; want].into_boxed_slice();
