@@ -106,6 +106,8 @@ fn every_validation_error_names_its_key() {
         ("[telemetry]\notlp_endpoint = \"nope\"", &[], "telemetry.otlp_endpoint"),
         ("[telemetry]\notlp_protocol = \"udp\"", &[], "telemetry.otlp_protocol"),
         ("[tools]\nconfirmation_timeout_ms = 5", &[], "tools.confirmation_timeout_ms"),
+        // Past tokio-util's timer wheel (2^36 ms) a parked call's deadline panicked its session.
+        ("[tools]\nconfirmation_timeout_ms = 100000000000", &[], "tools.confirmation_timeout_ms"),
         ("[tools.no_such_tool]\nenabled = true", &[], "tools.no_such_tool"),
         ("[tools.search_pubmed]\ntimeout_ms = 0", &[], "tools.search_pubmed.timeout_ms"),
         ("[tools.search_pubmed]\nrate_limit_per_minute = 0", &[], "tools.search_pubmed.rate_limit_per_minute"),

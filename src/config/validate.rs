@@ -14,6 +14,10 @@ const MAX_SESSIONS: usize = 1_000_000;
 /// The shortest `auth.user_hash_key` accepted, as for `audit.chain_key`: with a guessable key,
 /// anyone holding a list of staff ids can reverse every user hash in logs, audit and Redis.
 const MIN_USER_HASH_KEY_BYTES: usize = 16;
+/// The longest a parked call may wait for the user: an hour is past any spoken confirmation, and
+/// far below what the session's timer queue (tokio-util's `DelayQueue`, 2^36 ms) accepts, whose
+/// insert panics, ending the session with its call unanswered.
+const MAX_CONFIRMATION_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Reject a configuration that cannot work, before anything starts serving.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -197,8 +201,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
 
-    if config.tools.confirmation_timeout_ms < 1_000 {
-        return Err(ConfigError::new("tools.confirmation_timeout_ms", "must be at least 1000"));
+    if !(1_000..=MAX_CONFIRMATION_TIMEOUT_MS).contains(&config.tools.confirmation_timeout_ms) {
+        return Err(ConfigError::new(
+            "tools.confirmation_timeout_ms",
+            format!("must be at least 1000 and at most {MAX_CONFIRMATION_TIMEOUT_MS} (an hour)"),
+        ));
     }
     for (name, over) in &config.tools.per_tool {
         if !KNOWN_TOOLS.contains(&name.as_str()) {
