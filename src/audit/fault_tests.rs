@@ -69,20 +69,25 @@ async fn a_commit_that_hangs_makes_the_writer_unhealthy_and_is_gauged() {
     writer.join().await.unwrap();
 }
 
+/// A call table with two quiet tools: `search_pubmed` runs at once, `create_calendar_event` asks
+/// the user first.
 fn quiet_table(audit: &AuditHandle) -> crate::session::calls::CallTable {
-    let spec = crate::tools::ToolSpec {
-        name: "search_pubmed",
+    let spec = |name, requires_confirmation| crate::tools::ToolSpec {
+        name,
         description: "quiet".into(),
         parameters: serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
         category: crate::tools::Category::Search,
         phi: false,
         risk: crate::tools::Risk::Low,
-        requires_confirmation: false,
+        requires_confirmation,
         third_party: true,
         rate_limit_per_minute: 10,
         timeout: std::time::Duration::from_secs(1),
     };
-    let tools: Vec<Arc<dyn crate::tools::Tool>> = vec![Arc::new(crate::tools::test_support::Quiet(spec))];
+    let tools: Vec<Arc<dyn crate::tools::Tool>> = vec![
+        Arc::new(crate::tools::test_support::Quiet(spec("search_pubmed", false))),
+        Arc::new(crate::tools::test_support::Quiet(spec("create_calendar_event", true))),
+    ];
     let registry = Arc::new(crate::tools::registry::ToolRegistry::from_tools(tools, &Default::default()).unwrap());
     let principal = crate::policy::Principal::new("dr.test", vec!["clinician".into()]);
     let timeout = std::time::Duration::from_secs(60);
@@ -110,11 +115,10 @@ async fn fail_closed_refuses_new_calls_at_accept_while_the_log_is_not_writable()
     });
     let (finish, gates) = finish.expect("the call is finished at accept");
     assert_eq!((finish.status, finish.error_code), (Some(AuditStatus::Failed), Some(crate::tools::ErrorCode::AuditUnavailable)));
-    assert_eq!(gates.as_deref(), Some("c1"));
-    // Its finish record cannot be made durable either; the model and the client are told.
-    let told = table.on_audit_failed("c1");
-    assert!(told.iter().any(|a| matches!(a, Action::Output { output, .. } if output.contains("audit_unavailable"))), "{told:?}");
-    assert!(told.iter().any(|a| matches!(a, Action::Client(event) if event.contains("audit_unavailable"))), "{told:?}");
+    // Its finish record cannot be made durable either, and nothing ran: the model and the client
+    // are told at once, not when the writer answers (see the hung log below).
+    assert_eq!(gates.as_deref(), None);
+    assert_refused_at_once(&accepted);
 
     failing.store(false, Ordering::SeqCst);
     until("writable again", std::time::Duration::from_secs(5), || handle.is_healthy()).await;
@@ -123,6 +127,74 @@ async fn fail_closed_refuses_new_calls_at_accept_while_the_log_is_not_writable()
     assert!(accepted.iter().any(|a| matches!(a, Action::CheckLimit { .. })), "{accepted:?}");
     drop((table, handle));
     writer.join().await.unwrap();
+}
+
+/// The model and the client are told `audit_unavailable` by `actions` themselves, with no record
+/// waited for and nothing run.
+fn assert_refused_at_once(actions: &[crate::session::calls::Action]) {
+    use crate::session::calls::Action;
+    assert!(actions.iter().any(|a| matches!(a, Action::Output { output, .. } if output.contains("audit_unavailable"))), "{actions:?}");
+    assert!(actions.iter().any(|a| matches!(a, Action::Client(event) if event.contains("audit_unavailable"))), "{actions:?}");
+    assert!(!actions.iter().any(|a| matches!(a, Action::Audit { gates: Some(_), .. } | Action::Spawn { .. })), "{actions:?}");
+}
+
+/// A hung log (`fdatasync` never returns) refuses calls as a failing one does, and at once: a new
+/// call, a parked call the user approves, and a call whose rate limit was being checked when the
+/// log hung. Each used to wait for its record's acknowledgement, which comes only when the disk
+/// does: the model and the client heard nothing.
+#[tokio::test]
+async fn a_hung_log_refuses_calls_at_once() {
+    use crate::session::calls::Action;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let (release, hung) = std::sync::mpsc::channel::<()>();
+    let hung = std::sync::Mutex::new(hung);
+    let faults: files::Faults = Arc::new(move |op| {
+        if op == files::FileOp::Write {
+            let _ = hung.lock().unwrap().recv();
+        }
+        Ok(())
+    });
+    let (handle, writer) = writer::open_with(&cfg, Default::default(), Some(faults)).await.unwrap();
+    let mut table = quiet_table(&handle);
+    // Every record the table makes goes to the writer, as a session hands it over (not awaited).
+    let hand_over = |actions: &[Action]| {
+        let records = actions.iter().filter_map(|a| match a {
+            Action::Audit { record, .. } => Some(record.clone()),
+            _ => None,
+        });
+        drop(handle.record_all(records.collect()));
+    };
+    let now = tokio::time::Instant::now();
+    // Parked before the log hangs (its records are what the writer hangs on).
+    hand_over(&table.accept("parked", "create_calendar_event", "{}", now));
+    let asked = table.on_limit_checked("parked", Ok(()), 0);
+    assert!(asked.iter().any(|a| matches!(a, Action::Expire { .. })), "{asked:?}");
+    // Accepted before, its limit answered after.
+    let checking = table.accept("checking", "search_pubmed", "{}", now);
+    assert!(checking.iter().any(|a| matches!(a, Action::CheckLimit { .. })), "{checking:?}");
+    hand_over(&checking);
+    until("stalled", writer::STALLED_AFTER + std::time::Duration::from_secs(3), || handle.is_stalled()).await;
+    assert!(handle.refuses_calls());
+
+    for refused in [
+        table.accept("new", "search_pubmed", "{}", now),
+        table.on_confirm("parked", true).unwrap(),
+        table.on_limit_checked("checking", Ok(()), 0),
+    ] {
+        assert_refused_at_once(&refused);
+        hand_over(&refused);
+    }
+    assert_eq!(table.unfinished(), 0, "every call answered");
+
+    drop((table, handle));
+    // The disk comes back: every write goes through from now on.
+    drop(release);
+    writer.join().await.unwrap();
+    // Every record landed once the disk came back: three calls refused, each started and finished.
+    let finished: Vec<_> = lines(&cfg).into_iter().filter(|l| l["event"] == "call_finished").collect();
+    assert_eq!(finished.len(), 3, "{finished:?}");
+    assert!(finished.iter().all(|l| l["error_code"] == "audit_unavailable"), "{finished:?}");
 }
 
 /// A full backlog refuses new calls, never the approval or the finish of a call whose start is
@@ -369,4 +441,27 @@ async fn an_outage_holds_one_timed_checkpoint() {
     let checkpoints = written.iter().filter(|l| l["event"] == "checkpoint").count();
     assert!(checkpoints <= 2, "{checkpoints} checkpoints in {} lines", written.len());
     drop(held);
+}
+
+/// A log cut outside voxgate (a `copytruncate` rotation) lost durable records: the writer goes on
+/// at its new end, its sequence and chain unbroken on its side so `verify` shows the cut where it
+/// is. It used to pad the file back to its old length with NULs, a line no parser reads, which
+/// stopped the next start.
+#[tokio::test]
+async fn a_log_cut_outside_voxgate_is_appended_to_never_padded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let (handle, writer) = open(&cfg, Default::default()).await.unwrap();
+    handle.record(record(AuditEvent::CallStarted, "c1")).await.unwrap();
+    handle.record(record(AuditEvent::CallFinished, "c1")).await.unwrap();
+    std::fs::OpenOptions::new().write(true).open(&cfg.path).unwrap().set_len(0).unwrap();
+    handle.record(record(AuditEvent::CallStarted, "c2")).await.unwrap();
+    drop(handle);
+    writer.join().await.unwrap();
+    let bytes = std::fs::read(&cfg.path).unwrap();
+    assert!(!bytes.contains(&0), "no NUL padding: {bytes:?}");
+    let all = lines(&cfg);
+    assert_eq!((all.len(), all[0]["seq"].as_u64()), (1, Some(3)), "the sequence goes on: {all:?}");
+    // And the log still opens.
+    super::tests::write(&cfg, vec![]).await;
 }

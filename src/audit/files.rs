@@ -41,6 +41,30 @@ pub(super) fn open_append(path: &Path) -> Result<std::fs::File, AuditError> {
     std::fs::OpenOptions::new().create(true).append(true).read(true).open(path).map_err(io)
 }
 
+/// The log's lock, held for the writer's life: `<path>.lock`, locked exclusively (`flock`).
+///
+/// A writer takes every byte of the file past its own durable length for a torn tail of its own
+/// and cuts it, and recovery closes every open call as abandoned: a second process on the same
+/// `audit.path` (two replicas on one volume, two starts from one directory) would cut the first's
+/// acknowledged records. The lock is a file of its own, not the log: a rotation renames the log
+/// and creates a new one, which a lock on the old file would not cover. The kernel releases it
+/// when the process ends, however it ends.
+pub(super) struct LogLock {
+    _held: std::fs::File,
+}
+
+pub(super) fn lock(path: &Path) -> Result<LogLock, AuditError> {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(LogLock { _held: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AuditError::InUse(lock_path.display().to_string())),
+        Err(std::fs::TryLockError::Error(err)) => Err(io(err)),
+    }
+}
+
 /// Make the entries of `path`'s directory durable (a file just created there, or renamed):
 /// `fsync` on a file covers its data, not its name, and a power loss could drop a name never
 /// synced, with every acknowledged record in it.

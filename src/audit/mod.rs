@@ -30,6 +30,10 @@ pub enum AuditError {
     Io(String),
     #[error("audit log is corrupt at line {line}")]
     Corrupt { line: u64 },
+    /// Another process holds the log's lock (`<path>.lock`): two writers on one file would cut
+    /// each other's durable lines as torn tails.
+    #[error("the audit log is in use by another process (its lock {0} is held)")]
+    InUse(String),
     #[error("the audit writer has stopped")]
     Closed,
     /// The record could not be made durable (disk full, fsync error); it is held and retried.

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use super::AuditError;
 use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
-use super::files::{io, open_append, sync_dir};
+use super::files::{LogLock, io, lock, open_append, sync_dir};
 
 /// How long start-up waits in all for the tools to say what became of interrupted calls.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
@@ -115,14 +115,50 @@ fn rotated_predecessor_state(path: &Path, chain: &Chain) -> Result<ChainState, A
     Ok(state)
 }
 
-/// Read the existing log: continue its chain and cut a torn last line.
-pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainState), AuditError> {
+/// How far from the end of the log a line that does not parse may start and still be taken for
+/// what a power loss left of the last group commit (see [`set_aside`]); one further back is
+/// corruption of acknowledged records, and the start fails on it.
+const UNACKNOWLEDGED_TAIL_BYTES: u64 = 1024 * 1024;
+
+/// Move the log's bytes from `from` on into `<path>.torn-<seq>-<unix ms>`, made durable, before
+/// the caller cuts them off.
+///
+/// A power loss during a group commit can leave its bytes on the disk in part and out of order
+/// (the file's new length committed before all its pages): a run of NULs or stale bytes followed
+/// by the rest of a line and its newline, which no parser reads. Those bytes were never
+/// acknowledged (no `fdatasync` returned for them), so cutting them is as safe as cutting a torn
+/// last line; the start used to fail on them until someone edited the log by hand. They are kept
+/// beside the log for whoever investigates, never deleted.
+fn set_aside(path: &Path, file: &std::fs::File, from: u64, seq: u64) -> Result<(), AuditError> {
+    let mut tail = Vec::new();
+    let mut reader = file;
+    reader.seek(SeekFrom::Start(from)).map_err(io)?;
+    std::io::Read::read_to_end(&mut reader, &mut tail).map_err(io)?;
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".torn-{seq}-{}", chrono::Utc::now().timestamp_millis()));
+    let aside = std::path::PathBuf::from(name);
+    let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(&aside).map_err(io)?;
+    out.write_all(&tail).and_then(|()| out.sync_all()).map_err(io)?;
+    sync_dir(&aside).map_err(io)?;
+    tracing::error!(
+        from_seq = seq,
+        bytes = tail.len(),
+        kept_in = %aside.display(),
+        "audit log ended with lines that do not parse (a power loss during a write); they were never acknowledged and are cut off, kept aside"
+    );
+    Ok(())
+}
+
+/// Take the log's lock, read the existing log: continue its chain and cut a torn last line.
+pub(super) fn read(path: &Path, chain: &Chain) -> Result<(LogLock, std::fs::File, ChainState), AuditError> {
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
         && !dir.is_dir()
     {
         std::fs::create_dir_all(dir).map_err(io)?;
         sync_dir(dir).map_err(io)?;
     }
+    // Before anything is read or cut: the file may be another process's.
+    let lock = lock(path)?;
     let mut file = open_append(path)?;
     // A file just created (a fresh volume, or a crash between a rotation's rename and the new
     // file's open) keeps its name through a power loss only once its directory is synced.
@@ -149,9 +185,14 @@ pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainSt
             // A torn last line: the crash happened mid-write; that record was never acknowledged.
             _ if !complete => break,
             _ => {
-                return Err(AuditError::Corrupt {
-                    line: state.seq + 1,
-                });
+                let size = file.metadata().map_err(io)?.len();
+                if size - good_len > UNACKNOWLEDGED_TAIL_BYTES {
+                    return Err(AuditError::Corrupt {
+                        line: state.seq + 1,
+                    });
+                }
+                set_aside(path, &file, good_len, state.seq + 1)?;
+                break;
             }
         }
     }
@@ -162,7 +203,7 @@ pub(super) fn read(path: &Path, chain: &Chain) -> Result<(std::fs::File, ChainSt
         file.sync_data().map_err(io)?;
         file.seek(SeekFrom::End(0)).map_err(io)?;
     }
-    Ok((file, state))
+    Ok((lock, file, state))
 }
 
 /// What the tools say about the approved calls among `open` (in its order; `Unknown` for the

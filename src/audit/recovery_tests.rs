@@ -84,7 +84,7 @@ async fn approved_calls_are_checked_concurrently_under_one_deadline() {
     let (_dir, cfg) = crashed_log(records).await;
 
     let chain = Chain::default();
-    let (file, state) = read(&cfg.path, &chain).unwrap();
+    let (_lock, file, state) = read(&cfg.path, &chain).unwrap();
     let backend = Backend::default();
     let started = Instant::now();
     let closing = close_open_calls_within(file, state, &chain, "i", Some(&backend), Duration::from_secs(1));
@@ -121,7 +121,7 @@ async fn an_admin_call_a_crash_interrupted_is_looked_up_in_its_backend() {
     let (_dir, cfg) = crashed_log(vec![admin, record(AuditEvent::CallStarted, "parked")]).await;
 
     let chain = Chain::default();
-    let (file, state) = read(&cfg.path, &chain).unwrap();
+    let (_lock, file, state) = read(&cfg.path, &chain).unwrap();
     let backend = Backend::default();
     close_open_calls_within(file, state, &chain, "i", Some(&backend), Duration::from_secs(5)).await.unwrap();
     let finishes = finishes(&cfg.path);
@@ -161,7 +161,7 @@ async fn an_interrupted_call_of_a_tool_without_confirmation_is_not_required() {
     let recovery = crate::session::calls::recover::ToolRecovery(registry);
 
     let chain = Chain::default();
-    let (file, state) = read(&cfg.path, &chain).unwrap();
+    let (_lock, file, state) = read(&cfg.path, &chain).unwrap();
     close_open_calls_within(file, state, &chain, "i", Some(&recovery), Duration::from_secs(5)).await.unwrap();
     let finishes = finishes(&cfg.path);
     let confirmation = |call: &str| finishes.iter().find(|f| f.call_id == call).unwrap().confirmation;

@@ -115,6 +115,68 @@ async fn a_crash_leaves_abandoned_finishes_and_a_torn_line_is_cut() {
     assert_eq!(report.abandoned, 1);
 }
 
+/// What a power loss during a group commit can leave: the file's new length on disk before all
+/// its pages, so a run of NULs, then the rest of the batch, each line ending in a newline. Never
+/// acknowledged, it is cut off and kept aside, and the log opens (the start used to fail on it
+/// until someone edited the log by hand). A line that does not parse further back than one group
+/// commit could reach is corruption of acknowledged records: the start still fails on it.
+#[tokio::test]
+async fn garbage_a_power_loss_left_at_the_end_is_set_aside_and_the_log_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c1"), record(AuditEvent::CallStarted, "c2"), record(AuditEvent::CallFinished, "c2")]).await;
+    let durable = std::fs::read(&cfg.path).unwrap();
+    let mut garbage = vec![0u8; 300];
+    garbage.extend_from_slice(b"ed\",\"tool\":\"search_pubmed\"}\n{\"ts\":\"2026-01-01T00:00:00.000Z\",\"seq\":5}\n");
+    std::fs::write(&cfg.path, [durable.as_slice(), &garbage].concat()).unwrap();
+    write(&cfg, vec![]).await;
+    let all = lines(&cfg);
+    assert_eq!(all.len(), 4, "the three durable lines and c1's abandoned finish");
+    assert_eq!((all[3]["call_id"].as_str(), all[3]["status"].as_str()), (Some("c1"), Some("abandoned")));
+    assert!(verify(&cfg.path, &Chain::default()).unwrap().is_ok());
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().contains("audit.jsonl.torn-4-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), garbage, "the cut bytes are kept as they were");
+
+    // Further back than any group commit: not the crash's, the start fails.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c1")]).await;
+    let mut text = std::fs::read(&cfg.path).unwrap();
+    text.extend_from_slice(b"not a record\n");
+    text.extend_from_slice(&[b'x'; 1024 * 1024 + 1]);
+    text.push(b'\n');
+    std::fs::write(&cfg.path, text).unwrap();
+    assert!(matches!(open(&cfg, Default::default()).await.map(|_| ()), Err(AuditError::Corrupt { line: 2 })));
+}
+
+#[tokio::test]
+async fn a_second_writer_on_the_same_log_is_refused_until_the_first_ends() {
+    // Two replicas on one volume: the second used to take the first's newer lines for a torn tail
+    // of its own, cut them, and close the first's running calls as abandoned.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir, 0);
+    let (first, writer) = open(&cfg, Default::default()).await.unwrap();
+    first.record(record(AuditEvent::CallStarted, "c1")).await.unwrap();
+    match open(&cfg, Default::default()).await {
+        Err(AuditError::InUse(lock)) => assert!(lock.ends_with("audit.jsonl.lock"), "{lock}"),
+        other => panic!("a second writer opened the log: {:?}", other.map(|_| ())),
+    }
+    first.record(record(AuditEvent::CallFinished, "c1")).await.unwrap();
+    drop(first);
+    writer.join().await.unwrap();
+    // The first writer's lines are whole, none closed as abandoned; and the log opens again.
+    write(&cfg, vec![record(AuditEvent::CallStarted, "c2"), record(AuditEvent::CallFinished, "c2")]).await;
+    let all = lines(&cfg);
+    assert_eq!(all.iter().map(|l| l["call_id"].as_str().unwrap()).collect::<Vec<_>>(), ["c1", "c1", "c2", "c2"]);
+    assert_eq!(all[1]["status"], "completed");
+    assert!(verify(&cfg.path, &Chain::default()).unwrap().is_ok());
+}
+
 #[tokio::test]
 async fn verify_finds_tampering_gaps_and_missing_or_duplicate_finishes() {
     let dir = tempfile::tempdir().unwrap();

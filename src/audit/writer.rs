@@ -38,7 +38,7 @@ use self::handle::{Ack, Job, spawn_ticker};
 use self::pending::Pending;
 use super::AuditError;
 use super::chain::Chain;
-use super::files::{FileOp, Faults, first_seq, io, open_append, rotated_name, sync_dir};
+use super::files::{FileOp, Faults, LogLock, first_seq, io, open_append, rotated_name, sync_dir};
 pub use super::health::STALLED_AFTER;
 use super::health::Health;
 use super::record::{AuditEvent, AuditRecord, AuditStatus};
@@ -105,7 +105,7 @@ pub(super) async fn open_with(
 ) -> Result<(AuditHandle, AuditWriter), AuditError> {
     let chain = Chain::new(config.chain_key.as_ref());
     let path = config.path.clone();
-    let (file, state) = {
+    let (lock, file, state) = {
         let (path, chain) = (path.clone(), chain.clone());
         tokio::task::spawn_blocking(move || recovery::read(&path, &chain)).await.map_err(|_| AuditError::Closed)??
     };
@@ -122,6 +122,7 @@ pub(super) async fn open_with(
     let health = Arc::new(Health::new());
     spawn_ticker(tx.downgrade(), health.clone(), options.metrics.clone());
     let writer = Writer {
+        _lock: lock,
         path,
         file,
         len,
@@ -176,6 +177,8 @@ fn releases_nothing(job: &Job) -> bool {
 }
 
 struct Writer {
+    /// Held until the writer ends (`files::LogLock`).
+    _lock: LogLock,
     path: PathBuf,
     file: std::fs::File,
     /// Bytes of the file known durable: everything after this is cut on a failure.
@@ -355,8 +358,16 @@ impl Writer {
     fn write(&mut self) -> Result<(), AuditError> {
         self.reopen_if_rotated()?;
         // A previous rollback may have failed: never append after a torn tail.
-        if self.file.metadata().map_err(io)?.len() != self.len {
+        let found = self.file.metadata().map_err(io)?.len();
+        if found > self.len {
             self.file.set_len(self.len).map_err(io)?;
+        } else if found < self.len {
+            // Cut outside voxgate (a `copytruncate` rotation, a hand edit): those records are gone.
+            // Appended at the new end, never padded back to the old length with NULs (a line no
+            // parser reads, which stopped the next start); the chain and the sequence go on from
+            // the writer's last record, so `verify` shows the cut where it is.
+            tracing::error!(durable_bytes = self.len, found_bytes = found, "the audit log was cut outside voxgate: records are lost; appending at its new end");
+            self.len = found;
         }
         let started = Instant::now();
         // After a failed fsync the kernel may have dropped the pages: nothing of this batch is
@@ -383,7 +394,9 @@ impl Writer {
 
     /// Cut the file back to its last durable length: no torn line, no record written twice.
     fn rollback(&mut self) {
-        let cut = self.file.set_len(self.len).and_then(|()| self.file.sync_data());
+        // Only ever shortened: a file cut shorter by someone else is `write`'s to take as it is.
+        let longer = self.file.metadata().is_ok_and(|m| m.len() > self.len);
+        let cut = if longer { self.file.set_len(self.len).and_then(|()| self.file.sync_data()) } else { Ok(()) };
         if let Err(err) = cut {
             // Tried again before the next write (see `write`).
             tracing::error!(error.kind = %err.kind(), "audit log could not be cut back yet");

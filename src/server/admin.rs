@@ -188,17 +188,32 @@ impl Invocation {
                             let span = span.take().unwrap_or_else(tool_span);
                             crate::telemetry::record_tool_outcome(&span, c.status, c.confirmation, c.error_code, c.duration);
                         }
-                        let written = deps.audit.record(record).await;
+                        let written = deps.audit.record(record);
+                        let Some(call) = gates else {
+                            // Gating nothing, it is not waited for here, as a session does not wait
+                            // for it: a call refused because the log is hung would otherwise answer
+                            // only when the disk does. Handed over now, so its order is kept.
+                            let metrics = deps.metrics.clone();
+                            tokio::spawn(
+                                async move {
+                                    if let Err(err) = written.await {
+                                        tracing::error!(error = %err, "audit record could not be written");
+                                        metrics.audit_error();
+                                    }
+                                }
+                                .in_current_span(),
+                            );
+                            continue;
+                        };
+                        let written = written.await;
                         if let Err(err) = &written {
                             tracing::error!(error = %err, "audit record could not be written");
                             deps.metrics.audit_error();
                         }
-                        if let Some(call) = gates {
-                            next.extend(match written {
-                                Err(_) if deps.audit.on_error() == AuditOnError::FailClosed => self.table.on_audit_failed(&call),
-                                _ => self.table.on_audited(&call),
-                            });
-                        }
+                        next.extend(match written {
+                            Err(_) if deps.audit.on_error() == AuditOnError::FailClosed => self.table.on_audit_failed(&call),
+                            _ => self.table.on_audited(&call),
+                        });
                     }
                     Action::CheckLimit { call_id, tool } => {
                         let limit = deps.limiter.check(&self.user, tool.name(), tool.policy.rate_limit_per_minute).await;
@@ -225,6 +240,8 @@ impl Invocation {
                         // written, as a session's does (`abandon_running`); left running, it would
                         // be dropped with its session thread when the drain gives up, unrecorded.
                         let result = tokio::select! {
+                            // A task that ended as the deadline passed keeps its result.
+                            biased;
                             joined = &mut task => joined.unwrap_or(Err(ToolError::Internal)),
                             () = drain_deadline(deps) => {
                                 task.abort();

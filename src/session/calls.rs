@@ -226,8 +226,8 @@ impl CallTable {
         let mut actions = vec![Action::Audit { record: Box::new(started), gates: None }];
         // `call_started` gates nothing: a tool run now could read PHI or send arguments out with
         // no durable trace, and be lost with the held records if the process dies.
-        if self.audit.as_ref().is_some_and(AuditHandle::refuses_calls) {
-            actions.extend(self.finish(call_id, Outcome::Failed(ToolError::AuditUnavailable)));
+        if self.audit_refuses() {
+            actions.extend(self.refuse_unaudited(call_id));
             return actions;
         }
 
@@ -301,6 +301,11 @@ impl CallTable {
             return Ok(self.finish(call_id, Outcome::Declined(DeclineReason::UserDeclined)));
         }
         call.confirmation = Confirmation::Approved;
+        if self.audit_refuses() {
+            // Its approval could not be made durable before the tool acts on it.
+            return Ok(self.refuse_unaudited(call_id));
+        }
+        let Some(call) = self.calls.get_mut(call_id) else { return Ok(Vec::new()) };
         call.state = State::Approving;
         call.pending_gates += 1;
         // The decision is on disk before the tool can act on it.
@@ -416,6 +421,11 @@ impl CallTable {
     }
 
     fn run(&mut self, call_id: &str, tool: Arc<RegisteredTool>, args: Value) -> Vec<Action> {
+        // Checked again as the tool is about to act: the log may have stopped taking records
+        // while the rate limit was checked (a Redis round trip) or since the call was accepted.
+        if self.audit_refuses() {
+            return self.refuse_unaudited(call_id);
+        }
         if let Some(call) = self.calls.get_mut(call_id) {
             call.state = State::Running;
         }
@@ -445,6 +455,28 @@ impl CallTable {
         if let Some(call) = self.calls.get_mut(call_id) {
             call.confirmation = confirmation;
         }
+    }
+
+    /// With `audit.on_error = "fail_closed"`, is the log refusing new work (failing or hung)?
+    fn audit_refuses(&self) -> bool {
+        self.audit.as_ref().is_some_and(AuditHandle::refuses_calls)
+    }
+
+    /// Finish a call the log cannot take (`audit_unavailable`) before its tool acts, and answer it
+    /// now. Its records are held like any (they land, in order, once the disk takes writes), but
+    /// its answer does not wait for their acknowledgement: the tool never ran, so nothing is
+    /// released without a trace, and on a hung disk (`fdatasync` blocked) the acknowledgement
+    /// would not come before the disk does: the model and the client would wait with it for the
+    /// refusal docs/audit.md promises "at once".
+    fn refuse_unaudited(&mut self, call_id: &str) -> Vec<Action> {
+        let mut actions = self.finish(call_id, Outcome::Failed(ToolError::AuditUnavailable));
+        for action in &mut actions {
+            if let Action::Audit { gates, .. } = action {
+                *gates = None;
+            }
+        }
+        actions.extend(self.on_gate(call_id, false));
+        actions
     }
 
     /// The one terminal transition: record the outcome and emit the `call_finished` record.
