@@ -141,6 +141,8 @@ pub struct ResponseDone {
     /// Not cut off: its `status` is not `cancelled`, `incomplete` or `failed` (a peer that sends
     /// none has its calls taken as complete, as before calls were held at all).
     pub completed: bool,
+    /// Its `status` is `failed`: a server error ended it (not the user, not a limit).
+    pub failed: bool,
     pub calls: Vec<DoneCall>,
     /// `Some` when owned calls were removed: forward this instead of the original bytes.
     pub rewritten: Option<String>,
@@ -160,13 +162,14 @@ pub fn rewrite_response_done(
 ) -> Result<ResponseDone, FrameError> {
     let mut event: Value = serde_json::from_slice(bytes).map_err(|_| FrameError::NotJson)?;
     let id = event["response"]["id"].as_str().map(str::to_string);
-    let completed = !cut_off(event["response"]["status"].as_str());
+    let status = event["response"]["status"].as_str();
+    let (completed, failed) = (!cut_off(status), status == Some("failed"));
     let Some(output) = event
         .get_mut("response")
         .and_then(|r| r.get_mut("output"))
         .and_then(Value::as_array_mut)
     else {
-        return Ok(ResponseDone { id, completed, calls: Vec::new(), rewritten: None });
+        return Ok(ResponseDone { id, completed, failed, calls: Vec::new(), rewritten: None });
     };
     let mut calls = Vec::new();
     let before = output.len();
@@ -187,7 +190,7 @@ pub fn rewrite_response_done(
         !owned
     });
     let rewritten = (output.len() != before).then(|| event.to_string());
-    Ok(ResponseDone { id, completed, calls, rewritten })
+    Ok(ResponseDone { id, completed, failed, calls, rewritten })
 }
 
 /// `session.tool_choice` as far as voxgate's own `response.create` is concerned.
@@ -208,8 +211,8 @@ pub enum ToolChoice {
 pub struct SessionState {
     /// `session.tool_choice`, when the event carries one voxgate reads.
     pub tool_choice: Option<ToolChoice>,
-    /// The names in `session.tools`.
-    pub tool_names: Vec<String>,
+    /// The names in `session.tools`; `None` when the event carries no `tools` list.
+    pub tool_names: Option<Vec<String>>,
 }
 
 /// Read a `session.created` / `session.updated`; `None` when it is not JSON.
@@ -226,12 +229,8 @@ pub fn parse_session_state(bytes: &[u8]) -> Option<SessionState> {
         Value::Object(_) => Some(ToolChoice::Forced),
         _ => None,
     };
-    let tool_names = session["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|tool| tool["name"].as_str().map(str::to_string))
-        .collect();
+    let tool_names =
+        session["tools"].as_array().map(|tools| tools.iter().filter_map(|tool| tool["name"].as_str().map(str::to_string)).collect());
     Some(SessionState { tool_choice, tool_names })
 }
 
@@ -285,7 +284,8 @@ mod tests {
         assert_eq!(state(serde_json::json!({"tool_choice": "auto"})).tool_choice, Some(ToolChoice::Auto));
         assert_eq!(state(serde_json::json!({"instructions": "x"})).tool_choice, None);
         let tools = state(serde_json::json!({"tools": [{"type": "function", "name": "a"}, {"type": "mcp"}]}));
-        assert_eq!(tools.tool_names, vec!["a".to_string()]);
+        assert_eq!(tools.tool_names, Some(vec!["a".to_string()]));
+        assert_eq!(state(serde_json::json!({"instructions": "x"})).tool_names, None, "no list, nothing said of the tools");
         assert!(parse_session_state(b"not json").is_none());
     }
 

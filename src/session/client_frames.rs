@@ -23,13 +23,20 @@ use crate::protocol::voxgate::{self as events, codes};
 pub(super) const MAX_RESPONSE_TOOL_NAMES: usize = 256;
 
 /// The names of the client's own tools: a model call to one of them is the client's to answer.
-/// Those of its last `session.update` that set tools, and those its `response.create`s brought
-/// for a single response. The latter are kept for the session (a call may come in any response
-/// after), so they are bounded: a client inventing new names on every frame must not grow the
-/// session without end.
+/// Those the upstream's session holds (its last `session.created`/`session.updated` that lists
+/// tools), those of the client's last `session.update` that set tools (its answer may not have
+/// come yet), and those its `response.create`s brought for a single response. The last are kept
+/// for the session (a call may come in any response after), so they are bounded: a client
+/// inventing new names on every frame must not grow the session without end.
+///
+/// A forwarded update does not replace the names the session holds: the upstream may refuse it
+/// (a voice change once the assistant has spoken), and a call to one of the client's tools still
+/// in the session would then be taken for a call to an unknown server tool, hidden from the
+/// client and answered `unknown_tool`.
 #[derive(Debug, Default)]
 pub(super) struct ClientTools {
-    session: HashSet<String>,
+    in_session: HashSet<String>,
+    forwarded: HashSet<String>,
     per_response: HashSet<String>,
 }
 
@@ -40,12 +47,17 @@ pub(super) struct TooManyToolNames;
 
 impl ClientTools {
     pub(super) fn contains(&self, name: &str) -> bool {
-        self.session.contains(name) || self.per_response.contains(name)
+        self.in_session.contains(name) || self.forwarded.contains(name) || self.per_response.contains(name)
     }
 
-    /// A `session.update` set the client's tools.
-    pub(super) fn set_session(&mut self, names: &[String]) {
-        self.session = names.iter().cloned().collect();
+    /// A `session.update` that sets the client's tools went upstream.
+    pub(super) fn set_forwarded(&mut self, names: &[String]) {
+        self.forwarded = names.iter().cloned().collect();
+    }
+
+    /// The upstream says its session holds these tools of the client's.
+    pub(super) fn set_in_session<'a>(&mut self, names: impl Iterator<Item = &'a String>) {
+        self.in_session = names.cloned().collect();
     }
 
     /// A `response.create` brought tools of its own; nothing is added when they would take the
@@ -62,7 +74,7 @@ impl ClientTools {
     /// Names kept for the session in all.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.session.len() + self.per_response.len()
+        self.in_session.len() + self.forwarded.len() + self.per_response.len()
     }
 }
 
@@ -191,7 +203,7 @@ impl Bridge {
                 self.send_upstream(Message::Text(text)).await;
             }
             Some(mut merged) => {
-                self.client_tools.set_session(&merged.client_tools);
+                self.client_tools.set_forwarded(&merged.client_tools);
                 // Not injected until the upstream accepts it: it may reject the whole update
                 // (upstream_frames.rs). Tools already in the session stay if it does.
                 if !self.injected {
@@ -377,7 +389,7 @@ mod tests {
     #[test]
     fn ten_thousand_response_creates_with_new_tool_names_keep_the_names_bounded() {
         let mut tools = ClientTools::default();
-        tools.set_session(&["get_weather".to_string()]);
+        tools.set_forwarded(&["get_weather".to_string()]);
         let mut refused = 0;
         for i in 0..10_000 {
             if tools.add_for_response(&[format!("tool_{i}"), "get_weather".to_string()]).is_err() {
@@ -388,7 +400,13 @@ mod tests {
         assert_eq!(refused, 10_000 - MAX_RESPONSE_TOOL_NAMES);
         // Known names still pass, and a new session.update replaces only the session's own.
         assert!(tools.add_for_response(&["tool_0".to_string(), "get_weather".to_string()]).is_ok());
-        tools.set_session(&["other".to_string()]);
+        tools.set_forwarded(&["other".to_string()]);
         assert!(tools.contains("other") && tools.contains("tool_1") && !tools.contains("get_weather"));
+        // What the upstream's session holds stays until the upstream says otherwise.
+        tools.set_in_session(["kept".to_string()].iter());
+        tools.set_forwarded(&["refused".to_string()]);
+        assert!(tools.contains("kept") && tools.contains("refused"));
+        tools.set_in_session(std::iter::empty());
+        assert!(!tools.contains("kept"));
     }
 }

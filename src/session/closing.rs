@@ -109,6 +109,13 @@ impl Bridge {
     /// The close deadline passed: calls still running (or approved and not yet flushed) fail as
     /// timed out, and their `call_finished` records go to the audit writer now.
     pub(super) async fn abandon_running(&mut self) {
+        // A task that ended before the deadline, its result waiting in the set for the loop's
+        // next look (the deadline was seen first, at the top of the turn), is not abandoned: its
+        // result is taken, as it would have been a moment earlier. Abandoned, a calendar event
+        // that was created would be recorded, and told to the model, as timed out.
+        while let Some(joined) = self.tool_tasks.try_join_next_with_id() {
+            self.handle_tool_finished(joined).await;
+        }
         // What the calls reported so far goes out before their end; what an aborted call still
         // reports (an MCP call's last progress, flushed as its route ends) goes nowhere: the
         // queue is dropped with its receiver (the next call to report makes a new one).

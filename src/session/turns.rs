@@ -36,6 +36,12 @@ pub const REQUEST_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 /// asking: the outputs are in the conversation, and the next response covers them anyway.
 const MAX_REFUSALS: u8 = 2;
 
+/// Responses in a row that failed (`response.done` with status `failed`: a server error) with
+/// voxgate's outputs in them before voxgate stops asking again: the outputs are in the
+/// conversation, and the user's next turn covers them anyway; a server failing every response
+/// must not be asked forever.
+const MAX_FAILED_IN_A_ROW: u8 = 2;
+
 /// Responses under way remembered at most: an upstream that starts responses and never ends them
 /// must not grow the gate without bound (the oldest is forgotten).
 const MAX_ACTIVE: usize = 8;
@@ -56,6 +62,8 @@ pub struct ResponseGate {
     unacknowledged: usize,
     /// Consecutive refusals of voxgate's requests (not counting the VAD race).
     refusals: u8,
+    /// Consecutive responses with outputs in them that failed (see [`MAX_FAILED_IN_A_ROW`]).
+    failed_in_a_row: u8,
     /// Outputs added while voxgate's own request was pending: the response it starts was created
     /// before they arrived, so it does not cover them.
     after_request: usize,
@@ -121,15 +129,27 @@ impl ResponseGate {
     }
 
     /// Response `id` ended; `None` when its `response.done` could not be read (then which one
-    /// ended is unknown, and none is taken to run any more).
-    pub fn on_response_done(&mut self, id: Option<&str>) {
+    /// ended is unknown, and none is taken to run any more). `failed`: its status is `failed` (a
+    /// server error, not the user's barge-in nor a token limit): the outputs it covered were
+    /// never spoken, and are owed again, up to [`MAX_FAILED_IN_A_ROW`] times in a row.
+    pub fn on_response_done(&mut self, id: Option<&str>, failed: bool) {
         let Some(id) = id else {
             self.active.clear();
             return;
         };
         let at = self.active.iter().position(|(a, _)| a == id).or_else(|| self.active.iter().position(|(a, _)| a.is_empty()));
-        if let Some(at) = at {
-            self.active.remove(at);
+        let Some(at) = at else { return };
+        let (_, covers) = self.active.remove(at);
+        if covers == 0 {
+            return;
+        }
+        if !failed {
+            self.failed_in_a_row = 0;
+            return;
+        }
+        self.failed_in_a_row = self.failed_in_a_row.saturating_add(1);
+        if self.failed_in_a_row <= MAX_FAILED_IN_A_ROW {
+            self.uncovered += covers;
         }
     }
 

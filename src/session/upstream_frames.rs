@@ -164,11 +164,19 @@ impl Bridge {
         if let Some(choice) = state.tool_choice {
             self.tool_choice = choice;
         }
+        // The client's tools the upstream's session holds: a client update it refused changed
+        // nothing of them.
+        let listed = state.tool_names.is_some();
+        let tool_names = state.tool_names.unwrap_or_default();
+        if listed {
+            let registry = &self.deps.registry;
+            self.client_tools.set_in_session(tool_names.iter().filter(|name| !registry.is_server_tool_name(name)));
+        }
         if self.merged_update.is_none() || kind != "session.updated" {
             return;
         }
         let mut allowed = self.deps.registry.allowed_for(&self.info.principal).peekable();
-        let accepted = allowed.peek().is_none() || allowed.any(|tool| state.tool_names.iter().any(|n| n == tool.name()));
+        let accepted = allowed.peek().is_none() || allowed.any(|tool| tool_names.iter().any(|n| n == tool.name()));
         if accepted {
             self.merged_update = None;
             self.injected = true;
@@ -195,11 +203,11 @@ impl Bridge {
             self.owned_calls.contains_key(call_id) || self.calls.owns(call_id) || self.is_owned_name(name)
         });
         let Ok(done) = parsed else {
-            self.gate.on_response_done(None);
+            self.gate.on_response_done(None, false);
             self.drop_unreadable("response.done").await;
             return;
         };
-        self.gate.on_response_done(done.id.as_deref());
+        self.gate.on_response_done(done.id.as_deref(), done.failed);
         // Servers that announce calls only here (no argument events) are handled the same way.
         // A call's item decides, as in `handle_item_event`: one that completed before the response
         // was cut off is complete.

@@ -368,3 +368,33 @@ async fn an_earlier_updates_acknowledgement_does_not_count_as_the_merged_ones() 
     let injected = h.model_expects("session.update").await;
     assert_eq!(injected["session"]["tools"][0]["name"], TOOL, "{injected}");
 }
+
+/// A client update the upstream refuses (a voice change once the assistant has spoken) leaves the
+/// session's tools as they were: a later call to one of the client's tools already in the session
+/// is still the client's. It used to be taken for a call to an unknown server tool (the refused
+/// update had replaced the client's tool names): hidden from the client, answered `unknown_tool`.
+#[tokio::test(start_paused = true)]
+async fn a_refused_update_leaves_the_clients_tools_in_the_session_its_own() {
+    let mut h = start_with(|_| {}, 1 << 20, None, Vec::new()).await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c1", "session": {"type": "realtime",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}}))
+    .await;
+    h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "session.updated", "event_id": "e1", "session": {"id": "sess_1",
+        "tools": [{"type": "function", "name": "get_weather"}, {"type": "function", "name": TOOL}]}}))
+    .await;
+    h.browser_expects("session.updated").await;
+    h.browser_sends(json!({"type": "session.update", "event_id": "c2", "session": {"type": "realtime", "voice": "verse",
+        "tools": [{"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}]}}))
+    .await;
+    let refused = h.model_expects("session.update").await;
+    h.model_sends(json!({"type": "error", "event_id": "e2", "error": {"type": "invalid_request_error",
+        "code": "cannot_update_voice", "message": "Cannot update a conversation's voice if assistant audio is present.",
+        "event_id": refused["event_id"]}}))
+    .await;
+    assert_eq!(h.browser_expects("error").await["error"]["event_id"], "c2");
+    h.model_calls("w1", "get_weather").await;
+    let call = h.browser_expects("response.function_call_arguments.done").await;
+    assert_eq!(call["call_id"], "w1", "the client's own call reaches the client");
+    h.model_gets_nothing_from_voxgate("an answer to the client's own call").await;
+}

@@ -64,16 +64,16 @@ fn one_request_for_a_batch_and_none_while_active() {
     gate.on_output_sent();
     gate.on_output_sent();
     assert!(gate.try_request(now, id).is_none(), "a response is active");
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"));
     gate.on_output_sent();
     assert!(gate.try_request(now, id).is_none(), "our request is still pending");
     gate.on_response_created(Some("r"), false);
     assert!(gate.try_request(now, id).is_none(), "a response is active");
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert!(gate.try_request(now, id).is_some(), "the output sent after our request needs its own turn");
     gate.on_response_created(Some("r"), false);
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert!(gate.try_request(now, id).is_none(), "covered");
 }
 
@@ -99,7 +99,7 @@ fn vad_response_covers_outputs() {
     gate.on_output_acknowledged();
     gate.on_speech_stopped(now);
     gate.on_response_created(Some("r"), false);
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_none());
 }
 
@@ -113,7 +113,7 @@ fn refused_request_is_retried_after_the_active_response() {
     // output, so the refused request is retried after it.
     gate.on_response_created(Some("r"), false);
     assert!(gate.on_request_refused(&sent));
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert!(gate.try_request(now, id).is_some(), "retried after the racing response");
 
     let mut gate = ResponseGate::default();
@@ -121,7 +121,7 @@ fn refused_request_is_retried_after_the_active_response() {
     let sent = gate.try_request(now, id).unwrap();
     assert!(gate.on_request_refused(&sent));
     assert!(gate.try_request(now, id).is_none(), "still active");
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert!(gate.try_request(now, id).is_some(), "retried");
     assert!(!gate.on_request_refused("someone_else"));
 }
@@ -135,7 +135,7 @@ fn wake_at_is_armed_only_when_time_alone_opens_the_gate() {
     gate.on_speech_stopped(now);
     gate.on_response_created(Some("r"), false);
     assert_eq!(gate.wake_at(), None, "an active response holds the gate: no timer");
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert_eq!(gate.wake_at(), Some(now + AFTER_SPEECH_GRACE));
     gate.on_speech_started();
     assert_eq!(gate.wake_at(), None, "a speaking user holds the gate: no timer");
@@ -170,7 +170,7 @@ fn the_clients_own_request_in_flight_holds_the_gate() {
     assert!(gate.try_request(now, id).is_none(), "the client's request would race ours");
     // Its response began before our output was in: the output needs a turn of its own.
     gate.on_response_created(Some("r_client"), false);
-    gate.on_response_done(Some("r_client"));
+    gate.on_response_done(Some("r_client"), false);
     assert!(gate.try_request(now, id).is_some());
 
     // Refused by name, or with no name by the active-response code: over.
@@ -205,10 +205,10 @@ fn responses_are_told_apart_by_id() {
     gate.on_response_created(Some("r_main"), false);
     gate.on_response_created(Some("r_oob"), true);
     gate.on_output_sent();
-    gate.on_response_done(Some("r_oob"));
+    gate.on_response_done(Some("r_oob"), false);
     assert!(gate.try_request(now, id).is_none(), "the default conversation's response still runs");
     assert_eq!(gate.wake_at(), None);
-    gate.on_response_done(Some("r_main"));
+    gate.on_response_done(Some("r_main"), false);
     assert!(gate.try_request(now, id).is_some());
 
     // Started and never ended, again and again: bounded.
@@ -231,6 +231,43 @@ fn a_vad_response_covers_only_acknowledged_outputs() {
     // The server started a response after acknowledging one output only.
     gate.on_response_created(Some("r"), false);
     gate.on_output_acknowledged();
-    gate.on_response_done(Some("r"));
+    gate.on_response_done(Some("r"), false);
     assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the late output gets its own turn");
+}
+
+/// A response that failed (a server error) with voxgate's outputs in it spoke none of them: they
+/// are asked for again, twice in a row at most (a server failing every response is not asked
+/// forever); a response that ends well starts the count again. One cut off by the user or a
+/// limit owes nothing.
+#[test]
+fn the_outputs_of_a_failed_response_are_owed_again_twice_in_a_row_at_most() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    gate.on_output_sent();
+    for round in 0..2 {
+        assert!(gate.try_request(now, id).is_some(), "round {round}");
+        gate.on_response_created(Some("r"), false);
+        gate.on_response_done(Some("r"), true);
+    }
+    assert!(gate.try_request(now, id).is_some());
+    gate.on_response_created(Some("r"), false);
+    gate.on_response_done(Some("r"), true);
+    assert_eq!(gate.try_request(now, id), None, "the third failure in a row is left to the user's next turn");
+
+    // A response that ends well starts the count again.
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_some());
+    gate.on_response_created(Some("r"), false);
+    gate.on_response_done(Some("r"), false);
+    gate.on_output_sent();
+    assert!(gate.try_request(now, id).is_some());
+    gate.on_response_created(Some("r"), false);
+    gate.on_response_done(Some("r"), true);
+    assert!(gate.try_request(now, id).is_some(), "owed again after a failure");
+
+    // A response covering none of voxgate's outputs owes nothing when it fails.
+    let mut gate = ResponseGate::default();
+    gate.on_response_created(Some("r_user"), false);
+    gate.on_response_done(Some("r_user"), true);
+    assert_eq!(gate.try_request(now, id), None);
 }
