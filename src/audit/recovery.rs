@@ -18,7 +18,7 @@ use futures::StreamExt;
 use super::AuditError;
 use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
-use super::files::{LogLock, io, lock, open_append, sync_dir};
+use super::files::{LogLock, UNSYNCED_TAIL_BYTES, io, lock, open_append, sync_dir};
 
 /// How long start-up waits in all for the tools to say what became of interrupted calls.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
@@ -115,20 +115,17 @@ fn rotated_predecessor_state(path: &Path, chain: &Chain) -> Result<ChainState, A
     Ok(state)
 }
 
-/// How far from the end of the log a line that does not parse may start and still be taken for
-/// what a power loss left of the last group commit (see [`set_aside`]); one further back is
-/// corruption of acknowledged records, and the start fails on it.
-const UNACKNOWLEDGED_TAIL_BYTES: u64 = 1024 * 1024;
-
 /// Move the log's bytes from `from` on into `<path>.torn-<seq>-<unix ms>`, made durable, before
-/// the caller cuts them off.
+/// the caller cuts them off. Called for a line that does not parse within
+/// [`UNSYNCED_TAIL_BYTES`] of the end; one further back is corruption of acknowledged records,
+/// and the start fails on it.
 ///
 /// A power loss during a group commit can leave its bytes on the disk in part and out of order
 /// (the file's new length committed before all its pages): a run of NULs or stale bytes followed
-/// by the rest of a line and its newline, which no parser reads. Those bytes were never
-/// acknowledged (no `fdatasync` returned for them), so cutting them is as safe as cutting a torn
-/// last line; the start used to fail on them until someone edited the log by hand. They are kept
-/// beside the log for whoever investigates, never deleted.
+/// by the rest of a line and its newline, which no parser reads. Those bytes were never synced
+/// (no `fdatasync` returned for them; the writer syncs every `COMMIT_PIECE_BYTES`), so cutting
+/// them is as safe as cutting a torn last line; the start used to fail on them until someone
+/// edited the log by hand. They are kept beside the log for whoever investigates, never deleted.
 fn set_aside(path: &Path, file: &std::fs::File, from: u64, seq: u64) -> Result<(), AuditError> {
     let mut tail = Vec::new();
     let mut reader = file;
@@ -165,6 +162,7 @@ pub(super) fn read(path: &Path, chain: &Chain) -> Result<(LogLock, std::fs::File
     sync_dir(path).map_err(io)?;
     let mut state = rotated_predecessor_state(path, chain)?;
     let mut good_len = 0u64;
+    let mut set_aside_done = false;
     let mut reader = BufReader::new(&file);
     let mut raw = Vec::new();
     loop {
@@ -186,19 +184,22 @@ pub(super) fn read(path: &Path, chain: &Chain) -> Result<(LogLock, std::fs::File
             _ if !complete => break,
             _ => {
                 let size = file.metadata().map_err(io)?.len();
-                if size - good_len > UNACKNOWLEDGED_TAIL_BYTES {
+                if size - good_len > UNSYNCED_TAIL_BYTES {
                     return Err(AuditError::Corrupt {
                         line: state.seq + 1,
                     });
                 }
                 set_aside(path, &file, good_len, state.seq + 1)?;
+                set_aside_done = true;
                 break;
             }
         }
     }
     drop(reader);
     if file.metadata().map_err(io)?.len() != good_len {
-        tracing::warn!("audit log ended with a partial line (crash mid-write); it was cut off");
+        if !set_aside_done {
+            tracing::warn!("audit log ended with a partial line (crash mid-write); it was cut off");
+        }
         file.set_len(good_len).map_err(io)?;
         file.sync_data().map_err(io)?;
         file.seek(SeekFrom::End(0)).map_err(io)?;

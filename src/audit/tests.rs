@@ -117,9 +117,9 @@ async fn a_crash_leaves_abandoned_finishes_and_a_torn_line_is_cut() {
 
 /// What a power loss during a group commit can leave: the file's new length on disk before all
 /// its pages, so a run of NULs, then the rest of the batch, each line ending in a newline. Never
-/// acknowledged, it is cut off and kept aside, and the log opens (the start used to fail on it
-/// until someone edited the log by hand). A line that does not parse further back than one group
-/// commit could reach is corruption of acknowledged records: the start still fails on it.
+/// synced, it is cut off and kept aside, and the log opens (the start used to fail on it until
+/// someone edited the log by hand). A line that does not parse further back than the writer ever
+/// leaves unsynced is corruption of acknowledged records: the start still fails on it.
 #[tokio::test]
 async fn garbage_a_power_loss_left_at_the_end_is_set_aside_and_the_log_opens() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,13 +142,14 @@ async fn garbage_a_power_loss_left_at_the_end_is_set_aside_and_the_log_opens() {
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert_eq!(std::fs::read(&aside[0]).unwrap(), garbage, "the cut bytes are kept as they were");
 
-    // Further back than any group commit: not the crash's, the start fails.
+    // Further back than the writer ever leaves unsynced (it syncs every `COMMIT_PIECE_BYTES`):
+    // not the crash's, the start fails.
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir, 0);
     write(&cfg, vec![record(AuditEvent::CallStarted, "c1")]).await;
     let mut text = std::fs::read(&cfg.path).unwrap();
     text.extend_from_slice(b"not a record\n");
-    text.extend_from_slice(&[b'x'; 1024 * 1024 + 1]);
+    text.extend_from_slice(&vec![b'x'; files::UNSYNCED_TAIL_BYTES as usize + 1]);
     text.push(b'\n');
     std::fs::write(&cfg.path, text).unwrap();
     assert!(matches!(open(&cfg, Default::default()).await.map(|_| ()), Err(AuditError::Corrupt { line: 2 })));

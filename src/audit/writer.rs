@@ -38,7 +38,7 @@ use self::handle::{Ack, Job, spawn_ticker};
 use self::pending::Pending;
 use super::AuditError;
 use super::chain::Chain;
-use super::files::{FileOp, Faults, LogLock, first_seq, io, open_append, rotated_name, sync_dir};
+use super::files::{FileOp, Faults, LogLock, first_seq, io, last_line_end, open_append, piece_end, rotated_name, sync_dir};
 pub use super::health::STALLED_AFTER;
 use super::health::Health;
 use super::record::{AuditEvent, AuditRecord, AuditStatus};
@@ -363,16 +363,37 @@ impl Writer {
             self.file.set_len(self.len).map_err(io)?;
         } else if found < self.len {
             // Cut outside voxgate (a `copytruncate` rotation, a hand edit): those records are gone.
-            // Appended at the new end, never padded back to the old length with NULs (a line no
-            // parser reads, which stopped the next start); the chain and the sequence go on from
-            // the writer's last record, so `verify` shows the cut where it is.
-            tracing::error!(durable_bytes = self.len, found_bytes = found, "the audit log was cut outside voxgate: records are lost; appending at its new end");
-            self.len = found;
+            // Appended after its last whole line, never padded back to the old length with NULs (a
+            // line no parser reads, which stopped the next start), nor glued onto a line cut in
+            // the middle (one line that does not parse, which the next start would take for an
+            // unsynced tail and set aside with every record after it). The chain and the sequence
+            // go on from the writer's last record.
+            let kept = last_line_end(&self.file, found).map_err(io)?;
+            tracing::error!(durable_bytes = self.len, found_bytes = found, kept_bytes = kept, "the audit log was cut outside voxgate: records are lost; appending after its last whole line");
+            if kept < found {
+                self.file.set_len(kept).map_err(io)?;
+            }
+            self.len = kept;
         }
         let started = Instant::now();
         // After a failed fsync the kernel may have dropped the pages: nothing of this batch is
-        // claimed durable, the caller cuts it off and writes it again.
-        let written = self.fault(FileOp::Write).and_then(|()| self.file.write_all(&self.pending.bytes)).and_then(|()| self.file.sync_data());
+        // claimed durable, the caller cuts it off (pieces already synced too) and writes it again.
+        // In pieces, each synced before the next is written: a power loss leaves at most one
+        // piece unsynced at the end, which recovery can tell from corruption (`files::piece_end`).
+        let written = (|| {
+            let (file, bytes, faults) = (&mut self.file, &self.pending.bytes, &self.faults);
+            let mut from = 0;
+            loop {
+                faults.as_ref().map_or(Ok(()), |faults| faults(FileOp::Write))?;
+                let end = piece_end(bytes, from);
+                file.write_all(&bytes[from..end])?;
+                file.sync_data()?;
+                from = end;
+                if from == bytes.len() {
+                    return Ok::<(), std::io::Error>(());
+                }
+            }
+        })();
         if let Some(metrics) = &self.metrics {
             metrics.audit_commit(started.elapsed());
         }

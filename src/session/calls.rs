@@ -50,8 +50,8 @@ pub enum Action {
     Spawn { call_id: String, tool: Arc<RegisteredTool>, args: Value },
     /// Decline the call as expired unless decided within `after`.
     Expire { call_id: String, after: Duration },
-    /// Send the model the call's `function_call_output`.
-    Output { call_id: String, output: String },
+    /// Send the model the call's `function_call_output`; `failed`: it is an error, not a result.
+    Output { call_id: String, output: String, failed: bool },
 }
 
 #[derive(Debug)]
@@ -393,7 +393,7 @@ impl CallTable {
                 if taints {
                     self.taint.add_result(&output.result);
                 }
-                actions.push(Action::Output { call_id: call_id.to_string(), output: text });
+                actions.push(Action::Output { call_id: call_id.to_string(), output: text, failed: false });
                 actions.push(Action::Client(events::completed(call_id, &name, duration_ms, &output.citations)));
             }
             Some(Outcome::Failed(err)) => {
@@ -405,6 +405,7 @@ impl CallTable {
                 actions.push(Action::Output {
                     call_id: call_id.to_string(),
                     output: events::error_output(err.code().as_str(), &err.model_message()),
+                    failed: true,
                 });
                 actions.push(Action::Client(events::failed(call_id, &name, err.code().as_str(), &err.public_message())));
             }
@@ -412,6 +413,7 @@ impl CallTable {
                 actions.push(Action::Output {
                     call_id: call_id.to_string(),
                     output: events::error_output(reason.model_code(), reason.model_message()),
+                    failed: true,
                 });
                 actions.push(Action::Client(events::declined(call_id, &name, reason.as_str())));
             }
@@ -429,9 +431,9 @@ impl CallTable {
         if let Some(call) = self.calls.get_mut(call_id) {
             call.state = State::Running;
         }
-        let mut actions = vec![Action::Client(events::started(call_id, tool.name()))];
         // The last policy phase, at run time so an approval after new PHI results is screened
-        // against them too: nothing leaves for a third party unscreened.
+        // against them too: nothing leaves for a third party unscreened. `started` only once it
+        // passed: a blocked call never started (CONTRACT §4 makes `started` optional).
         match self.screen(&tool, &args) {
             Ok(()) => {
                 // What is audited is what was screened as it left, against the taint as it is now.
@@ -439,11 +441,10 @@ impl CallTable {
                 if let Some(call) = self.calls.get_mut(call_id) {
                     call.audit_arguments = audit_arguments;
                 }
-                actions.push(Action::Spawn { call_id: call_id.to_string(), tool, args });
+                vec![Action::Client(events::started(call_id, tool.name())), Action::Spawn { call_id: call_id.to_string(), tool, args }]
             }
-            Err(blocked) => actions.extend(self.finish(call_id, Outcome::Failed(blocked))),
+            Err(blocked) => self.finish(call_id, Outcome::Failed(blocked)),
         }
-        actions
     }
 
     /// Outbound PHI screening (TOOLS.md) of what a third-party tool would send.

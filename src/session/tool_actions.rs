@@ -84,7 +84,7 @@ impl Bridge {
                 Action::Expire { call_id, after } => {
                     self.deadlines.get_or_insert_with(DelayQueue::new).insert(call_id, after);
                 }
-                Action::Output { call_id, output } => {
+                Action::Output { call_id, output, failed } => {
                     self.queue_audits(&mut audits);
                     let event_id = events::event_id();
                     let frame = events::function_call_output(&event_id, &call_id, &output);
@@ -94,7 +94,7 @@ impl Bridge {
                     // output to the new upstream, once; so the model gets exactly one output per
                     // call, never none (CONTRACT §9). Without a resume the session closes anyway.
                     self.send_upstream(Message::text(frame.clone())).await;
-                    self.gate.on_output_sent();
+                    self.gate.on_output_sent(failed);
                     self.unacknowledged_outputs.insert(call_id, PendingOutput { event_id, frame });
                 }
             }

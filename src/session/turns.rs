@@ -42,6 +42,13 @@ const MAX_REFUSALS: u8 = 2;
 /// must not be asked forever.
 const MAX_FAILED_IN_A_ROW: u8 = 2;
 
+/// Responses in a row voxgate asks for only to hand the model errors (every output of the batch
+/// an error: an unknown tool, bad arguments, a log that refuses calls), with no user speech
+/// between: a model that answers each error with another failing call would otherwise loop
+/// unattended, each round a call audited and answered. Past it the errors wait in the
+/// conversation for the user's next turn.
+const MAX_ERROR_ROUNDS: u8 = 3;
+
 /// Responses under way remembered at most: an upstream that starts responses and never ends them
 /// must not grow the gate without bound (the oldest is forgotten).
 const MAX_ACTIVE: usize = 8;
@@ -64,6 +71,10 @@ pub struct ResponseGate {
     refusals: u8,
     /// Consecutive responses with outputs in them that failed (see [`MAX_FAILED_IN_A_ROW`]).
     failed_in_a_row: u8,
+    /// Every output not yet covered is an error (see [`MAX_ERROR_ROUNDS`]).
+    only_errors: bool,
+    /// voxgate's requests in a row for nothing but errors since the user last spoke.
+    error_rounds: u8,
     /// Outputs added while voxgate's own request was pending: the response it starts was created
     /// before they arrived, so it does not cover them.
     after_request: usize,
@@ -79,13 +90,21 @@ pub struct ResponseGate {
 }
 
 impl ResponseGate {
-    pub fn on_output_sent(&mut self) {
+    /// voxgate sent the model an output (`failed`: an error, not a result).
+    pub fn on_output_sent(&mut self, failed: bool) {
+        self.only_errors = failed && (self.only_errors || self.uncovered + self.after_request == 0);
         self.unacknowledged += 1;
         if self.pending_request.is_some() {
             self.after_request += 1;
         } else {
             self.uncovered += 1;
         }
+    }
+
+    /// voxgate has asked for [`MAX_ERROR_ROUNDS`] responses in a row for nothing but errors, and
+    /// what is owed now is errors too: it asks no more until the user speaks.
+    fn errors_capped(&self) -> bool {
+        self.only_errors && self.error_rounds >= MAX_ERROR_ROUNDS
     }
 
     /// The server acknowledged one of voxgate's output items (`conversation.item.created/added`).
@@ -181,6 +200,7 @@ impl ResponseGate {
 
     pub fn on_speech_started(&mut self) {
         self.user_speaking = true;
+        self.error_rounds = 0;
     }
 
     pub fn on_speech_stopped(&mut self, now: Instant) {
@@ -288,7 +308,7 @@ impl ResponseGate {
         if let Some(until) = self.pending_until {
             return Some(until);
         }
-        let held_by_events = !self.active.is_empty() || self.user_speaking;
+        let held_by_events = !self.active.is_empty() || self.user_speaking || self.errors_capped();
         if self.uncovered > 0 && !held_by_events {
             self.not_before.max(self.client_request.as_ref().map(|(_, until)| *until))
         } else {
@@ -304,10 +324,11 @@ impl ResponseGate {
         if self.uncovered == 0 || !self.active.is_empty() || self.user_speaking || self.pending_request.is_some() || self.client_request.is_some() {
             return None;
         }
-        if self.not_before.is_some_and(|t| now < t) {
+        if self.not_before.is_some_and(|t| now < t) || self.errors_capped() {
             return None;
         }
         self.not_before = None;
+        self.error_rounds = if self.only_errors { self.error_rounds.saturating_add(1) } else { 0 };
         let id = event_id();
         self.last_request = Some((id.clone(), self.uncovered));
         self.uncovered = 0;

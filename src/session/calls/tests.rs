@@ -425,6 +425,7 @@ async fn a_tools_own_error_text_reaches_only_the_model_and_taints_like_a_result(
     let actions = accept(&mut t, "c2", "third_party_echo", r#"{"text":"Zebulon heart failure"}"#);
     assert_eq!(audits(&actions).last().and_then(|r| r.error_code.map(crate::tools::ErrorCode::as_str)), Some("phi_blocked"));
     assert!(!actions.iter().any(|a| matches!(a, Action::Spawn { .. })));
+    assert!(client_events(&actions).is_empty(), "a blocked call never started: {actions:?}");
     let actions = accept(&mut t, "c3", "third_party_echo", r#"{"text":"beta blockers in heart failure"}"#);
     assert!(actions.iter().any(|a| matches!(a, Action::Spawn { .. })), "ordinary words stay usable");
 

@@ -10,7 +10,7 @@ fn id() -> String {
 fn a_replaced_upstream_forgets_its_response_and_owes_an_unanswered_request() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_some());
     gate.on_speech_started();
     assert!(!gate.is_quiet(now));
@@ -23,7 +23,7 @@ fn a_replaced_upstream_forgets_its_response_and_owes_an_unanswered_request() {
     gate.on_upstream_replaced();
     assert!(gate.is_quiet(now));
     // The outputs of a response that started and never ended are owed again.
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.try_request(now, id);
     gate.on_response_created(Some("r"), false);
     gate.on_upstream_replaced();
@@ -45,9 +45,9 @@ fn a_replaced_upstream_forgets_its_response_and_owes_an_unanswered_request() {
 fn a_response_to_our_request_covers_its_outputs_though_another_arrived_meanwhile() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_some());
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.on_response_created(Some("r"), false);
     assert_eq!(gate.active, [("r".to_string(), 1)], "the response covers A");
     gate.on_upstream_replaced();
@@ -61,12 +61,12 @@ fn one_request_for_a_batch_and_none_while_active() {
     let mut gate = ResponseGate::default();
     assert!(gate.try_request(now, id).is_none(), "nothing to answer");
     gate.on_response_created(Some("r"), false);
-    gate.on_output_sent();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_none(), "a response is active");
     gate.on_response_done(Some("r"), false);
     assert_eq!(gate.try_request(now, id).as_deref(), Some("voxgate_r"));
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_none(), "our request is still pending");
     gate.on_response_created(Some("r"), false);
     assert!(gate.try_request(now, id).is_none(), "a response is active");
@@ -82,7 +82,7 @@ fn never_over_a_speaking_user_and_waits_for_vad_after_speech() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
     gate.on_speech_started();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_none());
     gate.on_speech_stopped(now);
     assert!(gate.try_request(now, id).is_none(), "grace for server VAD");
@@ -95,7 +95,7 @@ fn vad_response_covers_outputs() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
     gate.on_speech_started();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.on_output_acknowledged();
     gate.on_speech_stopped(now);
     gate.on_response_created(Some("r"), false);
@@ -107,7 +107,7 @@ fn vad_response_covers_outputs() {
 fn refused_request_is_retried_after_the_active_response() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     let sent = gate.try_request(now, id).unwrap();
     // Server VAD started a response just before our request arrived: it may have missed the
     // output, so the refused request is retried after it.
@@ -117,7 +117,7 @@ fn refused_request_is_retried_after_the_active_response() {
     assert!(gate.try_request(now, id).is_some(), "retried after the racing response");
 
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     let sent = gate.try_request(now, id).unwrap();
     assert!(gate.on_request_refused(&sent));
     assert!(gate.try_request(now, id).is_none(), "still active");
@@ -130,7 +130,7 @@ fn refused_request_is_retried_after_the_active_response() {
 fn wake_at_is_armed_only_when_time_alone_opens_the_gate() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.on_speech_started();
     gate.on_speech_stopped(now);
     gate.on_response_created(Some("r"), false);
@@ -145,7 +145,7 @@ fn wake_at_is_armed_only_when_time_alone_opens_the_gate() {
 fn any_error_or_silence_frees_a_pending_request() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     let sent = gate.try_request(now, id).unwrap();
     assert!(gate.on_request_failed(&sent));
     let again = gate.try_request(now, id).expect("asked again after an error");
@@ -153,7 +153,7 @@ fn any_error_or_silence_frees_a_pending_request() {
     assert!(gate.try_request(now, id).is_none(), "stops asking after repeated refusals");
 
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.try_request(now, id).unwrap();
     assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
     gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
@@ -166,7 +166,7 @@ fn the_clients_own_request_in_flight_holds_the_gate() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
     gate.on_client_request(Some("client_1"), now);
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_none(), "the client's request would race ours");
     // Its response began before our output was in: the output needs a turn of its own.
     gate.on_response_created(Some("r_client"), false);
@@ -176,14 +176,14 @@ fn the_clients_own_request_in_flight_holds_the_gate() {
     // Refused by name, or with no name by the active-response code: over.
     let mut gate = ResponseGate::default();
     gate.on_client_request(Some("client_1"), now);
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.on_client_error(Some("someone_else"), Some("invalid_value"));
     assert!(gate.try_request(now, id).is_none());
     gate.on_client_error(Some("client_1"), Some("invalid_value"));
     assert!(gate.try_request(now, id).is_some());
     let mut gate = ResponseGate::default();
     gate.on_client_request(None, now);
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.on_client_error(None, Some("invalid_value"));
     assert!(gate.try_request(now, id).is_none(), "an error with no id may be about anything");
     gate.on_client_error(None, Some("conversation_already_has_active_response"));
@@ -192,7 +192,7 @@ fn the_clients_own_request_in_flight_holds_the_gate() {
     // Never answered: given up, and time alone opens the gate then.
     let mut gate = ResponseGate::default();
     gate.on_client_request(Some("client_1"), now);
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
     gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
     assert!(gate.try_request(now + REQUEST_ANSWER_TIMEOUT, id).is_some());
@@ -204,7 +204,7 @@ fn responses_are_told_apart_by_id() {
     let mut gate = ResponseGate::default();
     gate.on_response_created(Some("r_main"), false);
     gate.on_response_created(Some("r_oob"), true);
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     gate.on_response_done(Some("r_oob"), false);
     assert!(gate.try_request(now, id).is_none(), "the default conversation's response still runs");
     assert_eq!(gate.wake_at(), None);
@@ -224,8 +224,8 @@ fn a_vad_response_covers_only_acknowledged_outputs() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
     gate.on_speech_started();
-    gate.on_output_sent();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
+    gate.on_output_sent(false);
     gate.on_output_acknowledged();
     gate.on_speech_stopped(now);
     // The server started a response after acknowledging one output only.
@@ -243,7 +243,7 @@ fn a_vad_response_covers_only_acknowledged_outputs() {
 fn the_outputs_of_a_failed_response_are_owed_again_twice_in_a_row_at_most() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     for round in 0..2 {
         assert!(gate.try_request(now, id).is_some(), "round {round}");
         gate.on_response_created(Some("r"), false);
@@ -255,11 +255,11 @@ fn the_outputs_of_a_failed_response_are_owed_again_twice_in_a_row_at_most() {
     assert_eq!(gate.try_request(now, id), None, "the third failure in a row is left to the user's next turn");
 
     // A response that ends well starts the count again.
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_some());
     gate.on_response_created(Some("r"), false);
     gate.on_response_done(Some("r"), false);
-    gate.on_output_sent();
+    gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_some());
     gate.on_response_created(Some("r"), false);
     gate.on_response_done(Some("r"), true);
@@ -270,4 +270,41 @@ fn the_outputs_of_a_failed_response_are_owed_again_twice_in_a_row_at_most() {
     gate.on_response_created(Some("r_user"), false);
     gate.on_response_done(Some("r_user"), true);
     assert_eq!(gate.try_request(now, id), None);
+}
+
+/// A model that answers every error with another failing call (an invented tool, arguments it
+/// never gets right, a log that refuses calls) is asked to respond three times in a row for
+/// nothing but errors, then not again until the user speaks: the errors wait in the conversation
+/// for the user's next turn. A result among the outputs is always worth a response.
+#[test]
+fn requests_for_nothing_but_errors_stop_after_three_in_a_row_until_the_user_speaks() {
+    let now = Instant::now();
+    let mut gate = ResponseGate::default();
+    let round = |gate: &mut ResponseGate| {
+        gate.on_response_created(Some("r"), false);
+        gate.on_response_done(Some("r"), false);
+    };
+    for n in 0..MAX_ERROR_ROUNDS {
+        gate.on_output_sent(true);
+        assert!(gate.try_request(now, id).is_some(), "round {n}");
+        round(&mut gate);
+    }
+    gate.on_output_sent(true);
+    assert_eq!(gate.try_request(now, id), None, "a fourth round of errors waits for the user");
+    assert_eq!(gate.wake_at(), None, "and no timer is armed for it (it would fire for nothing)");
+    // A result among them is worth a response, and starts the count again.
+    gate.on_output_sent(false);
+    assert!(gate.try_request(now, id).is_some(), "a result is always asked for");
+    round(&mut gate);
+    for n in 0..MAX_ERROR_ROUNDS {
+        gate.on_output_sent(true);
+        assert!(gate.try_request(now, id).is_some(), "round {n} after the result");
+        round(&mut gate);
+    }
+    gate.on_output_sent(true);
+    assert_eq!(gate.try_request(now, id), None);
+    // The user speaking starts it again too.
+    gate.on_speech_started();
+    gate.on_speech_stopped(now);
+    assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the user spoke: asked again");
 }
