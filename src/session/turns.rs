@@ -73,7 +73,8 @@ pub struct ResponseGate {
     failed_in_a_row: u8,
     /// Every output not yet covered is an error (see [`MAX_ERROR_ROUNDS`]).
     only_errors: bool,
-    /// voxgate's requests in a row for nothing but errors since the user last spoke.
+    /// voxgate's requests in a row for nothing but errors since the user's last turn (speech, or
+    /// the client's own `response.create`).
     error_rounds: u8,
     /// Outputs added while voxgate's own request was pending: the response it starts was created
     /// before they arrived, so it does not cover them.
@@ -181,6 +182,8 @@ impl ResponseGate {
 
     /// The client sent its own `response.create` (`event_id`) upstream.
     pub fn on_client_request(&mut self, event_id: Option<&str>, now: Instant) {
+        // The user's own turn (typed, or push-to-talk): as good as speech for the error rounds.
+        self.error_rounds = 0;
         self.client_request = Some((event_id.map(str::to_string), now + REQUEST_ANSWER_TIMEOUT));
     }
 

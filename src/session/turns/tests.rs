@@ -307,4 +307,21 @@ fn requests_for_nothing_but_errors_stop_after_three_in_a_row_until_the_user_spea
     gate.on_speech_started();
     gate.on_speech_stopped(now);
     assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the user spoke: asked again");
+    round(&mut gate);
+    // And so does a turn the client asks for itself (typed text, push-to-talk): a user who types
+    // three questions whose calls fail is not left without an answer to the fourth.
+    let later = now + AFTER_SPEECH_GRACE;
+    // (The request after the speech was the first of these rounds.)
+    for n in 1..MAX_ERROR_ROUNDS {
+        gate.on_output_sent(true);
+        assert!(gate.try_request(later, id).is_some(), "round {n}");
+        round(&mut gate);
+    }
+    gate.on_output_sent(true);
+    assert_eq!(gate.try_request(later, id), None, "capped again");
+    gate.on_client_request(Some("c_r"), later);
+    gate.on_response_created(Some("r_c"), false);
+    gate.on_response_done(Some("r_c"), false);
+    gate.on_output_sent(true);
+    assert!(gate.try_request(later, id).is_some(), "the client's own turn: asked again");
 }
