@@ -141,7 +141,9 @@ fn set_aside(path: &Path, file: &std::fs::File, from: u64, seq: u64) -> Result<(
         from_seq = seq,
         bytes = tail.len(),
         kept_in = %aside.display(),
-        "audit log ended with lines that do not parse (a power loss during a write); they were never acknowledged and are cut off, kept aside"
+        "audit log ends with lines that do not parse, from this seq on: cut off and kept aside. \
+         After a power loss during a write they were never synced; otherwise (damage, an edit) they \
+         may hold acknowledged records: inspect the file (`voxgate audit verify` reports it until it is moved away)"
     );
     Ok(())
 }

@@ -240,7 +240,8 @@ impl Bridge {
         }
         let request_id = event_id.or(stand_in.as_deref());
         self.resume.note_client_request(merged.as_ref().map_or(text.as_str(), |m| m.frame.as_str()), request_id);
-        self.gate.on_client_request(request_id, tokio::time::Instant::now());
+        let out_of_band = client::is_out_of_band(merged.as_ref().map_or(text.as_bytes(), |m| m.frame.as_bytes()));
+        self.gate.on_client_request(request_id, tokio::time::Instant::now(), out_of_band);
         match merged {
             Some(merged) => self.forward_merged(merged, event_id).await,
             None => {
@@ -316,7 +317,12 @@ impl Bridge {
             }
         };
         match self.calls.on_confirm(&confirm.call_id, confirm.approved) {
-            Ok(actions) => self.perform(actions).await,
+            Ok(actions) => {
+                // The user decided: a decline that goes back to the model is worth a response
+                // however many error rounds came before (see `turns::MAX_ERROR_ROUNDS`).
+                self.gate.on_user_turn();
+                self.perform(actions).await;
+            }
             Err(err) => self.client_error(codes::NOT_AWAITING_CONFIRMATION, &err.to_string(), event_id).await,
         }
     }

@@ -53,6 +53,19 @@ const MAX_ERROR_ROUNDS: u8 = 3;
 /// must not grow the gate without bound (the oldest is forgotten).
 const MAX_ACTIVE: usize = 8;
 
+/// What the outputs owed to the model are, for [`MAX_ERROR_ROUNDS`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Owed {
+    /// Nothing but errors (declines included), each sent once.
+    Errors,
+    /// At least one result: always asked for.
+    Results,
+    /// Owed again after a request or a response that did not deliver them (refused, unanswered,
+    /// failed, lost with its upstream), results among them or not: asked for, not counted.
+    #[default]
+    Unknown,
+}
+
 #[derive(Debug, Default)]
 pub struct ResponseGate {
     /// Responses under way (`response.created` with no `response.done` yet), by id; `""` for one
@@ -71,8 +84,8 @@ pub struct ResponseGate {
     refusals: u8,
     /// Consecutive responses with outputs in them that failed (see [`MAX_FAILED_IN_A_ROW`]).
     failed_in_a_row: u8,
-    /// Every output not yet covered is an error (see [`MAX_ERROR_ROUNDS`]).
-    only_errors: bool,
+    /// What the outputs not yet covered are (see [`MAX_ERROR_ROUNDS`]).
+    owed: Owed,
     /// voxgate's requests in a row for nothing but errors since the user's last turn (speech, or
     /// the client's own `response.create`).
     error_rounds: u8,
@@ -93,7 +106,11 @@ pub struct ResponseGate {
 impl ResponseGate {
     /// voxgate sent the model an output (`failed`: an error, not a result).
     pub fn on_output_sent(&mut self, failed: bool) {
-        self.only_errors = failed && (self.only_errors || self.uncovered + self.after_request == 0);
+        self.owed = match (failed, self.uncovered + self.after_request == 0) {
+            (false, _) => Owed::Results,
+            (true, true) => Owed::Errors,
+            (true, false) => self.owed,
+        };
         self.unacknowledged += 1;
         if self.pending_request.is_some() {
             self.after_request += 1;
@@ -102,10 +119,19 @@ impl ResponseGate {
         }
     }
 
+    /// Outputs a request or a response did not deliver are owed again; whether results are
+    /// among them is not known any more, so they are asked for without counting as an error round.
+    fn owe_again(&mut self, outputs: usize) {
+        self.uncovered += outputs;
+        if outputs > 0 && self.owed == Owed::Errors {
+            self.owed = Owed::Unknown;
+        }
+    }
+
     /// voxgate has asked for [`MAX_ERROR_ROUNDS`] responses in a row for nothing but errors, and
     /// what is owed now is errors too: it asks no more until the user speaks.
     fn errors_capped(&self) -> bool {
-        self.only_errors && self.error_rounds >= MAX_ERROR_ROUNDS
+        self.owed == Owed::Errors && self.error_rounds >= MAX_ERROR_ROUNDS
     }
 
     /// The server acknowledged one of voxgate's output items (`conversation.item.created/added`).
@@ -169,7 +195,7 @@ impl ResponseGate {
         }
         self.failed_in_a_row = self.failed_in_a_row.saturating_add(1);
         if self.failed_in_a_row <= MAX_FAILED_IN_A_ROW {
-            self.uncovered += covers;
+            self.owe_again(covers);
         }
     }
 
@@ -181,9 +207,12 @@ impl ResponseGate {
     }
 
     /// The client sent its own `response.create` (`event_id`) upstream.
-    pub fn on_client_request(&mut self, event_id: Option<&str>, now: Instant) {
-        // The user's own turn (typed, or push-to-talk): as good as speech for the error rounds.
-        self.error_rounds = 0;
+    /// `out_of_band`: its `response.conversation` is `"none"` (a side request, not a turn).
+    pub fn on_client_request(&mut self, event_id: Option<&str>, now: Instant, out_of_band: bool) {
+        if !out_of_band {
+            // The user's own turn (typed, or push-to-talk): as good as speech for the error rounds.
+            self.on_user_turn();
+        }
         self.client_request = Some((event_id.map(str::to_string), now + REQUEST_ANSWER_TIMEOUT));
     }
 
@@ -203,6 +232,12 @@ impl ResponseGate {
 
     pub fn on_speech_started(&mut self) {
         self.user_speaking = true;
+        self.on_user_turn();
+    }
+
+    /// The user did something: spoke, asked for a response, decided on a parked call. voxgate may
+    /// ask for responses about errors again (see [`MAX_ERROR_ROUNDS`]).
+    pub fn on_user_turn(&mut self) {
         self.error_rounds = 0;
     }
 
@@ -217,7 +252,7 @@ impl ResponseGate {
         match self.last_request.take() {
             Some((id, count)) if id == event_id => {
                 self.release_pending(event_id);
-                self.uncovered += count;
+                self.owe_again(count);
                 if self.active.is_empty() {
                     self.mark_active("", 0);
                 }
@@ -239,7 +274,7 @@ impl ResponseGate {
                 self.release_pending(event_id);
                 self.refusals = self.refusals.saturating_add(1);
                 if self.refusals < MAX_REFUSALS {
-                    self.uncovered += count;
+                    self.owe_again(count);
                 }
                 true
             }
@@ -291,12 +326,13 @@ impl ResponseGate {
     /// response it never finished: the restore carries them, but nothing asks the new model to
     /// speak them.
     pub fn on_upstream_replaced(&mut self) {
-        self.uncovered += self.active.drain(..).map(|(_, covers)| covers).sum::<usize>();
+        let covered = self.active.drain(..).map(|(_, covers)| covers).sum::<usize>();
+        self.owe_again(covered);
         self.user_speaking = false;
         self.not_before = None;
         if let Some(id) = self.pending_request.clone() {
             if let Some((_, count)) = self.last_request.take().filter(|(last, _)| *last == id) {
-                self.uncovered += count;
+                self.owe_again(count);
             }
             self.release_pending(&id);
         }
@@ -331,7 +367,11 @@ impl ResponseGate {
             return None;
         }
         self.not_before = None;
-        self.error_rounds = if self.only_errors { self.error_rounds.saturating_add(1) } else { 0 };
+        match self.owed {
+            Owed::Errors => self.error_rounds = self.error_rounds.saturating_add(1),
+            Owed::Results => self.error_rounds = 0,
+            Owed::Unknown => {}
+        }
         let id = event_id();
         self.last_request = Some((id.clone(), self.uncovered));
         self.uncovered = 0;
