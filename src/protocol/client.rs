@@ -37,6 +37,8 @@ pub struct ItemFields<'a> {
     pub call_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub role: Option<Cow<'a, str>>,
 }
 
 pub fn parse_item_create(bytes: &[u8]) -> Result<ItemCreate<'_>, FrameError> {
@@ -224,23 +226,6 @@ pub fn read_session_update(
     Ok(Some(MergedUpdate { frame: event.to_string(), client_tools, dropped, replaced_event_id }))
 }
 
-/// Is this `response.create` out of band (`response.conversation` is `"none"`): a side request
-/// the client makes (a classification, a summary), not a turn of the conversation?
-pub fn is_out_of_band(bytes: &[u8]) -> bool {
-    #[derive(Deserialize)]
-    struct Create {
-        response: Option<Response>,
-    }
-    #[derive(Deserialize)]
-    struct Response {
-        conversation: Option<Value>,
-    }
-    serde_json::from_slice::<Create>(bytes)
-        .ok()
-        .and_then(|c| c.response?.conversation)
-        .is_some_and(|c| c.as_str() == Some("none"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,14 +326,6 @@ mod tests {
         let server = vec![json!({"name":"a"})];
         let merged = merge_session_update(update, &server, &guard(|n| n == "a")).unwrap().unwrap();
         assert!(merged.frame.contains("\"a\""));
-    }
-
-    #[test]
-    fn an_out_of_band_request_is_told_apart() {
-        assert!(is_out_of_band(br#"{"type":"response.create","response":{"conversation":"none","instructions":"classify"}}"#));
-        assert!(!is_out_of_band(br#"{"type":"response.create","response":{"conversation":"auto"}}"#));
-        assert!(!is_out_of_band(br#"{"type":"response.create"}"#));
-        assert!(!is_out_of_band(b"not json"));
     }
 
     #[test]

@@ -171,6 +171,8 @@ impl Bridge {
             ClientEvent::AudioCommit => {
                 // So does a push-to-talk commit, until the response it asks for starts (resume/).
                 self.resume.note_client_commit(event_id);
+                // The user spoke (push-to-talk: no speech events from the server's VAD).
+                self.gate.on_user_turn();
                 self.send_upstream(Message::Text(text)).await;
             }
             ClientEvent::Other => {
@@ -240,8 +242,7 @@ impl Bridge {
         }
         let request_id = event_id.or(stand_in.as_deref());
         self.resume.note_client_request(merged.as_ref().map_or(text.as_str(), |m| m.frame.as_str()), request_id);
-        let out_of_band = client::is_out_of_band(merged.as_ref().map_or(text.as_bytes(), |m| m.frame.as_bytes()));
-        self.gate.on_client_request(request_id, tokio::time::Instant::now(), out_of_band);
+        self.gate.on_client_request(request_id, tokio::time::Instant::now());
         match merged {
             Some(merged) => self.forward_merged(merged, event_id).await,
             None => {
@@ -287,9 +288,10 @@ impl Bridge {
     }
 
     async fn handle_item_create(&mut self, text: tungstenite::Utf8Bytes, event_id: Option<&str>) {
-        let forged = match client::parse_item_create(text.as_bytes()) {
-            Ok(create) => create.item.is_some_and(|item| {
-                self.call_guard().is_server_call_item(item.kind.as_deref(), item.call_id.as_deref(), item.name.as_deref())
+        let (forged, typed) = match client::parse_item_create(text.as_bytes()) {
+            Ok(create) => create.item.map_or((false, false), |item| {
+                let forged = self.call_guard().is_server_call_item(item.kind.as_deref(), item.call_id.as_deref(), item.name.as_deref());
+                (forged, item.kind.as_deref() == Some("message") && item.role.as_deref() == Some("user"))
             }),
             Err(err) => {
                 self.client_error(err.code(), &err.to_string(), event_id).await;
@@ -299,6 +301,10 @@ impl Bridge {
         if forged {
             self.refuse_server_call(event_id).await;
             return;
+        }
+        if typed {
+            // The user typed a message: a turn of theirs (see `turns::MAX_ERROR_ROUNDS`).
+            self.gate.on_user_turn();
         }
         self.send_upstream(Message::Text(text)).await;
     }

@@ -43,7 +43,7 @@ const MAX_REFUSALS: u8 = 2;
 const MAX_FAILED_IN_A_ROW: u8 = 2;
 
 /// Responses in a row voxgate asks for only to hand the model errors (every output of the batch
-/// an error: an unknown tool, bad arguments, a log that refuses calls), with no user speech
+/// an error: an unknown tool, bad arguments, a decline, a log that refuses calls), with no user turn
 /// between: a model that answers each error with another failing call would otherwise loop
 /// unattended, each round a call audited and answered. Past it the errors wait in the
 /// conversation for the user's next turn.
@@ -129,7 +129,7 @@ impl ResponseGate {
     }
 
     /// voxgate has asked for [`MAX_ERROR_ROUNDS`] responses in a row for nothing but errors, and
-    /// what is owed now is errors too: it asks no more until the user speaks.
+    /// what is owed now is errors too: it asks no more until the user takes a turn.
     fn errors_capped(&self) -> bool {
         self.owed == Owed::Errors && self.error_rounds >= MAX_ERROR_ROUNDS
     }
@@ -207,12 +207,9 @@ impl ResponseGate {
     }
 
     /// The client sent its own `response.create` (`event_id`) upstream.
-    /// `out_of_band`: its `response.conversation` is `"none"` (a side request, not a turn).
-    pub fn on_client_request(&mut self, event_id: Option<&str>, now: Instant, out_of_band: bool) {
-        if !out_of_band {
-            // The user's own turn (typed, or push-to-talk): as good as speech for the error rounds.
-            self.on_user_turn();
-        }
+    /// Not a user turn by itself (see [`MAX_ERROR_ROUNDS`]): a client's code sends one after
+    /// answering a call to one of its own tools, or for a side request, with nobody there.
+    pub fn on_client_request(&mut self, event_id: Option<&str>, now: Instant) {
         self.client_request = Some((event_id.map(str::to_string), now + REQUEST_ANSWER_TIMEOUT));
     }
 
@@ -235,8 +232,9 @@ impl ResponseGate {
         self.on_user_turn();
     }
 
-    /// The user did something: spoke, asked for a response, decided on a parked call. voxgate may
-    /// ask for responses about errors again (see [`MAX_ERROR_ROUNDS`]).
+    /// The user did something: spoke (server VAD or a push-to-talk commit), typed a message,
+    /// decided on a parked call. voxgate may ask for responses about errors again (see
+    /// [`MAX_ERROR_ROUNDS`]).
     pub fn on_user_turn(&mut self) {
         self.error_rounds = 0;
     }

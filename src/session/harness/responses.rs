@@ -112,3 +112,29 @@ async fn a_client_request_with_an_event_id_goes_byte_for_byte() {
     .expect("nothing reached the model");
     assert_eq!(forwarded.as_str(), raw);
 }
+
+/// A model that answers each error with another failing call (here an unknown tool) is asked to
+/// respond three times, then not again until the user takes a turn (here a typed message): the
+/// error outputs reach the gate as errors, and the user's message reaches it as a turn.
+#[tokio::test(start_paused = true)]
+async fn a_model_calling_an_unknown_tool_again_and_again_is_asked_three_times_then_waits_for_the_user() {
+    let mut h = start(|_| {}, 1 << 20).await;
+    for n in 0..4 {
+        let call = format!("u{n}");
+        h.model_calls(&call, "no_such_tool").await;
+        let output = h.model_expects("conversation.item.create").await;
+        assert_eq!(output["item"]["call_id"], call.as_str(), "{output}");
+        h.acknowledge(&call).await;
+        if n < 3 {
+            h.model_expects("response.create").await;
+            let id = format!("r{n}");
+            h.model_sends(created(&id, json!("conv_1"))).await;
+            h.model_sends(done(&id)).await;
+        }
+    }
+    h.model_gets_nothing_from_voxgate("a fourth request for nothing but errors").await;
+    h.browser_sends(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "What went wrong?"}]}}))
+    .await;
+    h.model_expects("response.create").await;
+}

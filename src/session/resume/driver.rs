@@ -208,8 +208,7 @@ impl Bridge {
             && kind == "response.create"
             && !event_id.as_deref().is_some_and(events::is_own_event_id)
         {
-            // Already counted as the user's turn when the client sent it.
-            self.gate.on_client_request(event_id.as_deref(), Instant::now(), true);
+            self.gate.on_client_request(event_id.as_deref(), Instant::now());
         }
     }
 

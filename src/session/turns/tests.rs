@@ -165,7 +165,7 @@ fn any_error_or_silence_frees_a_pending_request() {
 fn the_clients_own_request_in_flight_holds_the_gate() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
-    gate.on_client_request(Some("client_1"), now, false);
+    gate.on_client_request(Some("client_1"), now);
     gate.on_output_sent(false);
     assert!(gate.try_request(now, id).is_none(), "the client's request would race ours");
     // Its response began before our output was in: the output needs a turn of its own.
@@ -175,14 +175,14 @@ fn the_clients_own_request_in_flight_holds_the_gate() {
 
     // Refused by name, or with no name by the active-response code: over.
     let mut gate = ResponseGate::default();
-    gate.on_client_request(Some("client_1"), now, false);
+    gate.on_client_request(Some("client_1"), now);
     gate.on_output_sent(false);
     gate.on_client_error(Some("someone_else"), Some("invalid_value"));
     assert!(gate.try_request(now, id).is_none());
     gate.on_client_error(Some("client_1"), Some("invalid_value"));
     assert!(gate.try_request(now, id).is_some());
     let mut gate = ResponseGate::default();
-    gate.on_client_request(None, now, false);
+    gate.on_client_request(None, now);
     gate.on_output_sent(false);
     gate.on_client_error(None, Some("invalid_value"));
     assert!(gate.try_request(now, id).is_none(), "an error with no id may be about anything");
@@ -191,7 +191,7 @@ fn the_clients_own_request_in_flight_holds_the_gate() {
 
     // Never answered: given up, and time alone opens the gate then.
     let mut gate = ResponseGate::default();
-    gate.on_client_request(Some("client_1"), now, false);
+    gate.on_client_request(Some("client_1"), now);
     gate.on_output_sent(false);
     assert_eq!(gate.wake_at(), Some(now + REQUEST_ANSWER_TIMEOUT));
     gate.on_tick(now + REQUEST_ANSWER_TIMEOUT);
@@ -308,8 +308,10 @@ fn requests_for_nothing_but_errors_stop_after_three_in_a_row_until_the_user_spea
     gate.on_speech_stopped(now);
     assert!(gate.try_request(now + AFTER_SPEECH_GRACE, id).is_some(), "the user spoke: asked again");
     round(&mut gate);
-    // And so does a turn the client asks for itself (typed text, push-to-talk): a user who types
-    // three questions whose calls fail is not left without an answer to the fourth.
+    // And so does any other turn of the user's (a typed message, a push-to-talk commit, a decision
+    // on a parked call): the session calls `on_user_turn` for each. A `response.create` of the
+    // client's alone is not one: a client's code sends it after answering its own tool's call
+    // (or for a side request) with nobody there, and it would let the loop go on for ever.
     let later = now + AFTER_SPEECH_GRACE;
     // (The request after the speech was the first of these rounds.)
     for n in 1..MAX_ERROR_ROUNDS {
@@ -319,16 +321,13 @@ fn requests_for_nothing_but_errors_stop_after_three_in_a_row_until_the_user_spea
     }
     gate.on_output_sent(true);
     assert_eq!(gate.try_request(later, id), None, "capped again");
-    // (An out-of-band request is a side request, not the user's turn.)
-    gate.on_client_request(Some("c_oob"), later, true);
-    gate.on_response_created(Some("r_oob"), true);
-    gate.on_response_done(Some("r_oob"), false);
-    assert_eq!(gate.try_request(later, id), None, "still capped after an out-of-band request");
-    gate.on_client_request(Some("c_r"), later, false);
+    gate.on_client_request(Some("c_r"), later);
     gate.on_response_created(Some("r_c"), false);
     gate.on_response_done(Some("r_c"), false);
     gate.on_output_sent(true);
-    assert!(gate.try_request(later, id).is_some(), "the client's own turn: asked again");
+    assert_eq!(gate.try_request(later, id), None, "still capped after the client's own request");
+    gate.on_user_turn();
+    assert!(gate.try_request(later, id).is_some(), "the user's turn: asked again");
 }
 
 /// A result owed again after a request that did not deliver it (unanswered, refused, a failed
@@ -339,14 +338,17 @@ fn outputs_owed_again_are_not_counted_as_error_rounds() {
     let now = Instant::now();
     let mut gate = ResponseGate::default();
     gate.on_output_sent(false);
-    let first = gate.try_request(now, id).unwrap();
-    // An error arrives while the request for the result is pending; the request goes unanswered.
+    let mut pending = gate.try_request(now, id).unwrap();
+    // An error arrives while the request for the result is pending. Then: the request goes
+    // unanswered, the response to the next fails, and the same again; the result is asked for
+    // every time (it was left to the user's next turn after the third of these).
     gate.on_output_sent(true);
-    gate.on_request_failed(&first);
-    for n in 0..=MAX_FAILED_IN_A_ROW {
-        assert!(gate.try_request(now, id).is_some(), "round {n}: the result is asked for again");
+    for n in 0..2 {
+        gate.on_request_failed(&pending);
+        assert!(gate.try_request(now, id).is_some(), "round {n}: after the unanswered request");
         gate.on_response_created(Some("r"), false);
         gate.on_response_done(Some("r"), true);
+        pending = gate.try_request(now, id).unwrap_or_else(|| panic!("round {n}: after the failed response"));
     }
     assert_eq!(gate.error_rounds, 0, "retries of what was owed are not error rounds");
 }
