@@ -37,8 +37,10 @@ pub struct ItemFields<'a> {
     pub call_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub role: Option<Cow<'a, str>>,
+    /// Read as any value: only a `"user"` one matters, and a frame the upstream would take
+    /// whatever its `role` must not be refused here for it.
+    #[serde(default)]
+    pub role: Option<Value>,
 }
 
 pub fn parse_item_create(bytes: &[u8]) -> Result<ItemCreate<'_>, FrameError> {

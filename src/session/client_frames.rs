@@ -172,7 +172,7 @@ impl Bridge {
                 // So does a push-to-talk commit, until the response it asks for starts (resume/).
                 self.resume.note_client_commit(event_id);
                 // The user spoke (push-to-talk: no speech events from the server's VAD).
-                self.gate.on_user_turn();
+                self.gate.on_user_input(tokio::time::Instant::now());
                 self.send_upstream(Message::Text(text)).await;
             }
             ClientEvent::Other => {
@@ -291,7 +291,7 @@ impl Bridge {
         let (forged, typed) = match client::parse_item_create(text.as_bytes()) {
             Ok(create) => create.item.map_or((false, false), |item| {
                 let forged = self.call_guard().is_server_call_item(item.kind.as_deref(), item.call_id.as_deref(), item.name.as_deref());
-                (forged, item.kind.as_deref() == Some("message") && item.role.as_deref() == Some("user"))
+                (forged, item.kind.as_deref() == Some("message") && item.role.as_ref().and_then(serde_json::Value::as_str) == Some("user"))
             }),
             Err(err) => {
                 self.client_error(err.code(), &err.to_string(), event_id).await;
@@ -304,7 +304,7 @@ impl Bridge {
         }
         if typed {
             // The user typed a message: a turn of theirs (see `turns::MAX_ERROR_ROUNDS`).
-            self.gate.on_user_turn();
+            self.gate.on_user_input(tokio::time::Instant::now());
         }
         self.send_upstream(Message::Text(text)).await;
     }

@@ -86,8 +86,8 @@ pub struct ResponseGate {
     failed_in_a_row: u8,
     /// What the outputs not yet covered are (see [`MAX_ERROR_ROUNDS`]).
     owed: Owed,
-    /// voxgate's requests in a row for nothing but errors since the user's last turn (speech, or
-    /// the client's own `response.create`).
+    /// voxgate's requests in a row for nothing but errors since the user's last turn (speech, a
+    /// typed message, a push-to-talk commit, a decision on a parked call).
     error_rounds: u8,
     /// Outputs added while voxgate's own request was pending: the response it starts was created
     /// before they arrived, so it does not cover them.
@@ -232,11 +232,20 @@ impl ResponseGate {
         self.on_user_turn();
     }
 
-    /// The user did something: spoke (server VAD or a push-to-talk commit), typed a message,
-    /// decided on a parked call. voxgate may ask for responses about errors again (see
-    /// [`MAX_ERROR_ROUNDS`]).
+    /// The user did something: spoke, or decided on a parked call. voxgate may ask for responses
+    /// about errors again (see [`MAX_ERROR_ROUNDS`]).
     pub fn on_user_turn(&mut self) {
         self.error_rounds = 0;
+    }
+
+    /// The client sent the user's input itself: a typed message, or push-to-talk audio committed.
+    /// A turn (see [`Self::on_user_turn`]), and the client's own `response.create` for it usually
+    /// follows in a later read: voxgate holds its own request back as after speech, so the two do
+    /// not race (the second would be refused and the client ask again: two answers). If the
+    /// client sends none, voxgate asks once the grace is over.
+    pub fn on_user_input(&mut self, now: Instant) {
+        self.on_user_turn();
+        self.not_before = self.not_before.max(Some(now + AFTER_SPEECH_GRACE));
     }
 
     pub fn on_speech_stopped(&mut self, now: Instant) {

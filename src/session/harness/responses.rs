@@ -114,17 +114,15 @@ async fn a_client_request_with_an_event_id_goes_byte_for_byte() {
 }
 
 /// A model that answers each error with another failing call (here an unknown tool) is asked to
-/// respond three times, then not again until the user takes a turn (here a typed message): the
-/// error outputs reach the gate as errors, and the user's message reaches it as a turn.
+/// respond three times, then not again until the user takes a turn. A client's `response.create`
+/// alone is not one (a client's code sends one after answering its own tool, with nobody there);
+/// a typed message is, and voxgate then leaves the client's own `response.create` for it to go
+/// first, asking itself only when none comes.
 #[tokio::test(start_paused = true)]
 async fn a_model_calling_an_unknown_tool_again_and_again_is_asked_three_times_then_waits_for_the_user() {
     let mut h = start(|_| {}, 1 << 20).await;
     for n in 0..4 {
-        let call = format!("u{n}");
-        h.model_calls(&call, "no_such_tool").await;
-        let output = h.model_expects("conversation.item.create").await;
-        assert_eq!(output["item"]["call_id"], call.as_str(), "{output}");
-        h.acknowledge(&call).await;
+        fails(&mut h, n).await;
         if n < 3 {
             h.model_expects("response.create").await;
             let id = format!("r{n}");
@@ -133,8 +131,33 @@ async fn a_model_calling_an_unknown_tool_again_and_again_is_asked_three_times_th
         }
     }
     h.model_gets_nothing_from_voxgate("a fourth request for nothing but errors").await;
-    h.browser_sends(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
-        "content": [{"type": "input_text", "text": "What went wrong?"}]}}))
-    .await;
-    h.model_expects("response.create").await;
+    // The client's code asks for a response on its own: it is forwarded, and covers the errors,
+    // but it is no turn of the user's: the next failing call is not asked about.
+    h.browser_sends(json!({"type": "response.create", "event_id": "client_rc"})).await;
+    assert_eq!(h.model_expects("response.create").await["event_id"], "client_rc");
+    h.model_sends(created("rc", json!("conv_1"))).await;
+    h.model_sends(done("rc")).await;
+    fails(&mut h, 4).await;
+    h.model_gets_nothing_from_voxgate("a request after the client's own response.create").await;
+    // The user types, and the client asks for the answer right after: its request goes first,
+    // not voxgate's (which would have it refused, and the question answered twice).
+    let typed = json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "What went wrong?"}]}});
+    // (The request sent once the message is through: in a read of its own, as it often is.)
+    h.browser_sends(typed).await;
+    h.model_expects("conversation.item.create").await;
+    h.browser_sends(json!({"type": "response.create", "event_id": "client_rc2"})).await;
+    assert_eq!(h.model_expects("response.create").await["event_id"], "client_rc2", "the client's request first");
+    h.model_sends(created("rc2", json!("conv_1"))).await;
+    h.model_sends(done("rc2")).await;
+    h.model_gets_nothing_from_voxgate("a request of voxgate's beside the client's").await;
+}
+
+/// The model calls an unknown tool as call `u{n}`; its error output is acknowledged.
+async fn fails(h: &mut Harness, n: usize) {
+    let call = format!("u{n}");
+    h.model_calls(&call, "no_such_tool").await;
+    let output = h.model_expects("conversation.item.create").await;
+    assert_eq!(output["item"]["call_id"], call.as_str(), "{output}");
+    h.acknowledge(&call).await;
 }

@@ -328,6 +328,20 @@ fn requests_for_nothing_but_errors_stop_after_three_in_a_row_until_the_user_spea
     assert_eq!(gate.try_request(later, id), None, "still capped after the client's own request");
     gate.on_user_turn();
     assert!(gate.try_request(later, id).is_some(), "the user's turn: asked again");
+    round(&mut gate);
+    // Input the client sends itself (typed, push-to-talk) is a turn too, and holds voxgate's own
+    // request back for the grace: the client's `response.create` for it usually follows.
+    for n in 1..MAX_ERROR_ROUNDS {
+        gate.on_output_sent(true);
+        assert!(gate.try_request(later, id).is_some(), "round {n}");
+        round(&mut gate);
+    }
+    gate.on_output_sent(true);
+    assert_eq!(gate.try_request(later, id), None, "capped");
+    gate.on_user_input(later);
+    assert_eq!(gate.try_request(later, id), None, "held for the client's own request");
+    assert_eq!(gate.wake_at(), Some(later + AFTER_SPEECH_GRACE));
+    assert!(gate.try_request(later + AFTER_SPEECH_GRACE, id).is_some(), "asked once none came");
 }
 
 /// A result owed again after a request that did not deliver it (unanswered, refused, a failed
