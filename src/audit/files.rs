@@ -68,6 +68,17 @@ pub(super) fn last_line_end(file: &std::fs::File, len: u64) -> std::io::Result<u
     Ok(0)
 }
 
+/// What follows the log's name in the name of a file of lines a start set aside:
+/// `<path>.torn-<seq>-<unix ms>` (`recovery::set_aside`; `verify` reports each).
+pub(super) const SET_ASIDE_INFIX: &str = ".torn-";
+
+/// `<path>.torn-<seq>-<unix ms>`: where a start sets aside the lines from `seq` on.
+pub(super) fn set_aside_name(path: &Path, seq: u64, unix_ms: i64) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!("{SET_ASIDE_INFIX}{seq}-{unix_ms}"));
+    PathBuf::from(name)
+}
+
 /// `<path>.<first seq>-<last seq>`: sorts by sequence, and `verify` finds the predecessors by it.
 pub fn rotated_name(path: &Path, first: u64, last: u64) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();

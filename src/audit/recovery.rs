@@ -18,7 +18,7 @@ use futures::StreamExt;
 use super::AuditError;
 use super::chain::Chain;
 use super::record::{AuditEvent, AuditRecord, AuditStatus, Confirmation, GENESIS, Line, Origin};
-use super::files::{LogLock, UNSYNCED_TAIL_BYTES, io, lock, open_append, sync_dir};
+use super::files::{LogLock, UNSYNCED_TAIL_BYTES, io, lock, open_append, set_aside_name, sync_dir};
 
 /// How long start-up waits in all for the tools to say what became of interrupted calls.
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(10);
@@ -131,9 +131,7 @@ fn set_aside(path: &Path, file: &std::fs::File, from: u64, seq: u64) -> Result<(
     let mut reader = file;
     reader.seek(SeekFrom::Start(from)).map_err(io)?;
     std::io::Read::read_to_end(&mut reader, &mut tail).map_err(io)?;
-    let mut name = path.as_os_str().to_os_string();
-    name.push(format!(".torn-{seq}-{}", chrono::Utc::now().timestamp_millis()));
-    let aside = std::path::PathBuf::from(name);
+    let aside = set_aside_name(path, seq, chrono::Utc::now().timestamp_millis());
     let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(&aside).map_err(io)?;
     out.write_all(&tail).and_then(|()| out.sync_all()).map_err(io)?;
     sync_dir(&aside).map_err(io)?;

@@ -83,7 +83,7 @@ pub fn rotated_files(path: &Path) -> Result<Vec<PathBuf>, AuditError> {
 fn set_aside_files(path: &Path) -> Vec<String> {
     let (Some(name), Some(dir)) = (path.file_name().and_then(|n| n.to_str()), path.parent()) else { return Vec::new() };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    let prefix = format!("{name}.torn-");
+    let prefix = format!("{name}{}", super::files::SET_ASIDE_INFIX);
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut found: Vec<String> =
         entries.filter_map(Result::ok).filter_map(|e| e.file_name().to_str().filter(|n| n.starts_with(&prefix)).map(str::to_string)).collect();
